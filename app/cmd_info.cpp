@@ -1,0 +1,95 @@
+// `clchat info -m MODEL [--json]`: what a model file holds.
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "app/commands.h"
+#include "engine/model.h"
+
+namespace clchat::app {
+
+namespace {
+
+nlohmann::ordered_json describe(const Model& model) {
+  const ModelConfig& c = model.config;
+  const GgufFile& f = *model.file;
+  std::map<std::string, int> type_counts;
+  for (const auto& t : f.tensors()) ++type_counts[ggml_type_name(t.type)];
+  nlohmann::ordered_json j;
+  j["file"] = f.path();
+  j["file_size"] = f.file_size();
+  j["gguf_version"] = f.version();
+  j["name"] = c.name;
+  j["architecture"] = c.arch;
+  j["n_embd"] = c.n_embd;
+  j["n_layer"] = c.n_layer;
+  j["n_head"] = c.n_head;
+  j["n_head_kv"] = c.n_head_kv;
+  j["head_dim"] = c.head_dim;
+  j["n_ff"] = c.n_ff;
+  j["n_vocab"] = c.n_vocab;
+  j["n_ctx_train"] = c.n_ctx_train;
+  j["n_rot"] = c.n_rot;
+  j["rope_freq_base"] = c.rope_freq_base;
+  j["rms_eps"] = c.rms_eps;
+  j["tied_embeddings"] = c.tied_embeddings;
+  j["weight_type"] = describe_weight_type(model);
+  j["n_tensors"] = f.tensors().size();
+  j["tensor_types"] = type_counts;
+  j["tokenizer"] = f.opt_string("tokenizer.ggml.model").value_or("none");
+  j["tokenizer_pre"] = f.opt_string("tokenizer.ggml.pre").value_or("");
+  j["vocab_size"] = f.has("tokenizer.ggml.tokens") ? f.get_array("tokenizer.ggml.tokens").items.size() : 0;
+  j["chat_template"] = f.has("tokenizer.chat_template");
+  return j;
+}
+
+void print_text(const nlohmann::ordered_json& j) {
+  auto s = [&](const char* k) { return j[k].dump(); };
+  std::printf("file:          %s (%s bytes, GGUF v%s)\n", j["file"].get<std::string>().c_str(),
+              s("file_size").c_str(), s("gguf_version").c_str());
+  std::printf("name:          %s\n", j["name"].get<std::string>().c_str());
+  std::printf("architecture:  %s\n", j["architecture"].get<std::string>().c_str());
+  std::printf("embedding:     %s\n", s("n_embd").c_str());
+  std::printf("layers:        %s\n", s("n_layer").c_str());
+  std::printf("heads:         %s (KV %s, head dim %s)\n", s("n_head").c_str(), s("n_head_kv").c_str(),
+              s("head_dim").c_str());
+  std::printf("ffn:           %s\n", s("n_ff").c_str());
+  std::printf("context:       %s\n", s("n_ctx_train").c_str());
+  std::printf("rope:          %s dims, base %s\n", s("n_rot").c_str(), s("rope_freq_base").c_str());
+  std::printf("rms eps:       %s\n", s("rms_eps").c_str());
+  std::printf("vocab:         %s (%s tokenizer%s%s)\n", s("n_vocab").c_str(),
+              j["tokenizer"].get<std::string>().c_str(),
+              j["tokenizer_pre"].get<std::string>().empty() ? "" : ", pre ",
+              j["tokenizer_pre"].get<std::string>().c_str());
+  std::printf("lm head:       %s\n", j["tied_embeddings"].get<bool>() ? "tied to token embedding"
+                                                                       : "output.weight");
+  std::printf("weights:       %s (layer matrices)\n", j["weight_type"].get<std::string>().c_str());
+  std::string types;
+  for (const auto& [name, n] : j["tensor_types"].items()) {
+    types += (types.empty() ? "" : ", ") + std::to_string(n.get<int>()) + " " + name;
+  }
+  std::printf("tensors:       %s (%s)\n", s("n_tensors").c_str(), types.c_str());
+  std::printf("chat template: %s\n", j["chat_template"].get<bool>() ? "yes" : "no");
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("info", "Show a model's architecture, sizes and tensor types");
+  auto model_path = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  cmd->add_option("-m,--model", *model_path, "GGUF model file (default: the SmolLM2 model)");
+  cmd->add_flag("--json", *json, "Print one JSON object");
+  cmd->callback([=] {
+    const Model model = load_model(model_path->empty() ? default_model_path() : *model_path);
+    const auto j = describe(model);
+    if (*json) {
+      std::cout << j.dump(2) << "\n";
+    } else {
+      print_text(j);
+    }
+  });
+}
+
+}  // namespace clchat::app

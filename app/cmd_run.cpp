@@ -1,0 +1,110 @@
+// `clchat run`: one prompt, one greedy continuation, printed as it is made.
+// stdout gets only the continuation (or its ids with --ids); statistics go to
+// stderr.
+#include <chrono>
+#include <cstdio>
+
+#include "app/commands.h"
+#include "engine/backend.h"
+#include "engine/tokenizer.h"
+
+namespace clchat::app {
+
+namespace {
+
+struct RunOptions {
+  std::string model_path;
+  std::string prompt;
+  int n_predict = 128;
+  std::string backend = "reference";
+  bool ids = false;
+  bool no_special = false;
+  bool no_bos = false;
+  bool ignore_eos = false;
+  int n_ctx = 0;
+  uint64_t seed = 0;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void run(const RunOptions& opt) {
+  const Model model = load_model(opt.model_path.empty() ? default_model_path() : opt.model_path);
+  const auto tokenizer = Tokenizer::from_gguf(*model.file);
+  const std::vector<int32_t> prompt = tokenizer->encode(opt.prompt, !opt.no_bos, !opt.no_special);
+  if (prompt.empty()) throw UsageError("the prompt is empty (give -p TEXT)");
+
+  const int n_ctx = opt.n_ctx > 0 ? opt.n_ctx
+                                  : std::min(model.config.n_ctx_train,
+                                             int(prompt.size()) + std::max(opt.n_predict, 0));
+  if (int(prompt.size()) >= n_ctx) {
+    throw UsageError("the prompt has " + std::to_string(prompt.size()) +
+                     " tokens, more than the context of " + std::to_string(n_ctx));
+  }
+  std::unique_ptr<Backend> backend;
+  if (opt.backend == "reference") {
+    backend = make_reference_backend(model, n_ctx);
+  } else {
+    throw UsageError("backend '" + opt.backend + "' is not available in this build");
+  }
+
+  const auto t0 = Clock::now();
+  int32_t next = backend->prefill(prompt, 0);
+  const double t_prefill_s = seconds_since(t0);
+  int pos = int(prompt.size());
+  int n_generated = 0;
+  Utf8StreamDecoder utf8;
+  const auto t1 = Clock::now();
+  std::string ids_line;
+  while (n_generated < opt.n_predict) {
+    ++n_generated;
+    const bool eog = tokenizer->is_eog(next) && !opt.ignore_eos;
+    if (opt.ids) {
+      ids_line += (ids_line.empty() ? "" : " ") + std::to_string(next);
+    } else if (!tokenizer->is_control(next)) {
+      std::fputs(utf8.push(tokenizer->token_to_bytes(next)).c_str(), stdout);
+      std::fflush(stdout);
+    }
+    if (eog || n_generated == opt.n_predict || pos >= backend->n_ctx()) break;
+    next = backend->decode_argmax(next, pos++);
+  }
+  const double t_decode_s = seconds_since(t1);
+  if (opt.ids) {
+    std::printf("%s\n", ids_line.c_str());
+  } else {
+    std::fputs(utf8.finish().c_str(), stdout);
+    std::fputs("\n", stdout);
+  }
+  std::fprintf(stderr,
+               "[%s | prefill %zu tok %.1f tok/s | decode %d tok %.1f tok/s]\n",
+               backend->name().c_str(), prompt.size(), double(prompt.size()) / t_prefill_s,
+               n_generated - 1, n_generated > 1 ? (n_generated - 1) / t_decode_s : 0.0);
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto opt = std::make_shared<RunOptions>();
+  auto* cmd = app.add_subcommand("run", "Generate a continuation of one prompt");
+  cmd->add_option("-m,--model", opt->model_path, "GGUF model file (default: the SmolLM2 model)");
+  cmd->add_option("-p,--prompt", opt->prompt, "Prompt text; special tokens are recognised")
+      ->required();
+  cmd->add_option("-n,--n-predict", opt->n_predict, "Tokens to generate")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--backend", opt->backend, "reference (CPU) or opencl")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"reference", "opencl"}));
+  cmd->add_flag("--ids", opt->ids, "Print the generated token ids instead of text");
+  cmd->add_flag("--no-special", opt->no_special, "Treat special-token text in the prompt as text");
+  cmd->add_flag("--no-bos", opt->no_bos, "Do not add BOS even if the model asks for it");
+  cmd->add_flag("--ignore-eos", opt->ignore_eos, "Keep generating past end-of-generation tokens");
+  cmd->add_option("-c,--ctx", opt->n_ctx, "Context size (default: prompt + n, capped by the model)")
+      ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--seed", opt->seed, "Random seed (sampling is greedy by default)");
+  cmd->callback([opt] { run(*opt); });
+}
+
+}  // namespace clchat::app

@@ -1,0 +1,27 @@
+// Subcommands of the clchat executable. Each add_*_command registers its
+// options and callback on the CLI11 app; errors propagate as exceptions and
+// main() maps them to exit codes (2: bad usage or input file, 1: other).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <stdexcept>
+#include <string>
+
+namespace clchat::app {
+
+// Bad usage or bad input: exit code 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+void add_info_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
+void add_run_command(CLI::App& app);
+
+// The model to use when -m is not given: $CLCHAT_MODEL, else the default
+// SmolLM2 GGUF under assets/models/ (beside the executable's source tree or the
+// current directory). Throws UsageError saying how to get one.
+std::string default_model_path();
+
+}  // namespace clchat::app

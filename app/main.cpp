@@ -1,0 +1,39 @@
+// clchat entry point: parses the command line and runs a subcommand. Every
+// error ends here as one line on stderr and an exit code: 0 success, 2 bad
+// usage or bad input file, 1 any other runtime error.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "app/commands.h"
+#include "engine/gguf.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"clchat: terminal chat with its own OpenCL inference engine"};
+  app.require_subcommand(1);
+  clchat::app::add_run_command(app);
+  clchat::app::add_tokenize_command(app);
+  clchat::app::add_info_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "clchat: %s\n", e.what());
+    return 2;
+  } catch (const clchat::app::UsageError& e) {
+    std::fprintf(stderr, "clchat: %s\n", e.what());
+    return 2;
+  } catch (const clchat::GgufError& e) {
+    std::fprintf(stderr, "clchat: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "clchat: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,32 @@
+// The interface the generation loop, the chat engine and the benchmarks drive:
+// one implementation runs the CPU reference, one the OpenCL engine. Positions
+// must be filled in order; a call at `pos` overwrites the cache from `pos` on.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "engine/model.h"
+
+namespace clchat {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual int n_ctx() const = 0;
+
+  // Runs `tokens` at positions pos.. and returns the greedy next token (the
+  // argmax of the last position's logits).
+  virtual int32_t prefill(std::span<const int32_t> tokens, int pos) = 0;
+  // Same as prefill of one token, but may return the logits (n_vocab) instead.
+  virtual int32_t decode_argmax(int32_t token, int pos) = 0;
+  virtual std::span<const float> decode_logits(int32_t token, int pos) = 0;
+};
+
+// The CPU reference forward pass behind the Backend interface.
+std::unique_ptr<Backend> make_reference_backend(const Model& model, int n_ctx);
+
+}  // namespace clchat

@@ -6,6 +6,7 @@
 
 #include "app/commands.h"
 #include "engine/backend.h"
+#include "engine/cl_forward.h"
 #include "engine/tokenizer.h"
 
 namespace clchat::app {
@@ -16,7 +17,10 @@ struct RunOptions {
   std::string model_path;
   std::string prompt;
   int n_predict = 128;
-  std::string backend = "reference";
+  std::string backend = "opencl";
+  std::string device;
+  bool debug = false;
+  bool profile = false;
   bool ids = false;
   bool no_special = false;
   bool no_bos = false;
@@ -28,6 +32,32 @@ struct RunOptions {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Per-layer statistics and the top candidates of the latest position.
+void print_debug_report(const DebugReport& r, const Tokenizer& tokenizer) {
+  std::fprintf(stderr, "[debug] pos %d\n", r.pos);
+  for (size_t il = 0; il < r.after_attention.size(); ++il) {
+    for (int k = 0; k < 2; ++k) {
+      const HiddenStats& s = k == 0 ? r.after_attention[il] : r.after_ffn[il];
+      std::fprintf(stderr,
+                   "[debug]   L%-3zu %-4s mean %+.4f rms %.4f min %+.4f max %+.4f nan %lld inf %lld\n",
+                   il, k == 0 ? "attn" : "ffn", s.mean, s.rms, s.min, s.max,
+                   static_cast<long long>(s.n_nan), static_cast<long long>(s.n_inf));
+    }
+  }
+  for (const auto& [id, p] : r.top) {
+    std::fprintf(stderr, "[debug]   top %6d %-16s p=%.4f\n", id,
+                 ("'" + tokenizer.token_text(id) + "'").c_str(), p);
+  }
+}
+
+void print_profile(const ProfileReport& p) {
+  std::fprintf(stderr, "[profile] last token: %d launches, %.1f us device time\n", p.n_launches,
+               p.total_us);
+  for (const auto& [name, us] : p.kernel_us) {
+    std::fprintf(stderr, "[profile]   %-12s %9.1f us\n", name.c_str(), us);
+  }
 }
 
 void run(const RunOptions& opt) {
@@ -43,16 +73,26 @@ void run(const RunOptions& opt) {
     throw UsageError("the prompt has " + std::to_string(prompt.size()) +
                      " tokens, more than the context of " + std::to_string(n_ctx));
   }
+  std::unique_ptr<ClRuntime> runtime;
   std::unique_ptr<Backend> backend;
+  ClForward* cl = nullptr;
   if (opt.backend == "reference") {
     backend = make_reference_backend(model, n_ctx);
   } else {
-    throw UsageError("backend '" + opt.backend + "' is not available in this build");
+    runtime = std::make_unique<ClRuntime>(select_device(opt.device), opt.profile);
+    auto forward = std::make_unique<ClForward>(model, *runtime, ClForwardOptions{n_ctx});
+    cl = forward.get();
+    cl->set_debug(opt.debug);
+    backend = std::move(forward);
   }
+  auto print_debug = [&] {
+    if (cl && opt.debug) print_debug_report(cl->debug_report(), *tokenizer);
+  };
 
   const auto t0 = Clock::now();
   int32_t next = backend->prefill(prompt, 0);
   const double t_prefill_s = seconds_since(t0);
+  print_debug();
   int pos = int(prompt.size());
   int n_generated = 0;
   Utf8StreamDecoder utf8;
@@ -69,6 +109,7 @@ void run(const RunOptions& opt) {
     }
     if (eog || n_generated == opt.n_predict || pos >= backend->n_ctx()) break;
     next = backend->decode_argmax(next, pos++);
+    print_debug();
   }
   const double t_decode_s = seconds_since(t1);
   if (opt.ids) {
@@ -77,6 +118,8 @@ void run(const RunOptions& opt) {
     std::fputs(utf8.finish().c_str(), stdout);
     std::fputs("\n", stdout);
   }
+  std::fflush(stdout);
+  if (cl && opt.profile) print_profile(cl->profile());
   std::fprintf(stderr,
                "[%s | prefill %zu tok %.1f tok/s | decode %d tok %.1f tok/s]\n",
                backend->name().c_str(), prompt.size(), double(prompt.size()) / t_prefill_s,
@@ -97,6 +140,10 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--backend", opt->backend, "reference (CPU) or opencl")
       ->capture_default_str()
       ->check(CLI::IsMember({"reference", "opencl"}));
+  cmd->add_option("--device", opt->device, "OpenCL device: cpu, gpu, INDEX or NAME substring");
+  cmd->add_flag("--debug", opt->debug,
+                "Debug readback: per-layer hidden-state statistics and top-5 to stderr");
+  cmd->add_flag("--profile", opt->profile, "Per-kernel device times of the last token to stderr");
   cmd->add_flag("--ids", opt->ids, "Print the generated token ids instead of text");
   cmd->add_flag("--no-special", opt->no_special, "Treat special-token text in the prompt as text");
   cmd->add_flag("--no-bos", opt->no_bos, "Do not add BOS even if the model asks for it");

@@ -18,6 +18,7 @@ class UsageError : public std::runtime_error {
 void add_info_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_run_command(CLI::App& app);
+void add_devices_command(CLI::App& app);
 
 // The model to use when -m is not given: $CLCHAT_MODEL, else the default
 // SmolLM2 GGUF under assets/models/ (beside the executable's source tree or the

@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "app/commands.h"
+#include "engine/cl_runtime.h"
 #include "engine/gguf.h"
 
 int main(int argc, char** argv) {
@@ -14,6 +15,7 @@ int main(int argc, char** argv) {
   clchat::app::add_run_command(app);
   clchat::app::add_tokenize_command(app);
   clchat::app::add_info_command(app);
+  clchat::app::add_devices_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -31,6 +33,9 @@ int main(int argc, char** argv) {
   } catch (const clchat::GgufError& e) {
     std::fprintf(stderr, "clchat: %s\n", e.what());
     return 2;
+  } catch (const clchat::NoDeviceError& e) {
+    std::fprintf(stderr, "clchat: %s\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "clchat: %s\n", e.what());
     return 1;

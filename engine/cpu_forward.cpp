@@ -1,5 +1,6 @@
 #include "engine/cpu_forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>

@@ -1,0 +1,146 @@
+// The OpenCL forward pass. A decode step is a fixed plan of kernel launches
+// built once at load (arguments preset; only position-dependent ones change
+// per token), enqueued with no host wait in between; the host reads back 4
+// bytes, the argmax token id, which also stays on the device as the next
+// step's input.
+//
+// Per token (decode.cpp lists it in order):
+//   embed (get_row) -> per layer: [norm+QKV+RoPE+KV append] -> attention ->
+//   [Wo + residual] -> [norm+gate/up+SiLU] -> [down + residual]
+//   -> [final norm + lm_head] -> argmax (2 stages)
+// That is 5 launches per layer + 4, e.g. 154 for SmolLM2-135M.
+//
+// Debug readback mode (set_debug) adds device-side copies of the hidden state
+// after attention and after the FFN of every layer into a host-readable
+// buffer, and reads the logits, then computes per-layer statistics and the
+// top-5 candidates. Normal mode never touches those buffers.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/cl_programs.h"
+#include "engine/cl_runtime.h"
+#include "engine/cl_weights.h"
+#include "engine/model.h"
+
+namespace clchat {
+
+struct HiddenStats {
+  double mean = 0, rms = 0, min = 0, max = 0;
+  int64_t n_nan = 0, n_inf = 0;
+};
+HiddenStats compute_hidden_stats(std::span<const float> x);
+
+struct DebugReport {
+  int pos = -1;                            // position the report belongs to
+  std::vector<HiddenStats> after_attention;  // one per layer
+  std::vector<HiddenStats> after_ffn;        // one per layer
+  std::vector<std::pair<int32_t, float>> top;  // top-5 (id, probability)
+};
+
+struct ProfileReport {
+  std::vector<double> layer_us;              // device time per layer, last token
+  std::map<std::string, double> kernel_us;   // per kernel name, summed over the token
+  double total_us = 0;
+  int n_launches = 0;
+};
+
+struct ClForwardOptions {
+  int n_ctx = 0;  // KV cache positions; 0 = the model's training context
+};
+
+class ClForward final : public Backend {
+ public:
+  // `rt` must outlive this object. Uploads the weights and builds the plan.
+  ClForward(const Model& model, ClRuntime& rt, const ClForwardOptions& options);
+  ~ClForward() override;
+
+  std::string name() const override;
+  int n_ctx() const override { return n_ctx_; }
+  int32_t prefill(std::span<const int32_t> tokens, int pos) override;
+  int32_t decode_argmax(int32_t token, int pos) override;
+  std::span<const float> decode_logits(int32_t token, int pos) override;
+
+  void set_debug(bool on);
+  bool debug() const { return debug_; }
+  const DebugReport& debug_report() const { return debug_report_; }
+  // Filled after each token when the runtime was created with profiling.
+  const ProfileReport& profile() const { return profile_; }
+
+  uint64_t weight_bytes() const { return weight_bytes_; }
+  int launches_per_token() const;
+  const ClRuntime& runtime() const { return rt_; }
+
+ private:
+  struct Launch {
+    ClKernel kernel;
+    size_t global = 0;
+    size_t local = 0;  // 0: let the runtime choose
+    const char* label = "";
+    int layer = -1;
+  };
+  struct LayerPlan {
+    std::vector<Launch> qkv;  // one launch when Wq, Wk, Wv share a type
+    std::vector<int> qkv_row_base;
+    Launch attention, wo, gate_up, down;
+  };
+
+  void upload_weights(const Model& model);
+  void build_plan();
+  Launch matvec_launch(const DeviceMatrix& w, const ClMem& x, const ClMem* norm_w, bool accumulate,
+                       const ClMem& out, const char* label, int layer);
+  // Enqueues one position; the token id is read from ids_[token_index].
+  void enqueue_token(int token_index, int pos, bool with_head);
+  void enqueue(const Launch& l);
+  void check_position(int pos, size_t n_tokens) const;
+  void write_ids(std::span<const int32_t> ids);
+  int32_t read_token();
+  void collect_debug(int pos);
+  void collect_profile();
+
+  const ModelConfig config_;
+  ClRuntime& rt_;
+  ClPrograms programs_;
+  int n_ctx_ = 0;
+  bool debug_ = false;
+  uint64_t weight_bytes_ = 0;
+
+  // Weights (read-only).
+  DeviceMatrix token_embd_, output_;  // output_ unused (q empty) when tied
+  DeviceMatrix output_norm_;
+  struct LayerWeights {
+    DeviceMatrix attn_norm, ffn_norm;
+    std::vector<DeviceMatrix> qkv;  // stacked [Wq; Wk; Wv], or three when types differ
+    DeviceMatrix wo, ffn_gate, ffn_up, ffn_down;
+  };
+  std::vector<LayerWeights> layers_;
+  ClMem rope_cs_;  // (n_ctx, n_rot / 2) float2: cos, sin
+
+  // Scratch (device-only).
+  ClMem x_, q_, att_out_, h_, logits_, scores_, k_cache_, v_cache_;
+  ClMem argmax_val_, argmax_idx_, ids_;
+  int argmax_groups_ = 0;
+  // Debug readback (host-readable; allocated on first use).
+  ClMem debug_hidden_;
+
+  // The plan.
+  Launch embed_;
+  std::vector<LayerPlan> plan_;
+  Launch lm_head_, argmax_partial_, argmax_final_;
+
+  int32_t device_token_ = -1;  // id known to be in ids_[0], or -1
+  std::vector<cl_event> events_;  // profiling events of the current token
+  std::vector<std::pair<const Launch*, size_t>> event_owner_;
+  std::vector<float> logits_host_;
+  DebugReport debug_report_;
+  ProfileReport profile_;
+};
+
+}  // namespace clchat

@@ -1,0 +1,75 @@
+#include "engine/cl_programs.h"
+
+#include <cstdlib>
+#include <stdexcept>
+
+namespace clchat {
+
+// Generated from kernels/*.cl by kernels/embed_kernels.cmake.
+const std::map<std::string, std::string_view>& embedded_kernel_sources();
+
+std::string_view kernel_source(const std::string& stem) {
+  const auto& sources = embedded_kernel_sources();
+  auto it = sources.find(stem);
+  if (it == sources.end()) throw std::logic_error("no embedded kernel source " + stem + ".cl");
+  return it->second;
+}
+
+namespace {
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+}  // namespace
+
+KernelTuning KernelTuning::for_device(const DeviceInfo& device) {
+  KernelTuning t;
+  if (device.is_cpu) {
+    t.tpr = 1;
+    t.rows = 64;
+    t.att_wg = 64;
+    t.argmax_wg = 64;
+  }
+  t.tpr = env_int("CLCHAT_TPR", t.tpr);
+  t.rows = env_int("CLCHAT_ROWS", t.rows);
+  t.att_wg = env_int("CLCHAT_ATT_WG", t.att_wg);
+  auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
+  if (!pow2(t.tpr) || t.rows < 2 || t.rows % 2 != 0 || !pow2(t.att_wg) ||
+      size_t(t.matvec_wg()) > device.max_work_group_size ||
+      size_t(t.att_wg) > device.max_work_group_size) {
+    throw std::invalid_argument("invalid kernel tuning (TPR " + std::to_string(t.tpr) + ", ROWS " +
+                                std::to_string(t.rows) + ", ATT_WG " + std::to_string(t.att_wg) +
+                                ") for " + device.name);
+  }
+  if (size_t(t.argmax_wg) > device.max_work_group_size) t.argmax_wg = 64;
+  return t;
+}
+
+ClPrograms::ClPrograms(const ClRuntime& rt, KernelTuning tuning) : rt_(rt), tuning_(tuning) {}
+
+const ClProgram& ClPrograms::program(const std::string& stem, const std::string& defines) {
+  const std::string key = stem + defines;
+  auto it = programs_.find(key);
+  if (it != programs_.end()) return it->second;
+  ClProgram p = rt_.build_program(stem, kernel_source(stem), tuning_.build_options + defines);
+  return programs_.emplace(key, std::move(p)).first->second;
+}
+
+ClKernel ClPrograms::weight_kernel(GgmlType type, const char* name) {
+  const std::string defines = " -DWTYPE=" + std::to_string(int(type)) +
+                              " -DTPR=" + std::to_string(tuning_.tpr) +
+                              " -DROWS=" + std::to_string(tuning_.rows);
+  return rt_.create_kernel(program("matvec", defines), name);
+}
+
+ClKernel ClPrograms::attention_kernel() {
+  return rt_.create_kernel(program("attention", " -DATT_WG=" + std::to_string(tuning_.att_wg)),
+                           "attention_decode");
+}
+
+ClKernel ClPrograms::argmax_kernel(const char* name) {
+  return rt_.create_kernel(program("argmax", " -DARGMAX_WG=" + std::to_string(tuning_.argmax_wg)),
+                           name);
+}
+
+}  // namespace clchat

@@ -1,0 +1,50 @@
+// The OpenCL programs of the engine, built for one device with its tuning:
+// matvec.cl once per weight type in use (-DWTYPE=...), attention.cl and
+// argmax.cl once. Kernel objects are created per use so each can keep its own
+// arguments (the decode plan sets most of them once).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "engine/cl_runtime.h"
+#include "engine/ggml_types.h"
+
+namespace clchat {
+
+struct KernelTuning {
+  int tpr = 8;          // work-items per matrix row (power of two)
+  int rows = 16;        // rows per work-group (even)
+  int att_wg = 128;     // attention work-group size (power of two)
+  int argmax_wg = 256;  // argmax work-group size (power of two)
+  std::string build_options = "-cl-std=CL1.2 -cl-mad-enable -cl-fast-relaxed-math";
+
+  int matvec_wg() const { return tpr * rows; }
+  // GPUs: several work-items per row, coalesced block loads. CPUs (PoCL): one
+  // work-item per row, which PoCL vectorizes across rows. CLCHAT_TPR,
+  // CLCHAT_ROWS and CLCHAT_ATT_WG override (for tuning experiments).
+  static KernelTuning for_device(const DeviceInfo& device);
+};
+
+class ClPrograms {
+ public:
+  ClPrograms(const ClRuntime& rt, KernelTuning tuning);
+  const KernelTuning& tuning() const { return tuning_; }
+
+  // matvec.cl kernels for weights of `type`: "matvec", "ffn_gate_up",
+  // "qkv_rope", "get_row".
+  ClKernel weight_kernel(GgmlType type, const char* name);
+  ClKernel attention_kernel();  // "attention_decode"
+  ClKernel argmax_kernel(const char* name);  // "argmax_partial", "argmax_final"
+
+ private:
+  const ClProgram& program(const std::string& stem, const std::string& defines);
+  const ClRuntime& rt_;
+  KernelTuning tuning_;
+  std::map<std::string, ClProgram> programs_;  // by stem + defines
+};
+
+// Source text of kernels/<stem>.cl, embedded at build time.
+std::string_view kernel_source(const std::string& stem);
+
+}  // namespace clchat

@@ -1,0 +1,80 @@
+// Decode attention: one query position against the KV cache, one work-group
+// per query head. Grouped-query attention: query head h reads KV head
+// h / (n_head / n_head_kv).
+//
+// Three phases per work-group, all over the positions 0..n_pos-1:
+//   1. scores s_t = q . k_t / sqrt(head_dim) into a scratch row (global, so any
+//      context length fits), tracking the maximum;
+//   2. p_t = exp(s_t - max) and their sum;
+//   3. out[i] = sum_t p_t v_t[i] / sum, work-items split over (i, t).
+// Cache layout: [n_ctx][n_embd_kv] floats per layer.
+
+#ifndef ATT_WG
+#define ATT_WG 128
+#endif
+
+inline float group_reduce(float v, __local float* red, int op_max) {
+  const int lid = get_local_id(0);
+  red[lid] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = ATT_WG / 2; s > 0; s >>= 1) {
+    if (lid < s) red[lid] = op_max ? fmax(red[lid], red[lid + s]) : red[lid] + red[lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  const float r = red[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return r;
+}
+
+__kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void attention_decode(
+    const __global float* q, const __global float* k_cache, const __global float* v_cache,
+    ulong layer_off, int n_pos, int n_head, int n_head_kv, int head_dim, __global float* scores,
+    int scores_stride, __global float* out) {
+  __local float red[ATT_WG];
+  const int h = get_group_id(0);
+  const int lid = get_local_id(0);
+  const int n_embd_kv = n_head_kv * head_dim;
+  const int kvh = h / (n_head / n_head_kv);
+  const __global float* qh = q + h * head_dim;
+  const __global float* kh = k_cache + layer_off + kvh * head_dim;
+  const __global float* vh = v_cache + layer_off + kvh * head_dim;
+  __global float* s = scores + (size_t)h * scores_stride;
+  const float inv_sqrt = rsqrt((float)head_dim);
+
+  float local_max = -INFINITY;
+  for (int t = lid; t < n_pos; t += ATT_WG) {
+    const __global float* k = kh + (size_t)t * n_embd_kv;
+    float dot = 0.0f;
+    for (int i = 0; i < head_dim; ++i) dot += qh[i] * k[i];
+    dot *= inv_sqrt;
+    s[t] = dot;
+    local_max = fmax(local_max, dot);
+  }
+  const float max = group_reduce(local_max, red, 1);
+
+  float local_sum = 0.0f;
+  for (int t = lid; t < n_pos; t += ATT_WG) {  // same t as above: own writes
+    const float p = exp(s[t] - max);
+    s[t] = p;
+    local_sum += p;
+  }
+  const float inv_sum = 1.0f / group_reduce(local_sum, red, 0);
+  barrier(CLK_GLOBAL_MEM_FENCE);  // every p_t visible to the whole group
+
+  // Work-item (i, part), head_dim <= ATT_WG (checked by the host): dimension
+  // i over positions part, part + n_parts, ...
+  const int n_parts = ATT_WG / head_dim;
+  const int i = lid % head_dim;
+  const int part = lid / head_dim;
+  float acc = 0.0f;
+  if (part < n_parts) {
+    for (int t = part; t < n_pos; t += n_parts) acc += s[t] * vh[(size_t)t * n_embd_kv + i];
+  }
+  red[lid] = acc;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lid < head_dim) {
+    float total = 0.0f;
+    for (int p = 0; p < n_parts; ++p) total += red[p * head_dim + lid];
+    out[h * head_dim + lid] = total * inv_sum;
+  }
+}

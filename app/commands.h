@@ -19,6 +19,8 @@ void add_info_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+void add_synth_command(CLI::App& app);
 
 // The model to use when -m is not given: $CLCHAT_MODEL, else the default
 // SmolLM2 GGUF under assets/models/ (beside the executable's source tree or the

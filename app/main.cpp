@@ -1,6 +1,8 @@
 // clchat entry point: parses the command line and runs a subcommand. Every
 // error ends here as one line on stderr and an exit code: 0 success, 2 bad
 // usage or bad input file, 1 any other runtime error.
+#include <spdlog/spdlog.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -10,12 +12,16 @@
 #include "engine/gguf.h"
 
 int main(int argc, char** argv) {
+  // Until the log file lands (UI issue), only warnings and errors reach stderr.
+  spdlog::set_level(spdlog::level::warn);
   CLI::App app{"clchat: terminal chat with its own OpenCL inference engine"};
   app.require_subcommand(1);
   clchat::app::add_run_command(app);
   clchat::app::add_tokenize_command(app);
   clchat::app::add_info_command(app);
   clchat::app::add_devices_command(app);
+  clchat::app::add_bench_command(app);
+  clchat::app::add_synth_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -20,6 +20,10 @@ DeviceMatrix upload_tensor(const ClRuntime& rt, const GgufTensor* t) {
 
 // The device's tuning, with the attention work-group widened to cover a head.
 KernelTuning tuning_for(const ModelConfig& c, const DeviceInfo& device) {
+  if (c.head_dim % 4 != 0) {
+    throw std::runtime_error("head size " + std::to_string(c.head_dim) +
+                             " is not a multiple of 4 (unsupported by the attention kernel)");
+  }
   KernelTuning t = KernelTuning::for_device(device);
   while (t.att_wg < c.head_dim) t.att_wg *= 2;
   if (size_t(t.att_wg) > device.max_work_group_size) {

@@ -1,6 +1,9 @@
 #include "engine/cl_programs.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstdlib>
+#include <vector>
 #include <stdexcept>
 
 namespace clchat {
@@ -42,10 +45,52 @@ KernelTuning KernelTuning::for_device(const DeviceInfo& device) {
                                 ") for " + device.name);
   }
   if (size_t(t.argmax_wg) > device.max_work_group_size) t.argmax_wg = 64;
+  const char* no_shfl = std::getenv("CLCHAT_NO_SHFL");
+  t.nv_shfl = device.platform_name.find("NVIDIA") != std::string::npos && t.tpr <= 32 &&
+              !(no_shfl && *no_shfl && std::string(no_shfl) != "0");
   return t;
 }
 
-ClPrograms::ClPrograms(const ClRuntime& rt, KernelTuning tuning) : rt_(rt), tuning_(tuning) {}
+ClPrograms::ClPrograms(const ClRuntime& rt, KernelTuning tuning) : rt_(rt), tuning_(tuning) {
+  if (tuning_.nv_shfl && !shfl_self_test()) tuning_.nv_shfl = false;
+}
+
+// Builds the shuffle path and checks its lane sums; any failure (the driver
+// rejecting inline PTX included) selects the portable path.
+bool ClPrograms::shfl_self_test() {
+  try {
+    ClKernel k = rt_.create_kernel(program("matvec", matvec_defines(GgmlType::F32)), "shfl_selftest");
+    const size_t n = 64;
+    ClMem out = rt_.alloc(n * sizeof(float));
+    set_args(k, cl_int(tuning_.tpr), out);
+    cl_check(clEnqueueNDRangeKernel(rt_.queue(), k.get(), 1, nullptr, &n, &n, 0, nullptr, nullptr),
+             "clEnqueueNDRangeKernel(shfl_selftest)");
+    std::vector<float> got(n);
+    cl_check(clEnqueueReadBuffer(rt_.queue(), out.get(), CL_TRUE, 0, n * sizeof(float), got.data(),
+                                 0, nullptr, nullptr),
+             "clEnqueueReadBuffer(shfl_selftest)");
+    const size_t w = size_t(tuning_.tpr);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t first = i / w * w;
+      const float want = float(w * first + w * (w - 1) / 2);
+      if (got[i] != want) {
+        spdlog::warn("warp-shuffle self-test failed (lane {}: {} != {}); using the portable path",
+                     i, got[i], want);
+        return false;
+      }
+    }
+    spdlog::info("warp-shuffle reductions enabled (self-test passed)");
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::warn("warp-shuffle path unavailable ({}); using the portable path", e.what());
+    return false;
+  }
+}
+
+std::string ClPrograms::matvec_defines(GgmlType type) const {
+  return " -DWTYPE=" + std::to_string(int(type)) + " -DTPR=" + std::to_string(tuning_.tpr) +
+         " -DROWS=" + std::to_string(tuning_.rows) + (tuning_.nv_shfl ? " -DUSE_NV_SHFL=1" : "");
+}
 
 const ClProgram& ClPrograms::program(const std::string& stem, const std::string& defines) {
   const std::string key = stem + defines;
@@ -56,10 +101,7 @@ const ClProgram& ClPrograms::program(const std::string& stem, const std::string&
 }
 
 ClKernel ClPrograms::weight_kernel(GgmlType type, const char* name) {
-  const std::string defines = " -DWTYPE=" + std::to_string(int(type)) +
-                              " -DTPR=" + std::to_string(tuning_.tpr) +
-                              " -DROWS=" + std::to_string(tuning_.rows);
-  return rt_.create_kernel(program("matvec", defines), name);
+  return rt_.create_kernel(program("matvec", matvec_defines(type)), name);
 }
 
 ClKernel ClPrograms::attention_kernel() {

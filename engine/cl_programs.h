@@ -18,6 +18,10 @@ struct KernelTuning {
   int att_wg = 128;     // attention work-group size (power of two)
   int argmax_wg = 256;  // argmax work-group size (power of two)
   std::string build_options = "-cl-std=CL1.2 -cl-mad-enable -cl-fast-relaxed-math";
+  // NVIDIA only: warp-shuffle reductions through inline PTX (no extension
+  // needed); kept only if the start-up self-test passes. CLCHAT_NO_SHFL=1
+  // forces the portable path.
+  bool nv_shfl = false;
 
   int matvec_wg() const { return tpr * rows; }
   // GPUs: several work-items per row, coalesced block loads. CPUs (PoCL): one
@@ -39,6 +43,8 @@ class ClPrograms {
 
  private:
   const ClProgram& program(const std::string& stem, const std::string& defines);
+  std::string matvec_defines(GgmlType type) const;
+  bool shfl_self_test();
   const ClRuntime& rt_;
   KernelTuning tuning_;
   std::map<std::string, ClProgram> programs_;  // by stem + defines

@@ -7,7 +7,8 @@
 //      context length fits), tracking the maximum;
 //   2. p_t = exp(s_t - max) and their sum;
 //   3. out[i] = sum_t p_t v_t[i] / sum, work-items split over (i, t).
-// Cache layout: [n_ctx][n_embd_kv] floats per layer.
+// Cache layout: [n_ctx][n_embd_kv] floats per layer. head_dim is a multiple
+// of 4 (checked by the host): rows are read as float4.
 
 #ifndef ATT_WG
 #define ATT_WG 128
@@ -31,11 +32,13 @@ __kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void attention_deco
     ulong layer_off, int n_pos, int n_head, int n_head_kv, int head_dim, __global float* scores,
     int scores_stride, __global float* out) {
   __local float red[ATT_WG];
+  __local float4 red4[ATT_WG];
   const int h = get_group_id(0);
   const int lid = get_local_id(0);
   const int n_embd_kv = n_head_kv * head_dim;
   const int kvh = h / (n_head / n_head_kv);
-  const __global float* qh = q + h * head_dim;
+  const int hd4 = head_dim / 4;
+  const __global float4* qh = (const __global float4*)(q + h * head_dim);
   const __global float* kh = k_cache + layer_off + kvh * head_dim;
   const __global float* vh = v_cache + layer_off + kvh * head_dim;
   __global float* s = scores + (size_t)h * scores_stride;
@@ -43,10 +46,10 @@ __kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void attention_deco
 
   float local_max = -INFINITY;
   for (int t = lid; t < n_pos; t += ATT_WG) {
-    const __global float* k = kh + (size_t)t * n_embd_kv;
-    float dot = 0.0f;
-    for (int i = 0; i < head_dim; ++i) dot += qh[i] * k[i];
-    dot *= inv_sqrt;
+    const __global float4* k = (const __global float4*)(kh + (size_t)t * n_embd_kv);
+    float4 acc = 0.0f;
+    for (int i = 0; i < hd4; ++i) acc += qh[i] * k[i];
+    const float dot = (acc.x + acc.y + acc.z + acc.w) * inv_sqrt;
     s[t] = dot;
     local_max = fmax(local_max, dot);
   }
@@ -61,20 +64,22 @@ __kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void attention_deco
   const float inv_sum = 1.0f / group_reduce(local_sum, red, 0);
   barrier(CLK_GLOBAL_MEM_FENCE);  // every p_t visible to the whole group
 
-  // Work-item (i, part), head_dim <= ATT_WG (checked by the host): dimension
-  // i over positions part, part + n_parts, ...
-  const int n_parts = ATT_WG / head_dim;
-  const int i = lid % head_dim;
-  const int part = lid / head_dim;
-  float acc = 0.0f;
+  // Work-item (d, part): dimensions 4d..4d+3 over positions part,
+  // part + n_parts, ...; head_dim / 4 <= ATT_WG (checked by the host).
+  const int n_parts = ATT_WG / hd4;
+  const int d = lid % hd4;
+  const int part = lid / hd4;
+  float4 acc = 0.0f;
   if (part < n_parts) {
-    for (int t = part; t < n_pos; t += n_parts) acc += s[t] * vh[(size_t)t * n_embd_kv + i];
+    for (int t = part; t < n_pos; t += n_parts) {
+      acc += s[t] * vload4(d, vh + (size_t)t * n_embd_kv);
+    }
   }
-  red[lid] = acc;
+  red4[lid] = acc;
   barrier(CLK_LOCAL_MEM_FENCE);
-  if (lid < head_dim) {
-    float total = 0.0f;
-    for (int p = 0; p < n_parts; ++p) total += red[p * head_dim + lid];
-    out[h * head_dim + lid] = total * inv_sum;
+  if (lid < hd4) {
+    float4 total = 0.0f;
+    for (int p = 0; p < n_parts; ++p) total += red4[p * hd4 + lid];
+    vstore4(total * inv_sum, lid, out + h * head_dim);
   }
 }

@@ -19,6 +19,11 @@
 // values: cheap beside the weights it reads) and the dot products use x * g;
 // the scalar is applied to the row sums. This saves a separate RMSNorm launch.
 // Only core OpenCL 1.2: vload_half reads fp16 without cl_khr_fp16.
+//
+// NVIDIA fast path (-DUSE_NV_SHFL=1, set by the host only on NVIDIA's
+// platform after a self-test): reductions use the PTX warp shuffle
+// shfl.sync.bfly instead of local memory and barriers; each warp computes the
+// RMS scale by itself. Requires TPR <= 32, so a row's lanes share one warp.
 
 #ifndef WTYPE
 #define WTYPE 2
@@ -30,6 +35,9 @@
 #define ROWS 8
 #endif
 #define WG (ROWS * TPR)
+#ifndef USE_NV_SHFL
+#define USE_NV_SHFL 0
+#endif
 
 #if WTYPE == 0
 typedef float wq_t;
@@ -132,9 +140,32 @@ inline float row_partial(const __global wq_t* wq, const __global ws_t* ws, int n
   return sum;
 }
 
-// 1/sqrt(mean(x^2) + eps) over n values, computed by the whole work-group.
+#if USE_NV_SHFL
+inline float shfl_xor(float v, int mask) {
+  float r;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
+  return r;
+}
+// Sum over the `width` lanes (a power of two <= 32) of an aligned lane group.
+inline float lanes_sum(float v, int width) {
+  for (int m = width / 2; m > 0; m >>= 1) v += shfl_xor(v, m);
+  return v;
+}
+#endif
+
+// 1/sqrt(mean(x^2) + eps) over n values, computed by the whole work-group
+// (by each warp on the NVIDIA path).
 inline float group_rms_scale(const __global float* x, int n, float eps, __local float* red) {
   const int lid = get_local_id(0);
+#if USE_NV_SHFL
+  const int wl = lid % 32;
+  float4 ss4 = 0.0f;
+  for (int i = wl; i < n / 4; i += 32) {  // n % 4 == 0 on this path (host-checked)
+    const float4 v = vload4(i, x);
+    ss4 += v * v;
+  }
+  return rsqrt(lanes_sum(ss4.x + ss4.y + ss4.z + ss4.w, 32) / n + eps);
+#endif
   float ss = 0.0f;
   for (int i = lid; i < n; i += WG) ss += x[i] * x[i];
   red[lid] = ss;
@@ -150,6 +181,11 @@ inline float group_rms_scale(const __global float* x, int n, float eps, __local 
 
 // Adds the TPR partial sums of each row; afterwards red[r * TPR] holds row r.
 inline void reduce_rows(__local float* red) {
+#if USE_NV_SHFL
+  const int lid0 = get_local_id(0);
+  red[lid0] = lanes_sum(red[lid0], TPR);  // every lane of the row gets the sum
+  return;
+#endif
 #if TPR > 1
   const int lid = get_local_id(0);
   const int lane = lid % TPR;
@@ -285,3 +321,12 @@ __kernel void get_row(const __global wq_t* wq, const __global ws_t* ws, int n_in
 #endif
 #endif
 }
+
+#if USE_NV_SHFL
+// Start-up self-test of the warp-shuffle path: out[i] = sum of the lane ids
+// of i's aligned group of `width` lanes.
+__kernel void shfl_selftest(int width, __global float* out) {
+  const int lid = get_local_id(0);
+  out[get_global_id(0)] = lanes_sum((float)lid, width);
+}
+#endif

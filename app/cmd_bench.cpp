@@ -1,0 +1,173 @@
+// `clchat bench`: prompt processing (pp) and generation (tg) speed, modelled
+// on llama-bench. Each test runs once as a warm-up, then -r times; the result
+// is tok/s as mean and standard deviation over the repetitions.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "app/commands.h"
+#include "engine/cl_forward.h"
+#include "engine/synthetic.h"
+
+namespace clchat::app {
+
+namespace {
+
+struct BenchOptions {
+  std::string model_path;
+  std::string synthetic;
+  std::string quant = "q4_0";
+  int n_prompt = 512;
+  int n_gen = 128;
+  int reps = 5;
+  bool json = false;
+  std::string device;
+  bool profile = false;
+};
+
+struct Sample {
+  double mean = 0, sd = 0;
+};
+
+Sample mean_sd(const std::vector<double>& v) {
+  Sample s;
+  for (double x : v) s.mean += x;
+  s.mean /= double(v.size());
+  for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+  s.sd = v.size() > 1 ? std::sqrt(s.sd / double(v.size() - 1)) : 0.0;
+  return s;
+}
+
+using Clock = std::chrono::steady_clock;
+
+// Prompt of n deterministic token ids (never 0, which is often a special id).
+std::vector<int32_t> bench_tokens(int n, int n_vocab) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) t[size_t(i)] = 1 + int32_t((uint64_t(i) * 2654435761u) % uint64_t(n_vocab - 1));
+  return t;
+}
+
+double run_pp(ClForward& fwd, const std::vector<int32_t>& tokens) {
+  const auto t0 = Clock::now();
+  fwd.prefill(tokens, 0);
+  return double(tokens.size()) / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double run_tg(ClForward& fwd, int n, int n_vocab) {
+  int32_t next = bench_tokens(1, n_vocab)[0];
+  const auto t0 = Clock::now();
+  for (int i = 0; i < n; ++i) next = fwd.decode_argmax(next, i);
+  return double(n) / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void print_profile(const ProfileReport& p) {
+  std::printf("\nprofile of one decode token: %d launches, %.1f us of device time\n", p.n_launches,
+              p.total_us);
+  for (const auto& [name, us] : p.kernel_us) {
+    std::printf("  %-12s %9.1f us  %5.1f%%\n", name.c_str(), us, 100.0 * us / p.total_us);
+  }
+  for (size_t il = 0; il < p.layer_us.size(); ++il) {
+    std::printf("  L%-3zu %8.1f us\n", il, p.layer_us[il]);
+  }
+}
+
+void bench(const BenchOptions& opt) {
+  std::string path = opt.model_path;
+  bool remove_after = false;
+  std::string quant_name;
+  if (!opt.synthetic.empty()) {
+    SyntheticSpec spec = synthetic_preset(opt.synthetic);
+    const auto type = ggml_type_from_name(opt.quant);
+    if (!type) throw UsageError("unknown --quant '" + opt.quant + "' (q4_0, q4_1, q8_0, f16, f32)");
+    spec.layer_type = *type;
+    path = write_synthetic_model_tmp(spec);
+    remove_after = true;
+  } else if (path.empty()) {
+    path = default_model_path();
+  }
+  std::unique_ptr<ClRuntime> rt;
+  std::unique_ptr<ClForward> fwd;
+  Model model;
+  try {
+    model = load_model(path);
+    rt = std::make_unique<ClRuntime>(select_device(opt.device), opt.profile);
+    const int n_ctx = std::max(opt.n_prompt, opt.n_gen) + 1;
+    fwd = std::make_unique<ClForward>(model, *rt, ClForwardOptions{n_ctx});
+  } catch (...) {
+    if (remove_after) std::filesystem::remove(path);
+    throw;
+  }
+  if (remove_after) std::filesystem::remove(path);  // mapped: stays readable until closed
+
+  const std::string quant = describe_weight_type(model);
+  const std::string device = rt->device().name;
+  nlohmann::ordered_json records = nlohmann::json::array();
+  if (!opt.json) {
+    std::printf("| model | quant | device | launches/token | test | t/s |\n");
+    std::printf("| --- | --- | --- | ---: | --- | ---: |\n");
+  }
+  auto report = [&](const std::string& test, int n_prompt, int n_gen, const Sample& s) {
+    if (opt.json) {
+      records.push_back({{"test", test}, {"n_prompt", n_prompt}, {"n_gen", n_gen},
+                         {"avg_ts", s.mean}, {"stddev_ts", s.sd}, {"model", model.config.name},
+                         {"quant", quant}, {"device", device},
+                         {"launches_per_token", fwd->launches_per_token()}});
+    } else {
+      std::printf("| %s | %s | %s | %d | %s | %.2f ± %.2f |\n", model.config.name.c_str(),
+                  quant.c_str(), device.c_str(), fwd->launches_per_token(), test.c_str(), s.mean,
+                  s.sd);
+      std::fflush(stdout);
+    }
+  };
+  const int n_vocab = model.config.n_vocab;
+  if (opt.n_prompt > 0) {
+    const auto tokens = bench_tokens(opt.n_prompt, n_vocab);
+    run_pp(*fwd, tokens);  // warm-up
+    std::vector<double> v;
+    for (int r = 0; r < opt.reps; ++r) v.push_back(run_pp(*fwd, tokens));
+    report("pp" + std::to_string(opt.n_prompt), opt.n_prompt, 0, mean_sd(v));
+  }
+  if (opt.n_gen > 0) {
+    run_tg(*fwd, opt.n_gen, n_vocab);  // warm-up
+    std::vector<double> v;
+    for (int r = 0; r < opt.reps; ++r) v.push_back(run_tg(*fwd, opt.n_gen, n_vocab));
+    report("tg" + std::to_string(opt.n_gen), 0, opt.n_gen, mean_sd(v));
+  }
+  if (opt.json) {
+    std::cout << records.dump(2) << "\n";
+  } else if (opt.profile) {
+    print_profile(fwd->profile());
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto opt = std::make_shared<BenchOptions>();
+  auto* cmd = app.add_subcommand("bench", "Measure prompt processing and generation speed");
+  auto* m = cmd->add_option("-m,--model", opt->model_path, "GGUF model file");
+  auto* s = cmd->add_option("--synthetic", opt->synthetic,
+                            "Benchmark a synthetic model of this shape instead (smollm2-135m)");
+  m->excludes(s);
+  cmd->add_option("--quant", opt->quant, "Layer weight type of the synthetic model")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"q4_0", "q4_1", "q8_0", "f16", "f32"}, CLI::ignore_case));
+  cmd->add_option("-p,--n-prompt", opt->n_prompt, "Prompt tokens (0: skip the pp test)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("-n,--n-gen", opt->n_gen, "Generated tokens (0: skip the tg test)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("-r,--repetitions", opt->reps, "Measured repetitions after one warm-up")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  cmd->add_flag("--json", opt->json, "Print a JSON array of records, like llama-bench");
+  cmd->add_option("--device", opt->device, "OpenCL device: cpu, gpu, INDEX or NAME substring");
+  cmd->add_flag("--profile", opt->profile, "Per-kernel and per-layer device times (OpenCL events)");
+  cmd->callback([opt] { bench(*opt); });
+}
+
+}  // namespace clchat::app

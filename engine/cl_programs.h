@@ -14,7 +14,7 @@ namespace clchat {
 
 struct KernelTuning {
   int tpr = 8;          // work-items per matrix row (power of two)
-  int rows = 16;        // rows per work-group (even)
+  int rows = 4;         // rows per work-group (even)
   int att_wg = 128;     // attention work-group size (power of two)
   int argmax_wg = 256;  // argmax work-group size (power of two)
   std::string build_options = "-cl-std=CL1.2 -cl-mad-enable -cl-fast-relaxed-math";

@@ -46,7 +46,8 @@ using Clock = std::chrono::steady_clock;
 // Prompt of n deterministic token ids (never 0, which is often a special id).
 std::vector<int32_t> bench_tokens(int n, int n_vocab) {
   std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) t[size_t(i)] = 1 + int32_t((uint64_t(i) * 2654435761u) % uint64_t(n_vocab - 1));
+  for (int i = 0; i < n; ++i)
+    t[size_t(i)] = 1 + int32_t((uint64_t(i) * 2654435761u) % uint64_t(n_vocab - 1));
   return t;
 }
 
@@ -111,9 +112,14 @@ void bench(const BenchOptions& opt) {
   }
   auto report = [&](const std::string& test, int n_prompt, int n_gen, const Sample& s) {
     if (opt.json) {
-      records.push_back({{"test", test}, {"n_prompt", n_prompt}, {"n_gen", n_gen},
-                         {"avg_ts", s.mean}, {"stddev_ts", s.sd}, {"model", model.config.name},
-                         {"quant", quant}, {"device", device},
+      records.push_back({{"test", test},
+                         {"n_prompt", n_prompt},
+                         {"n_gen", n_gen},
+                         {"avg_ts", s.mean},
+                         {"stddev_ts", s.sd},
+                         {"model", model.config.name},
+                         {"quant", quant},
+                         {"device", device},
                          {"launches_per_token", fwd->launches_per_token()}});
     } else {
       std::printf("| %s | %s | %s | %d | %s | %.2f ± %.2f |\n", model.config.name.c_str(),

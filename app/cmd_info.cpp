@@ -39,7 +39,8 @@ nlohmann::ordered_json describe(const Model& model) {
   j["tensor_types"] = type_counts;
   j["tokenizer"] = f.opt_string("tokenizer.ggml.model").value_or("none");
   j["tokenizer_pre"] = f.opt_string("tokenizer.ggml.pre").value_or("");
-  j["vocab_size"] = f.has("tokenizer.ggml.tokens") ? f.get_array("tokenizer.ggml.tokens").items.size() : 0;
+  j["vocab_size"] =
+      f.has("tokenizer.ggml.tokens") ? f.get_array("tokenizer.ggml.tokens").items.size() : 0;
   j["chat_template"] = f.has("tokenizer.chat_template");
   return j;
 }
@@ -52,8 +53,8 @@ void print_text(const nlohmann::ordered_json& j) {
   std::printf("architecture:  %s\n", j["architecture"].get<std::string>().c_str());
   std::printf("embedding:     %s\n", s("n_embd").c_str());
   std::printf("layers:        %s\n", s("n_layer").c_str());
-  std::printf("heads:         %s (KV %s, head dim %s)\n", s("n_head").c_str(), s("n_head_kv").c_str(),
-              s("head_dim").c_str());
+  std::printf("heads:         %s (KV %s, head dim %s)\n", s("n_head").c_str(),
+              s("n_head_kv").c_str(), s("head_dim").c_str());
   std::printf("ffn:           %s\n", s("n_ff").c_str());
   std::printf("context:       %s\n", s("n_ctx_train").c_str());
   std::printf("rope:          %s dims, base %s\n", s("n_rot").c_str(), s("rope_freq_base").c_str());
@@ -62,8 +63,8 @@ void print_text(const nlohmann::ordered_json& j) {
               j["tokenizer"].get<std::string>().c_str(),
               j["tokenizer_pre"].get<std::string>().empty() ? "" : ", pre ",
               j["tokenizer_pre"].get<std::string>().c_str());
-  std::printf("lm head:       %s\n", j["tied_embeddings"].get<bool>() ? "tied to token embedding"
-                                                                       : "output.weight");
+  std::printf("lm head:       %s\n",
+              j["tied_embeddings"].get<bool>() ? "tied to token embedding" : "output.weight");
   std::printf("weights:       %s (layer matrices)\n", j["weight_type"].get<std::string>().c_str());
   std::string types;
   for (const auto& [name, n] : j["tensor_types"].items()) {

@@ -40,10 +40,11 @@ void print_debug_report(const DebugReport& r, const Tokenizer& tokenizer) {
   for (size_t il = 0; il < r.after_attention.size(); ++il) {
     for (int k = 0; k < 2; ++k) {
       const HiddenStats& s = k == 0 ? r.after_attention[il] : r.after_ffn[il];
-      std::fprintf(stderr,
-                   "[debug]   L%-3zu %-4s mean %+.4f rms %.4f min %+.4f max %+.4f nan %lld inf %lld\n",
-                   il, k == 0 ? "attn" : "ffn", s.mean, s.rms, s.min, s.max,
-                   static_cast<long long>(s.n_nan), static_cast<long long>(s.n_inf));
+      std::fprintf(
+          stderr,
+          "[debug]   L%-3zu %-4s mean %+.4f rms %.4f min %+.4f max %+.4f nan %lld inf %lld\n", il,
+          k == 0 ? "attn" : "ffn", s.mean, s.rms, s.min, s.max, static_cast<long long>(s.n_nan),
+          static_cast<long long>(s.n_inf));
     }
   }
   for (const auto& [id, p] : r.top) {
@@ -120,8 +121,7 @@ void run(const RunOptions& opt) {
   }
   std::fflush(stdout);
   if (cl && opt.profile) print_profile(cl->profile());
-  std::fprintf(stderr,
-               "[%s | prefill %zu tok %.1f tok/s | decode %d tok %.1f tok/s]\n",
+  std::fprintf(stderr, "[%s | prefill %zu tok %.1f tok/s | decode %d tok %.1f tok/s]\n",
                backend->name().c_str(), prompt.size(), double(prompt.size()) / t_prefill_s,
                n_generated - 1, n_generated > 1 ? (n_generated - 1) / t_decode_s : 0.0);
 }

@@ -12,7 +12,8 @@ void add_synth_command(CLI::App& app) {
     uint64_t seed = 1;
   };
   auto opt = std::make_shared<SynthOptions>();
-  auto* cmd = app.add_subcommand("synth", "Write a synthetic model with real shapes and random weights");
+  auto* cmd =
+      app.add_subcommand("synth", "Write a synthetic model with real shapes and random weights");
   cmd->add_option("--preset", opt->preset, "Shape to copy (smollm2-135m)")->capture_default_str();
   cmd->add_option("--quant", opt->quant, "Layer weight type")
       ->capture_default_str()

@@ -20,8 +20,8 @@ std::filesystem::path executable_dir() {
 
 std::string default_model_path() {
   if (const char* env = std::getenv("CLCHAT_MODEL"); env && *env) return env;
-  std::vector<std::filesystem::path> candidates = {
-      std::filesystem::path("assets/models") / k_default_model};
+  std::vector<std::filesystem::path> candidates = {std::filesystem::path("assets/models") /
+                                                   k_default_model};
   const auto exe_dir = executable_dir();
   if (!exe_dir.empty()) {
     // build/clchat -> <repo>/assets/models

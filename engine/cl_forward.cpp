@@ -27,8 +27,10 @@ KernelTuning tuning_for(const ModelConfig& c, const DeviceInfo& device) {
   KernelTuning t = KernelTuning::for_device(device);
   while (t.att_wg < c.head_dim) t.att_wg *= 2;
   if (size_t(t.att_wg) > device.max_work_group_size) {
-    throw std::runtime_error("head size " + std::to_string(c.head_dim) + " exceeds the work-group "
-                             "limit of " + device.name);
+    throw std::runtime_error("head size " + std::to_string(c.head_dim) +
+                             " exceeds the work-group "
+                             "limit of " +
+                             device.name);
   }
   return t;
 }
@@ -130,8 +132,8 @@ void ClForward::upload_weights(const Model& model) {
 }
 
 ClForward::Launch ClForward::matvec_launch(const DeviceMatrix& w, const ClMem& x,
-                                           const ClMem* norm_w, bool accumulate,
-                                           const ClMem& out, const char* label, int layer) {
+                                           const ClMem* norm_w, bool accumulate, const ClMem& out,
+                                           const char* label, int layer) {
   const KernelTuning& tune = programs_.tuning();
   Launch l{programs_.weight_kernel(w.type, "matvec"), 0, size_t(tune.matvec_wg()), label, layer};
   static const ClMem k_none;
@@ -157,7 +159,8 @@ void ClForward::build_plan() {
   k_cache_ = rt_.alloc(cache_bytes);
   v_cache_ = rt_.alloc(cache_bytes);
   ids_ = rt_.alloc(size_t(n_ctx_) * 4);
-  argmax_groups_ = int(std::clamp<size_t>(size_t(c.n_vocab) / (size_t(tune.argmax_wg) * 4), 1, 256));
+  argmax_groups_ =
+      int(std::clamp<size_t>(size_t(c.n_vocab) / (size_t(tune.argmax_wg) * 4), 1, 256));
   argmax_val_ = rt_.alloc(size_t(argmax_groups_) * 4);
   argmax_idx_ = rt_.alloc(size_t(argmax_groups_) * 4);
 
@@ -192,14 +195,14 @@ void ClForward::build_plan() {
     // output projection + residual
     p.wo = matvec_launch(w.wo, att_out_, nullptr, true, x_, "wo", il);
     // norm + gate/up + SiLU
-    p.gate_up = {programs_.weight_kernel(w.ffn_gate.type, "ffn_gate_up"),
-                 groups(c.n_ff) * mv_wg, mv_wg, "ffn_gate_up", il};
+    p.gate_up = {programs_.weight_kernel(w.ffn_gate.type, "ffn_gate_up"), groups(c.n_ff) * mv_wg,
+                 mv_wg, "ffn_gate_up", il};
     if (w.ffn_gate.type != w.ffn_up.type) {
       throw std::runtime_error("ffn_gate and ffn_up of layer " + std::to_string(il) +
                                " have different types; not supported yet");
     }
-    set_args(p.gate_up.kernel, w.ffn_gate.q, w.ffn_gate.s, w.ffn_up.q, w.ffn_up.s,
-             cl_int(c.n_embd), cl_int(c.n_ff), x_, w.ffn_norm.q, c.rms_eps, h_);
+    set_args(p.gate_up.kernel, w.ffn_gate.q, w.ffn_gate.s, w.ffn_up.q, w.ffn_up.s, cl_int(c.n_embd),
+             cl_int(c.n_ff), x_, w.ffn_norm.q, c.rms_eps, h_);
     // down projection + residual
     p.down = matvec_launch(w.ffn_down, h_, nullptr, true, x_, "ffn_down", il);
     plan_.push_back(std::move(p));
@@ -259,17 +262,18 @@ void ClForward::enqueue_token(int token_index, int pos, bool with_head) {
     enqueue(p.attention);
     enqueue(p.wo);  // x += Wo att
     if (debug_) {
-      cl_check(clEnqueueCopyBuffer(rt_.queue(), x_.get(), debug_hidden_.get(), 0,
-                                   size_t(2 * il) * n_embd_bytes, n_embd_bytes, 0, nullptr, nullptr),
-               "clEnqueueCopyBuffer");
+      cl_check(
+          clEnqueueCopyBuffer(rt_.queue(), x_.get(), debug_hidden_.get(), 0,
+                              size_t(2 * il) * n_embd_bytes, n_embd_bytes, 0, nullptr, nullptr),
+          "clEnqueueCopyBuffer");
     }
     enqueue(p.gate_up);  // h = silu(Wg xn) * (Wu xn)
     enqueue(p.down);     // x += Wd h
     if (debug_) {
-      cl_check(clEnqueueCopyBuffer(rt_.queue(), x_.get(), debug_hidden_.get(), 0,
-                                   size_t(2 * il + 1) * n_embd_bytes, n_embd_bytes, 0, nullptr,
-                                   nullptr),
-               "clEnqueueCopyBuffer");
+      cl_check(
+          clEnqueueCopyBuffer(rt_.queue(), x_.get(), debug_hidden_.get(), 0,
+                              size_t(2 * il + 1) * n_embd_bytes, n_embd_bytes, 0, nullptr, nullptr),
+          "clEnqueueCopyBuffer");
     }
   }
   if (with_head) {
@@ -361,8 +365,10 @@ void ClForward::collect_debug(int pos) {
   r.pos = pos;
   for (int il = 0; il < c.n_layer; ++il) {
     const std::span<const float> all(hidden);
-    r.after_attention.push_back(compute_hidden_stats(all.subspan(size_t(2 * il) * c.n_embd, c.n_embd)));
-    r.after_ffn.push_back(compute_hidden_stats(all.subspan(size_t(2 * il + 1) * c.n_embd, c.n_embd)));
+    r.after_attention.push_back(
+        compute_hidden_stats(all.subspan(size_t(2 * il) * c.n_embd, c.n_embd)));
+    r.after_ffn.push_back(
+        compute_hidden_stats(all.subspan(size_t(2 * il + 1) * c.n_embd, c.n_embd)));
   }
   // top-5 with softmax probabilities (NaN never ranks)
   std::vector<int32_t> order;
@@ -371,7 +377,8 @@ void ClForward::collect_debug(int pos) {
   }
   const size_t k = std::min<size_t>(5, order.size());
   std::partial_sort(order.begin(), order.begin() + long(k), order.end(), [&](int32_t a, int32_t b) {
-    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+    return logits[size_t(a)] > logits[size_t(b)] ||
+           (logits[size_t(a)] == logits[size_t(b)] && a < b);
   });
   double max = k ? logits[size_t(order[0])] : 0.0, sum = 0;
   for (int32_t i : order) sum += std::exp(double(logits[size_t(i)]) - max);

@@ -39,15 +39,15 @@ struct HiddenStats {
 HiddenStats compute_hidden_stats(std::span<const float> x);
 
 struct DebugReport {
-  int pos = -1;                            // position the report belongs to
-  std::vector<HiddenStats> after_attention;  // one per layer
-  std::vector<HiddenStats> after_ffn;        // one per layer
+  int pos = -1;                                // position the report belongs to
+  std::vector<HiddenStats> after_attention;    // one per layer
+  std::vector<HiddenStats> after_ffn;          // one per layer
   std::vector<std::pair<int32_t, float>> top;  // top-5 (id, probability)
 };
 
 struct ProfileReport {
-  std::vector<double> layer_us;              // device time per layer, last token
-  std::map<std::string, double> kernel_us;   // per kernel name, summed over the token
+  std::vector<double> layer_us;             // device time per layer, last token
+  std::map<std::string, double> kernel_us;  // per kernel name, summed over the token
   double total_us = 0;
   int n_launches = 0;
 };
@@ -135,7 +135,7 @@ class ClForward final : public Backend {
   std::vector<LayerPlan> plan_;
   Launch lm_head_, argmax_partial_, argmax_final_;
 
-  int32_t device_token_ = -1;  // id known to be in ids_[0], or -1
+  int32_t device_token_ = -1;     // id known to be in ids_[0], or -1
   std::vector<cl_event> events_;  // profiling events of the current token
   std::vector<std::pair<const Launch*, size_t>> event_owner_;
   std::vector<float> logits_host_;

@@ -3,8 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
-#include <vector>
 #include <stdexcept>
+#include <vector>
 
 namespace clchat {
 
@@ -59,7 +59,8 @@ ClPrograms::ClPrograms(const ClRuntime& rt, KernelTuning tuning) : rt_(rt), tuni
 // rejecting inline PTX included) selects the portable path.
 bool ClPrograms::shfl_self_test() {
   try {
-    ClKernel k = rt_.create_kernel(program("matvec", matvec_defines(GgmlType::F32)), "shfl_selftest");
+    ClKernel k =
+        rt_.create_kernel(program("matvec", matvec_defines(GgmlType::F32)), "shfl_selftest");
     const size_t n = 64;
     ClMem out = rt_.alloc(n * sizeof(float));
     set_args(k, cl_int(tuning_.tpr), out);

@@ -38,7 +38,7 @@ class ClPrograms {
   // matvec.cl kernels for weights of `type`: "matvec", "ffn_gate_up",
   // "qkv_rope", "get_row".
   ClKernel weight_kernel(GgmlType type, const char* name);
-  ClKernel attention_kernel();  // "attention_decode"
+  ClKernel attention_kernel();               // "attention_decode"
   ClKernel argmax_kernel(const char* name);  // "argmax_partial", "argmax_final"
 
  private:

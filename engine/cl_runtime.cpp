@@ -15,7 +15,8 @@ namespace clchat {
 const char* cl_error_name(cl_int code) {
   switch (code) {
 #define CASE(x) \
-  case x: return #x;
+  case x:       \
+    return #x;
     CASE(CL_SUCCESS)
     CASE(CL_DEVICE_NOT_FOUND)
     CASE(CL_DEVICE_NOT_AVAILABLE)
@@ -51,16 +52,18 @@ const char* cl_error_name(cl_int code) {
     CASE(CL_INVALID_CONTEXT)
     CASE(CL_INVALID_PLATFORM)
 #undef CASE
-    case -1001: return "CL_PLATFORM_NOT_FOUND_KHR";
-    default: return "unknown OpenCL error";
+    case -1001:
+      return "CL_PLATFORM_NOT_FOUND_KHR";
+    default:
+      return "unknown OpenCL error";
   }
 }
 
 void cl_check(cl_int code, const char* call) {
   if (code != CL_SUCCESS) {
-    throw ClError(std::string(call) + " failed: " + cl_error_name(code) + " (" +
-                      std::to_string(code) + ")",
-                  code);
+    throw ClError(
+        std::string(call) + " failed: " + cl_error_name(code) + " (" + std::to_string(code) + ")",
+        code);
   }
 }
 
@@ -92,7 +95,8 @@ std::string platform_string(cl_platform_id p, cl_platform_info what) {
 }
 
 std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return char(std::tolower(c)); });
   return s;
 }
 
@@ -100,7 +104,10 @@ std::string describe_all(const std::vector<DeviceInfo>& devices) {
   std::string s;
   for (const auto& d : devices) {
     s += (s.empty() ? "" : ", ") + std::to_string(d.index) + ": " + d.name + " (" +
-         (d.is_gpu ? "gpu" : d.is_cpu ? "cpu" : "other") + ")";
+         (d.is_gpu   ? "gpu"
+          : d.is_cpu ? "cpu"
+                     : "other") +
+         ")";
   }
   return s;
 }
@@ -186,9 +193,8 @@ DeviceInfo select_device(const std::string& spec_in) {
     });
   }
   if (!found) {
-    throw NoDeviceError("no OpenCL device matches --device '" + spec_in +
-                        "'; available: " + describe_all(devices) +
-                        " (select with --device cpu|gpu|INDEX|NAME)");
+    throw NoDeviceError("no OpenCL device matches --device '" + spec_in + "'; available: " +
+                        describe_all(devices) + " (select with --device cpu|gpu|INDEX|NAME)");
   }
   return *found;
 }
@@ -262,7 +268,8 @@ ClProgram ClRuntime::build_program(const std::string& name, std::string_view sou
       const size_t len = bin.size();
       const auto* ptr = reinterpret_cast<const unsigned char*>(bin.data());
       cl_int status = CL_SUCCESS;
-      ClProgram p(clCreateProgramWithBinary(context_.get(), 1, &d.device, &len, &ptr, &status, &err));
+      ClProgram p(
+          clCreateProgramWithBinary(context_.get(), 1, &d.device, &len, &ptr, &status, &err));
       if (err == CL_SUCCESS && status == CL_SUCCESS &&
           clBuildProgram(p.get(), 1, &d.device, options.c_str(), nullptr, nullptr) == CL_SUCCESS) {
         spdlog::debug("program {}: loaded cached binary {}", name, cache_path.string());

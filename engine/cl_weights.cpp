@@ -89,7 +89,8 @@ DeviceMatrix upload_matrix(const ClRuntime& rt, const RepackedMatrix& m) {
 }
 
 DeviceMatrix upload_floats(const ClRuntime& rt, const float* data, int n) {
-  return upload_matrix(rt, repack_matrix(GgmlType::F32, reinterpret_cast<const uint8_t*>(data), n, 1));
+  return upload_matrix(rt,
+                       repack_matrix(GgmlType::F32, reinterpret_cast<const uint8_t*>(data), n, 1));
 }
 
 }  // namespace clchat

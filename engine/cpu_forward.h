@@ -38,14 +38,14 @@ class CpuForward {
   std::vector<Layer> layers_;
 
   // Activations for the current token.
-  std::vector<float> x_;       // residual stream (n_embd)
-  std::vector<float> xb_;      // normed input / attention output (n_embd)
-  std::vector<float> xb2_;     // projection output (n_embd)
-  std::vector<float> q_;       // (n_embd)
-  std::vector<float> k_, v_;   // (n_embd_kv)
-  std::vector<float> att_;     // scores (n_ctx)
-  std::vector<float> hb_, hb2_;  // FFN hidden (n_ff)
-  std::vector<float> logits_;  // (n_vocab)
+  std::vector<float> x_;                  // residual stream (n_embd)
+  std::vector<float> xb_;                 // normed input / attention output (n_embd)
+  std::vector<float> xb2_;                // projection output (n_embd)
+  std::vector<float> q_;                  // (n_embd)
+  std::vector<float> k_, v_;              // (n_embd_kv)
+  std::vector<float> att_;                // scores (n_ctx)
+  std::vector<float> hb_, hb2_;           // FFN hidden (n_ff)
+  std::vector<float> logits_;             // (n_vocab)
   std::vector<float> k_cache_, v_cache_;  // (n_layer, n_ctx, n_embd_kv)
 };
 

@@ -43,12 +43,12 @@ static_assert(sizeof(BlockQ8_0) == 34);
 // Known type from its GGUF id, or nullopt for any other id.
 std::optional<GgmlType> ggml_type_from_id(uint32_t id);
 std::optional<GgmlType> ggml_type_from_name(std::string_view name);  // "q4_0", "F16", ...
-const char* ggml_type_name(GgmlType type);                          // "Q4_0", "F16", ...
+const char* ggml_type_name(GgmlType type);                           // "Q4_0", "F16", ...
 // GGML's name for an id, including types clchat does not support ("Q4_K").
 const char* ggml_type_name_for_id(uint32_t id);
 
-int ggml_block_size(GgmlType type);      // values per block (1 for F32/F16)
-int ggml_block_bytes(GgmlType type);     // bytes per block
+int ggml_block_size(GgmlType type);   // values per block (1 for F32/F16)
+int ggml_block_bytes(GgmlType type);  // bytes per block
 // Bytes of one row of n values; nullopt when n is not a whole number of blocks.
 std::optional<uint64_t> ggml_row_bytes(GgmlType type, uint64_t n);
 

@@ -49,8 +49,8 @@ ModelConfig read_model_config(const GgufFile& file) {
   if (c.arch != "llama") {
     file.fail("unsupported architecture '" + c.arch + "' (clchat runs llama-architecture models)");
   }
-  c.name = file.opt_string("general.name")
-               .value_or(std::filesystem::path(file.path()).stem().string());
+  c.name =
+      file.opt_string("general.name").value_or(std::filesystem::path(file.path()).stem().string());
   const std::string p = c.arch + ".";
   auto get = [&](const std::string& key, uint64_t max) {
     return bounded(file, p + key, file.get_uint(p + key), max);
@@ -58,8 +58,9 @@ ModelConfig read_model_config(const GgufFile& file) {
   c.n_embd = get("embedding_length", k_max_embd);
   c.n_layer = get("block_count", k_max_layers);
   c.n_head = get("attention.head_count", k_max_heads);
-  c.n_head_kv = file.has(p + "attention.head_count_kv") ? get("attention.head_count_kv", k_max_heads)
-                                                         : c.n_head;
+  c.n_head_kv = file.has(p + "attention.head_count_kv")
+                    ? get("attention.head_count_kv", k_max_heads)
+                    : c.n_head;
   c.n_ff = get("feed_forward_length", k_max_ff);
   c.n_ctx_train = file.has(p + "context_length") ? get("context_length", k_max_ctx) : 2048;
   if (c.n_embd % c.n_head != 0) {
@@ -71,8 +72,8 @@ ModelConfig read_model_config(const GgufFile& file) {
               std::to_string(c.n_head_kv) + " KV heads");
   }
   c.head_dim = c.n_embd / c.n_head;
-  c.n_rot = file.has(p + "rope.dimension_count") ? get("rope.dimension_count", k_max_embd)
-                                                 : c.head_dim;
+  c.n_rot =
+      file.has(p + "rope.dimension_count") ? get("rope.dimension_count", k_max_embd) : c.head_dim;
   if (c.n_rot > c.head_dim || c.n_rot % 2 != 0) {
     file.fail("rope dimension count " + std::to_string(c.n_rot) + " does not fit head size " +
               std::to_string(c.head_dim));

@@ -40,7 +40,7 @@ uint16_t fp32_to_fp16(float f) {
   std::memcpy(&x, &f, 4);
   const uint32_t sign = (x >> 16) & 0x8000;
   const uint32_t abs = x & 0x7fffffff;
-  if (abs > 0x7f800000) return uint16_t(sign | 0x7e00);  // NaN
+  if (abs > 0x7f800000) return uint16_t(sign | 0x7e00);   // NaN
   if (abs >= 0x477ff000) return uint16_t(sign | 0x7c00);  // overflow -> inf (rounds past 65504)
   if (abs < 0x38800000) {                                 // subnormal or zero in half
     if (abs < 0x33000000) return uint16_t(sign);          // below half of the smallest subnormal
@@ -149,7 +149,9 @@ void quantize_q8_0(const float* x, BlockQ8_0* b, uint64_t nb) {
 void dequantize_row(GgmlType type, const uint8_t* src, float* dst, uint64_t n) {
   const uint64_t nb = n / k_quant_block;
   switch (type) {
-    case GgmlType::F32: std::memcpy(dst, src, n * 4); return;
+    case GgmlType::F32:
+      std::memcpy(dst, src, n * 4);
+      return;
     case GgmlType::F16:
       for (uint64_t i = 0; i < n; ++i) {
         uint16_t h;
@@ -157,25 +159,39 @@ void dequantize_row(GgmlType type, const uint8_t* src, float* dst, uint64_t n) {
         dst[i] = fp16_to_fp32(h);
       }
       return;
-    case GgmlType::Q4_0: dequantize_q4_0(reinterpret_cast<const BlockQ4_0*>(src), dst, nb); return;
-    case GgmlType::Q4_1: dequantize_q4_1(reinterpret_cast<const BlockQ4_1*>(src), dst, nb); return;
-    case GgmlType::Q8_0: dequantize_q8_0(reinterpret_cast<const BlockQ8_0*>(src), dst, nb); return;
+    case GgmlType::Q4_0:
+      dequantize_q4_0(reinterpret_cast<const BlockQ4_0*>(src), dst, nb);
+      return;
+    case GgmlType::Q4_1:
+      dequantize_q4_1(reinterpret_cast<const BlockQ4_1*>(src), dst, nb);
+      return;
+    case GgmlType::Q8_0:
+      dequantize_q8_0(reinterpret_cast<const BlockQ8_0*>(src), dst, nb);
+      return;
   }
 }
 
 void quantize_row(GgmlType type, const float* src, uint8_t* dst, uint64_t n) {
   const uint64_t nb = n / k_quant_block;
   switch (type) {
-    case GgmlType::F32: std::memcpy(dst, src, n * 4); return;
+    case GgmlType::F32:
+      std::memcpy(dst, src, n * 4);
+      return;
     case GgmlType::F16:
       for (uint64_t i = 0; i < n; ++i) {
         const uint16_t h = fp32_to_fp16(src[i]);
         std::memcpy(dst + 2 * i, &h, 2);
       }
       return;
-    case GgmlType::Q4_0: quantize_q4_0(src, reinterpret_cast<BlockQ4_0*>(dst), nb); return;
-    case GgmlType::Q4_1: quantize_q4_1(src, reinterpret_cast<BlockQ4_1*>(dst), nb); return;
-    case GgmlType::Q8_0: quantize_q8_0(src, reinterpret_cast<BlockQ8_0*>(dst), nb); return;
+    case GgmlType::Q4_0:
+      quantize_q4_0(src, reinterpret_cast<BlockQ4_0*>(dst), nb);
+      return;
+    case GgmlType::Q4_1:
+      quantize_q4_1(src, reinterpret_cast<BlockQ4_1*>(dst), nb);
+      return;
+    case GgmlType::Q8_0:
+      quantize_q8_0(src, reinterpret_cast<BlockQ8_0*>(dst), nb);
+      return;
   }
 }
 

@@ -65,8 +65,8 @@ TEST(CpuForward, RejectsOutOfRangeTokenAndPosition) {
 // minus top-2 logit) is below 0.05; the top-5 logits must stay close there.
 TEST(CpuForward, SmolLM2MatchesReferenceGreedyIdsAndLogits) {
   const Model model = load_model(test::shared_file("models/SmolLM2-135M-Instruct.Q4_1.gguf"));
-  const auto ref = nlohmann::json::parse(
-      test::read_file(test::shared_file("reference/greedy-smollm2.json")));
+  const auto ref =
+      nlohmann::json::parse(test::read_file(test::shared_file("reference/greedy-smollm2.json")));
   ASSERT_GE(ref["cases"].size(), 6u);
   CpuForward fwd(model, 256);  // each case restarts at position 0
   for (const auto& c : ref["cases"]) {

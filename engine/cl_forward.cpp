@@ -327,7 +327,8 @@ int32_t ClForward::prefill(std::span<const int32_t> tokens, int pos) {
 
 int32_t ClForward::decode_argmax(int32_t token, int pos) {
   check_position(pos, 1);
-  if (token != device_token_) write_ids({&token, 1});
+  // device_token_ is -1 when unknown: token -1 must still reach the range check.
+  if (token < 0 || token != device_token_) write_ids({&token, 1});
   enqueue_token(0, pos, true);
   const int32_t id = read_token();
   if (debug_) collect_debug(pos);

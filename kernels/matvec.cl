@@ -170,9 +170,13 @@ inline float group_rms_scale(const __global float* x, int n, float eps, __local 
   for (int i = lid; i < n; i += WG) ss += x[i] * x[i];
   red[lid] = ss;
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (int s = WG / 2; s > 0; s >>= 1) {
-    if (lid < s) red[lid] += red[lid + s];
+  // WG = ROWS * TPR need not be a power of two (ROWS is only even): fold the
+  // upper part onto the lower one, the lower part rounded up.
+  for (int n_left = WG; n_left > 1;) {
+    const int n_low = (n_left + 1) / 2;
+    if (lid + n_low < n_left) red[lid] += red[lid + n_low];
     barrier(CLK_LOCAL_MEM_FENCE);
+    n_left = n_low;
   }
   const float scale = rsqrt(red[0] / n + eps);
   barrier(CLK_LOCAL_MEM_FENCE);

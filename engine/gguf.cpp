@@ -5,7 +5,9 @@
 //   padding to general.alignment, tensor data (each tensor at its offset, aligned).
 // A string is u64 length + bytes; an array is u32 element type + u64 count + elements.
 // The Cursor below never reads past the end of the mapping, and every count is
-// checked against the bytes left before anything is allocated for it.
+// checked against the bytes left before anything is allocated for it. Keys and
+// tensor names must be UTF-8; error messages escape control bytes so that a
+// name quoted from the file cannot break the one-line message.
 #include "engine/gguf.h"
 
 #include <fcntl.h>
@@ -139,6 +141,69 @@ GgufValue read_value(Cursor& cur, const GgufFile& file, GgufValueType type, uint
   return v;
 }
 
+// Length of the well-formed UTF-8 sequence starting at s[i] (Unicode's table
+// of well-formed byte sequences: no overlong forms, surrogates or code points
+// above U+10FFFF), or 0 when there is none.
+size_t utf8_length_at(std::string_view s, size_t i) {
+  const auto byte = [&](size_t k) { return uint8_t(s[k]); };
+  const uint8_t c = byte(i);
+  if (c < 0x80) return 1;
+  size_t n;
+  uint8_t lo = 0x80, hi = 0xBF;  // range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (s.size() - i < n || byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+  }
+  return n;
+}
+
+bool valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_length_at(s, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+// Messages quote names and values from the file; keep them one printable
+// line: control characters (C0, DEL, C1) and bytes that are not UTF-8 become \xNN.
+std::string printable(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_length_at(s, i);
+    const uint8_t c = uint8_t(s[i]);
+    const bool control =
+        (n == 1 && (c < 0x20 || c == 0x7F)) || (n == 2 && c == 0xC2 && uint8_t(s[i + 1]) < 0xA0);
+    if (n == 0 || control) {
+      const size_t len = n == 0 ? 1 : n;
+      for (size_t k = 0; k < len; ++k) {
+        static const char hex[] = "0123456789abcdef";
+        const uint8_t b = uint8_t(s[i + k]);
+        out += {'\\', 'x', hex[b >> 4], hex[b & 0xF]};
+      }
+      i += len;
+    } else {
+      out.append(s, i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
 bool checked_mul(uint64_t a, uint64_t b, uint64_t* out) {
   if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) return false;
   *out = a * b;
@@ -199,7 +264,9 @@ GgufFile::~GgufFile() {
   if (base_) munmap(const_cast<uint8_t*>(base_), size_);
 }
 
-void GgufFile::fail(const std::string& message) const { throw GgufError(path_ + ": " + message); }
+void GgufFile::fail(const std::string& message) const {
+  throw GgufError(path_ + ": " + printable(message));
+}
 
 void GgufFile::parse() {
   Cursor cur(*this, base_, size_);
@@ -218,7 +285,11 @@ void GgufFile::parse() {
   }
 
   for (uint64_t i = 0; i < n_kv; ++i) {
+    const uint64_t key_at = cur.pos();
     std::string key = cur.read_string("metadata key");
+    if (!valid_utf8(key)) {
+      fail("metadata key at offset " + std::to_string(key_at) + " is not valid UTF-8");
+    }
     const uint32_t type = cur.read<uint32_t>("metadata value type");
     if (!is_valid_value_type(type)) {
       fail("metadata '" + key + "': unknown value type " + std::to_string(type));
@@ -239,7 +310,11 @@ void GgufFile::parse() {
   tensors_.reserve(n_tensors);
   for (uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensor t;
+    const uint64_t name_at = cur.pos();
     t.name = cur.read_string("tensor name");
+    if (!valid_utf8(t.name)) {
+      fail("tensor name at offset " + std::to_string(name_at) + " is not valid UTF-8");
+    }
     if (t.name.empty()) fail("tensor " + std::to_string(i) + " has an empty name");
     const uint32_t n_dims = cur.read<uint32_t>("tensor dimension count");
     if (n_dims == 0 || n_dims > k_max_dims) {

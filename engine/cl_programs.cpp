@@ -52,6 +52,9 @@ KernelTuning KernelTuning::for_device(const DeviceInfo& device) {
 }
 
 ClPrograms::ClPrograms(const ClRuntime& rt, KernelTuning tuning) : rt_(rt), tuning_(tuning) {
+  // The shuffles (shfl.sync, full mask) need whole warps: a matvec work-group
+  // of 8 or 12 items gave wrong RMSNorm sums.
+  if (tuning_.nv_shfl && tuning_.matvec_wg() % 32 != 0) tuning_.nv_shfl = false;
   if (tuning_.nv_shfl && !shfl_self_test()) tuning_.nv_shfl = false;
 }
 

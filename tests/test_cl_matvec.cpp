@@ -124,7 +124,7 @@ TEST_P(ClMatvec, PlainNormAndAccumulateMatchReference) {
   const size_t n_out = size_t(shape.rows) + k_pad;
   const ClMem out = test::cl_test_runtime().alloc(n_out * 4);
   for (const KernelTuning& t : test::matvec_tunings()) {
-    SCOPED_TRACE(test::describe(t));
+    SCOPED_TRACE(test::describe(cl_programs(t).tuning()));
     const ClKernel k = cl_programs(t).weight_kernel(type, "matvec");
     const size_t wg = size_t(t.matvec_wg());
     const size_t global = test::round_up(size_t(shape.rows), size_t(t.rows)) / t.rows * wg;
@@ -200,7 +200,7 @@ TEST_P(ClFfnGateUp, MatchesReference) {
   const size_t n_out = size_t(shape.n_ff) + k_pad;
   const ClMem h = test::cl_test_runtime().alloc(n_out * 4);
   for (const KernelTuning& t : test::matvec_tunings()) {
-    SCOPED_TRACE(test::describe(t));
+    SCOPED_TRACE(test::describe(cl_programs(t).tuning()));
     const ClKernel k = cl_programs(t).weight_kernel(type, "ffn_gate_up");
     const size_t wg = size_t(t.matvec_wg());
     cl_poison(h, n_out);
@@ -335,7 +335,7 @@ TEST_P(ClQkvRope, StackedAndSplitMatchReference) {
       };
 
       for (const KernelTuning& t : test::matvec_tunings()) {
-        SCOPED_TRACE(test::describe(t));
+        SCOPED_TRACE(test::describe(cl_programs(t).tuning()));
         cl_poison(q, size_t(n_embd) + k_pad);
         cl_poison(k_cache, n_cache);
         cl_poison(v_cache, n_cache);

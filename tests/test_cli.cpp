@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/gguf_fixtures.h"
 #include "tests/test_support.h"
 
 namespace clchat {
@@ -44,7 +45,9 @@ void check_tokenize_vectors(const std::string& model, const std::string& inp,
   const auto cases = split_cases(test::read_file(inp));
   const auto expected = lines(test::read_file(out));
   ASSERT_EQ(cases.size(), expected.size());
-  const std::string tmp = testing::TempDir() + "clchat-tokenize-case.txt";
+  // ctest runs tests as separate processes in parallel: each needs its own file.
+  const test::TempDir dir;
+  const std::string tmp = dir.file("case.txt");
   for (size_t i = 0; i < cases.size(); ++i) {
     std::ofstream(tmp, std::ios::binary) << cases[i];
     const auto r = test::run_command(test::clchat_binary() + " tokenize -m " + model + " -f " +
@@ -52,7 +55,6 @@ void check_tokenize_vectors(const std::string& model, const std::string& inp,
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(trim(r.out), trim(expected[i])) << "case " << i << ": " << cases[i];
   }
-  std::filesystem::remove(tmp);
 }
 
 TEST(Cli, TokenizeReproducesSmolLM2Vectors) {

@@ -87,7 +87,7 @@ void run(const RunOptions& opt) {
     backend = std::move(forward);
   }
   auto print_debug = [&] {
-    if (cl && opt.debug) print_debug_report(cl->debug_report(), *tokenizer);
+    if (cl && opt.debug) print_debug_report(*cl->debug_report(), *tokenizer);
   };
 
   const auto t0 = Clock::now();

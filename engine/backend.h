@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 
+#include "engine/forward_reports.h"
 #include "engine/model.h"
 
 namespace clchat {
@@ -24,6 +25,15 @@ class Backend {
   // Same as prefill of one token, but may return the logits (n_vocab) instead.
   virtual int32_t decode_argmax(int32_t token, int pos) = 0;
   virtual std::span<const float> decode_logits(int32_t token, int pos) = 0;
+
+  // Debug readback mode: per-layer statistics and the top-5 of the last
+  // position, refreshed by every call while on. Backends without it ignore it.
+  virtual void set_debug(bool /*on*/) {}
+  virtual bool debug() const { return false; }
+  virtual const DebugReport* debug_report() const { return nullptr; }
+  // Device times per kernel and per layer of the last call, when supported.
+  virtual void set_profiling(bool /*on*/) {}
+  virtual const ProfileReport* profile_report() const { return nullptr; }
 };
 
 // The CPU reference forward pass behind the Backend interface.

@@ -37,38 +37,12 @@ KernelTuning tuning_for(const ModelConfig& c, const DeviceInfo& device) {
 
 }  // namespace
 
-HiddenStats compute_hidden_stats(std::span<const float> x) {
-  HiddenStats s;
-  double sum = 0, sum_sq = 0;
-  int64_t n = 0;
-  s.min = std::numeric_limits<double>::infinity();
-  s.max = -std::numeric_limits<double>::infinity();
-  for (float v : x) {
-    if (std::isnan(v)) {
-      ++s.n_nan;
-      continue;
-    }
-    if (std::isinf(v)) ++s.n_inf;
-    sum += v;
-    sum_sq += double(v) * v;
-    s.min = std::min(s.min, double(v));
-    s.max = std::max(s.max, double(v));
-    ++n;
-  }
-  if (n > 0) {
-    s.mean = sum / double(n);
-    s.rms = std::sqrt(sum_sq / double(n));
-  } else {
-    s.min = s.max = 0;
-  }
-  return s;
-}
-
 ClForward::ClForward(const Model& model, ClRuntime& rt, const ClForwardOptions& options)
     : config_(model.config),
       rt_(rt),
       programs_(rt, tuning_for(model.config, rt.device())),
-      n_ctx_(options.n_ctx > 0 ? options.n_ctx : model.config.n_ctx_train) {
+      n_ctx_(options.n_ctx > 0 ? options.n_ctx : model.config.n_ctx_train),
+      profiling_(rt.profiling()) {
   const ModelConfig& c = config_;
   // The KV cache must fit one allocation and half the device memory.
   const uint64_t per_pos = uint64_t(c.n_layer) * uint64_t(c.n_embd_kv()) * 4;
@@ -232,7 +206,7 @@ void ClForward::enqueue(const Launch& l) {
   const size_t* local = l.local ? &l.local : nullptr;
   cl_event ev = nullptr;
   const cl_int err = clEnqueueNDRangeKernel(rt_.queue(), l.kernel.get(), 1, nullptr, &l.global,
-                                            local, 0, nullptr, rt_.profiling() ? &ev : nullptr);
+                                            local, 0, nullptr, profiling_ ? &ev : nullptr);
   if (err != CL_SUCCESS) {
     throw ClError(std::string("enqueueing kernel ") + l.label + " (layer " +
                       std::to_string(l.layer) + ") failed: " + cl_error_name(err),
@@ -321,7 +295,7 @@ int32_t ClForward::prefill(std::span<const int32_t> tokens, int pos) {
   }
   const int32_t id = read_token();
   if (debug_) collect_debug(pos + int(tokens.size()) - 1);
-  if (rt_.profiling()) collect_profile();
+  if (profiling_) collect_profile();
   return id;
 }
 
@@ -332,7 +306,7 @@ int32_t ClForward::decode_argmax(int32_t token, int pos) {
   enqueue_token(0, pos, true);
   const int32_t id = read_token();
   if (debug_) collect_debug(pos);
-  if (rt_.profiling()) collect_profile();
+  if (profiling_) collect_profile();
   return id;
 }
 
@@ -371,21 +345,7 @@ void ClForward::collect_debug(int pos) {
     r.after_ffn.push_back(
         compute_hidden_stats(all.subspan(size_t(2 * il + 1) * c.n_embd, c.n_embd)));
   }
-  // top-5 with softmax probabilities (NaN never ranks)
-  std::vector<int32_t> order;
-  for (int32_t i = 0; i < c.n_vocab; ++i) {
-    if (!std::isnan(logits[size_t(i)])) order.push_back(i);
-  }
-  const size_t k = std::min<size_t>(5, order.size());
-  std::partial_sort(order.begin(), order.begin() + long(k), order.end(), [&](int32_t a, int32_t b) {
-    return logits[size_t(a)] > logits[size_t(b)] ||
-           (logits[size_t(a)] == logits[size_t(b)] && a < b);
-  });
-  double max = k ? logits[size_t(order[0])] : 0.0, sum = 0;
-  for (int32_t i : order) sum += std::exp(double(logits[size_t(i)]) - max);
-  for (size_t i = 0; i < k; ++i) {
-    r.top.emplace_back(order[i], float(std::exp(double(logits[size_t(order[i])]) - max) / sum));
-  }
+  r.top = top_probabilities(logits, 5);
   debug_report_ = std::move(r);
 }
 

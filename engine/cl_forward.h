@@ -28,29 +28,10 @@
 #include "engine/cl_programs.h"
 #include "engine/cl_runtime.h"
 #include "engine/cl_weights.h"
+#include "engine/forward_reports.h"
 #include "engine/model.h"
 
 namespace clchat {
-
-struct HiddenStats {
-  double mean = 0, rms = 0, min = 0, max = 0;
-  int64_t n_nan = 0, n_inf = 0;
-};
-HiddenStats compute_hidden_stats(std::span<const float> x);
-
-struct DebugReport {
-  int pos = -1;                                // position the report belongs to
-  std::vector<HiddenStats> after_attention;    // one per layer
-  std::vector<HiddenStats> after_ffn;          // one per layer
-  std::vector<std::pair<int32_t, float>> top;  // top-5 (id, probability)
-};
-
-struct ProfileReport {
-  std::vector<double> layer_us;             // device time per layer, last token
-  std::map<std::string, double> kernel_us;  // per kernel name, summed over the token
-  double total_us = 0;
-  int n_launches = 0;
-};
 
 struct ClForwardOptions {
   int n_ctx = 0;  // KV cache positions; 0 = the model's training context
@@ -68,10 +49,13 @@ class ClForward final : public Backend {
   int32_t decode_argmax(int32_t token, int pos) override;
   std::span<const float> decode_logits(int32_t token, int pos) override;
 
-  void set_debug(bool on);
-  bool debug() const { return debug_; }
-  const DebugReport& debug_report() const { return debug_report_; }
-  // Filled after each token when the runtime was created with profiling.
+  void set_debug(bool on) override;
+  bool debug() const override { return debug_; }
+  const DebugReport* debug_report() const override { return &debug_report_; }
+  // Needs a runtime created with profiling; on by default then.
+  void set_profiling(bool on) override { profiling_ = on && rt_.profiling(); }
+  // Filled after each call while profiling is on.
+  const ProfileReport* profile_report() const override { return &profile_; }
   const ProfileReport& profile() const { return profile_; }
 
   uint64_t weight_bytes() const { return weight_bytes_; }
@@ -110,6 +94,7 @@ class ClForward final : public Backend {
   ClPrograms programs_;
   int n_ctx_ = 0;
   bool debug_ = false;
+  bool profiling_ = false;
   uint64_t weight_bytes_ = 0;
 
   // Weights (read-only).

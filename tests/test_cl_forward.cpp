@@ -496,14 +496,14 @@ TEST(ClForward, DebugReportMatchesFloat64HiddenStates) {
   int pos = int(k_stories_prompt.size()) - 1;
   {
     SCOPED_TRACE("after prefill");
-    expect_report_matches(cl.debug_report(), pos, id, hidden, logits, c.n_layer);
+    expect_report_matches(*cl.debug_report(), pos, id, hidden, logits, c.n_layer);
   }
   for (int step = 0; step < 4; ++step) {
     SCOPED_TRACE("decode step " + std::to_string(step));
     ++pos;
     logits = trace.forward(id, pos, hidden);
     id = cl.decode_argmax(id, pos);
-    expect_report_matches(cl.debug_report(), pos, id, hidden, logits, c.n_layer);
+    expect_report_matches(*cl.debug_report(), pos, id, hidden, logits, c.n_layer);
   }
 }
 

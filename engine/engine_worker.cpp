@@ -1,0 +1,161 @@
+// Worker: loading, one handler per command, and the hooks that turn a running
+// turn into TokenText, live Stats, LayerTimings and DebugStats events.
+#include "engine/engine_worker.h"
+
+#include <stdexcept>
+#include <type_traits>
+
+#include "engine/cl_forward.h"
+
+namespace clchat {
+
+namespace {
+
+// Profiling adds an event per kernel launch: sample 1 decode step in 16 so
+// it costs a small fraction of decode speed.
+constexpr int k_profile_every = 16;
+// Live statistics while decoding, every this many tokens.
+constexpr int k_live_stats_every = 8;
+
+}  // namespace
+
+Worker::Worker(const EngineOptions& options, EventSink& sink, std::atomic<bool>& cancel)
+    : options_(options), sink_(sink), cancel_(cancel), model_(load_model(options.model_path)) {
+  tokenizer_ = Tokenizer::from_gguf(*model_.file);
+  std::string note;
+  ChatTemplate chat_template = ChatTemplate::from_gguf(*model_.file, options.chat_template, &note);
+  if (!note.empty()) sink_.emit(ev::Notice{note});
+
+  const int n_ctx_wanted = options.n_ctx > 0 ? options.n_ctx : model_.config.n_ctx_train;
+  std::string device_name = "CPU (reference)";
+  if (options.backend == "reference") {
+    backend_ = make_reference_backend(model_, n_ctx_wanted);
+  } else if (options.backend == "opencl") {
+    runtime_ = std::make_unique<ClRuntime>(select_device(options.device), options.profiling);
+    device_name = runtime_->device().name;
+    // ClForward caps the cache at what the device memory allows.
+    backend_ = std::make_unique<ClForward>(model_, *runtime_, ClForwardOptions{n_ctx_wanted});
+    backend_->set_profiling(false);  // switched on for sampled steps only
+  } else {
+    throw std::invalid_argument("unknown backend '" + options.backend + "'");
+  }
+  profiling_ = options.profiling;
+  if (backend_->n_ctx() < n_ctx_wanted) {
+    sink_.emit(ev::Notice{"context reduced from " + std::to_string(n_ctx_wanted) + " to " +
+                          std::to_string(backend_->n_ctx()) + " tokens to fit " + device_name});
+  }
+  session_ = std::make_unique<ChatSession>(*backend_, *tokenizer_, std::move(chat_template),
+                                           options.system_prompt);
+  session_->set_sampling(options.sampling);
+  session_->set_prefill_chunk(options.prefill_chunk);
+
+  ev::Ready ready;
+  ready.model_name = model_.config.name;
+  ready.quant = describe_weight_type(model_);
+  ready.device_name = device_name;
+  ready.n_layer = model_.config.n_layer;
+  ready.n_ctx = backend_->n_ctx();
+  ready.backend = backend_->name();
+  ready.chat_template = std::string(session_->chat_template().name());
+  ready.system_prompt = session_->system_prompt();
+  sink_.emit(std::move(ready));
+}
+
+Worker::~Worker() = default;
+
+void Worker::handle(const Command& command) {
+  std::visit(
+      [&](const auto& c) {
+        using T = std::decay_t<decltype(c)>;
+        if constexpr (std::is_same_v<T, cmd::SubmitTurn>) {
+          run_turn(false, c.text);
+        } else if constexpr (std::is_same_v<T, cmd::Regenerate>) {
+          run_turn(true, "");
+        } else if constexpr (std::is_same_v<T, cmd::Clear>) {
+          session_->clear();
+        } else if constexpr (std::is_same_v<T, cmd::SetSystemPrompt>) {
+          session_->set_system_prompt(c.text);
+        } else if constexpr (std::is_same_v<T, cmd::SetSampling>) {
+          session_->set_sampling(c.params);
+        } else if constexpr (std::is_same_v<T, cmd::SetDebug>) {
+          debug_ = c.on;
+          backend_->set_debug(c.on);
+        } else if constexpr (std::is_same_v<T, cmd::SetProfiling>) {
+          if (c.on && runtime_ && !runtime_->profiling()) {
+            sink_.emit(ev::Notice{"profiling needs the engine started with profiling on"});
+          }
+          profiling_ = c.on;
+        } else if constexpr (std::is_same_v<T, cmd::LoadConversation>) {
+          session_->load(c.system, c.turns);
+        } else if constexpr (std::is_same_v<T, cmd::QueryStats>) {
+          sink_.emit(stats(last_, false));
+        } else if constexpr (std::is_same_v<T, cmd::Shutdown>) {
+          // Handled by the thread loop.
+        }
+      },
+      command);
+}
+
+ev::Stats Worker::stats(const TurnResult& r, bool live) const {
+  ev::Stats s;
+  s.prefill_tokens = r.prefill_tokens;
+  s.prefill_tok_s = r.t_prefill_s > 0 ? r.prefill_tokens / r.t_prefill_s : 0;
+  s.decode_tokens = r.decode_tokens;
+  s.decode_tok_s = r.t_decode_s > 0 ? r.decode_tokens / r.t_decode_s : 0;
+  s.ttft_ms = r.ttft_ms;
+  s.cache_used = session_->n_past();
+  s.cache_capacity = session_->capacity();
+  s.live = live;
+  return s;
+}
+
+void Worker::emit_layer_timings() {
+  const ProfileReport* p = backend_->profile_report();
+  if (!p || p->layer_us.empty()) return;
+  ev::LayerTimings t;
+  t.pos = session_->n_past() - 1;
+  for (double us : p->layer_us) t.layer_ms.push_back(us / 1e3);
+  t.total_ms = p->total_us / 1e3;
+  t.n_launches = p->n_launches;
+  sink_.emit(std::move(t));
+}
+
+void Worker::emit_debug() {
+  const DebugReport* r = backend_->debug_report();
+  if (!r) return;
+  ev::DebugStats d;
+  d.report = *r;
+  for (const auto& [id, p] : r->top) d.top.emplace_back(tokenizer_->token_text(id), p);
+  sink_.emit(std::move(d));
+}
+
+TurnHooks Worker::hooks() {
+  TurnHooks h;
+  h.cancel = &cancel_;
+  h.on_text = [this](std::string_view piece) { sink_.emit(ev::TokenText{std::string(piece)}); };
+  h.on_trim = [this](int turns, int tokens) { sink_.emit(ev::ContextTrimmed{turns, tokens}); };
+  h.before_step = [this](int step) {
+    if (profiling_ && step % k_profile_every == 0) backend_->set_profiling(true);
+  };
+  h.after_step = [this](int step, const TurnResult& so_far) {
+    if (profiling_ && step % k_profile_every == 0) {
+      emit_layer_timings();
+      backend_->set_profiling(false);
+    }
+    if (debug_) emit_debug();
+    if ((step + 1) % k_live_stats_every == 0) sink_.emit(stats(so_far, true));
+  };
+  return h;
+}
+
+void Worker::run_turn(bool regenerate, const std::string& text) {
+  cancel_ = false;  // a cancel from before this turn does not count
+  const TurnHooks h = hooks();
+  TurnResult r = regenerate ? session_->regenerate(h) : session_->submit(text, h);
+  if (!r.error.empty()) sink_.emit(ev::Error{r.error});
+  last_ = r;
+  sink_.emit(stats(r, false));
+  sink_.emit(ev::TurnFinished{r.reason, r.reply});
+}
+
+}  // namespace clchat

@@ -1,0 +1,52 @@
+// What runs on the engine thread (engine.h): the OpenCL runtime, the model,
+// the backend and the chat session, and the handling of each command. Kept
+// apart from engine.cpp so the queue code stays free of OpenCL. Internal to
+// the engine: callers use engine.h.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "engine/backend.h"
+#include "engine/chat_session.h"
+#include "engine/cl_runtime.h"
+#include "engine/messages.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+
+namespace clchat {
+
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void emit(Event event) = 0;
+};
+
+class Worker {
+ public:
+  // Loads everything and emits Ready (and Notices); throws on failure.
+  Worker(const EngineOptions& options, EventSink& sink, std::atomic<bool>& cancel);
+  ~Worker();
+  void handle(const Command& command);
+
+ private:
+  void run_turn(bool regenerate, const std::string& text);
+  TurnHooks hooks();
+  ev::Stats stats(const TurnResult& r, bool live) const;
+  void emit_layer_timings();
+  void emit_debug();
+
+  EngineOptions options_;
+  EventSink& sink_;
+  std::atomic<bool>& cancel_;
+  Model model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ClRuntime> runtime_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<ChatSession> session_;
+  bool debug_ = false;
+  bool profiling_ = false;
+  TurnResult last_;  // for QueryStats
+};
+
+}  // namespace clchat

@@ -3,7 +3,9 @@
 // stderr.
 #include <chrono>
 #include <cstdio>
+#include <iostream>
 
+#include "app/cmd_chat.h"
 #include "app/commands.h"
 #include "engine/backend.h"
 #include "engine/cl_forward.h"
@@ -27,6 +29,8 @@ struct RunOptions {
   bool ignore_eos = false;
   int n_ctx = 0;
   uint64_t seed = 0;
+  bool chat = false;
+  bool verbose = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -126,14 +130,29 @@ void run(const RunOptions& opt) {
                n_generated - 1, n_generated > 1 ? (n_generated - 1) / t_decode_s : 0.0);
 }
 
+// `run --chat`: the same engine thread as `clchat` without a subcommand.
+ChatOptions chat_options(const RunOptions& opt) {
+  ChatOptions c;
+  c.engine.model_path = opt.model_path;
+  c.engine.device = opt.device;
+  c.engine.backend = opt.backend;
+  c.engine.n_ctx = opt.n_ctx;
+  c.engine.sampling.seed = opt.seed;
+  c.engine.sampling.max_tokens = opt.n_predict;
+  c.engine.profiling = opt.profile;
+  c.verbose = opt.verbose;
+  return c;
+}
+
 }  // namespace
 
 void add_run_command(CLI::App& app) {
   auto opt = std::make_shared<RunOptions>();
   auto* cmd = app.add_subcommand("run", "Generate a continuation of one prompt");
   cmd->add_option("-m,--model", opt->model_path, "GGUF model file (default: the SmolLM2 model)");
-  cmd->add_option("-p,--prompt", opt->prompt, "Prompt text; special tokens are recognised")
-      ->required();
+  cmd->add_option("-p,--prompt", opt->prompt, "Prompt text; special tokens are recognised");
+  cmd->add_flag("--chat", opt->chat, "Line-mode chat: each stdin line is a user turn");
+  cmd->add_flag("--verbose", opt->verbose, "With --chat: a statistics line after every reply");
   cmd->add_option("-n,--n-predict", opt->n_predict, "Tokens to generate")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
@@ -151,7 +170,14 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-c,--ctx", opt->n_ctx, "Context size (default: prompt + n, capped by the model)")
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--seed", opt->seed, "Random seed (sampling is greedy by default)");
-  cmd->callback([opt] { run(*opt); });
+  cmd->callback([opt] {
+    if (opt->chat) {
+      run_line_chat(chat_options(*opt), std::cin, stdout, stderr);
+      return;
+    }
+    if (opt->prompt.empty()) throw UsageError("run needs -p PROMPT (or --chat)");
+    run(*opt);
+  });
 }
 
 }  // namespace clchat::app

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "app/cmd_chat.h"
 #include "app/commands.h"
 #include "engine/cl_runtime.h"
 #include "engine/gguf.h"
@@ -15,7 +16,10 @@ int main(int argc, char** argv) {
   // Until the log file lands (UI issue), only warnings and errors reach stderr.
   spdlog::set_level(spdlog::level::warn);
   CLI::App app{"clchat: terminal chat with its own OpenCL inference engine"};
-  app.require_subcommand(1);
+  // No subcommand: a chat (line mode when stdin is not a terminal).
+  app.require_subcommand(0, 1);
+  clchat::app::ChatOptions chat;
+  clchat::app::add_chat_options(app, chat);
   clchat::app::add_run_command(app);
   clchat::app::add_tokenize_command(app);
   clchat::app::add_info_command(app);
@@ -24,6 +28,7 @@ int main(int argc, char** argv) {
   clchat::app::add_synth_command(app);
   try {
     app.parse(argc, argv);
+    if (app.get_subcommands().empty()) return clchat::app::run_chat(chat);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

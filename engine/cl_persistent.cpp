@@ -1,0 +1,234 @@
+// Host side of the persistent decode kernel: eligibility, the weight arena,
+// the barrier self-test and the per-token launch.
+#include "engine/cl_persistent.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "engine/cl_forward.h"
+
+namespace clchat {
+
+namespace {
+
+constexpr size_t k_layer_offsets = 12;  // LO_N in decode_persistent.cl
+constexpr size_t k_arena_align = 256;
+
+size_t mem_size(const ClMem& m) {
+  size_t n = 0;
+  cl_check(clGetMemObjectInfo(m.get(), CL_MEM_SIZE, sizeof(n), &n, nullptr), "clGetMemObjectInfo");
+  return n;
+}
+
+bool env_off(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
+}
+
+}  // namespace
+
+std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
+  const ModelConfig& c = f.config_;
+  const DeviceInfo& dev = f.rt_.device();
+  auto no = [](const std::string& why) {
+    spdlog::info("persistent decode kernel not used: {}", why);
+    return nullptr;
+  };
+  if (env_off("CLCHAT_NO_PERSISTENT")) return no("CLCHAT_NO_PERSISTENT is set");
+  if (dev.platform_name.find("NVIDIA") == std::string::npos) return no("not NVIDIA's OpenCL");
+  if (!f.programs_.tuning().nv_shfl) return no("warp shuffles unavailable");
+  if (c.head_dim % 32 != 0 || c.head_dim > 256) return no("head size not a multiple of 32");
+  if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0) return no("row lengths not multiples of 32");
+  if (c.n_head % c.n_head_kv != 0) return no("query heads not a multiple of KV heads");
+  const auto& l0 = f.layers_.front();
+  for (const auto& l : f.layers_) {
+    if (l.qkv.size() != 1 || l.qkv[0].type != l0.qkv[0].type || l.wo.type != l0.wo.type ||
+        l.ffn_gate.type != l0.ffn_gate.type || l.ffn_up.type != l0.ffn_gate.type ||
+        l.ffn_down.type != l0.ffn_down.type) {
+      return no("layers differ in weight types");
+    }
+  }
+  const size_t local_bytes =
+      size_t(std::max(c.n_embd, c.n_ff)) / 32 * 36 * 4 + 8 * size_t(c.head_dim + 40) * 4 + 256;
+  if (local_bytes > dev.local_mem_bytes) return no("activations do not fit local memory");
+
+  std::unique_ptr<PersistentDecode> p(new PersistentDecode(f));
+  const char* wgs = std::getenv("CLCHAT_PERSIST_WGS");
+  const uint32_t per_cu = wgs && *wgs ? uint32_t(std::max(1, std::atoi(wgs))) : 2u;
+  try {
+    if (!p->build(per_cu)) return nullptr;
+  } catch (const std::exception& e) {
+    return no(e.what());
+  }
+  spdlog::info("persistent decode kernel: {} work-groups of 256, {} barriers per token",
+               p->n_groups_, p->barriers_per_token_);
+  return p;
+}
+
+bool PersistentDecode::build(uint32_t groups_per_cu) {
+  const ModelConfig& c = f_.config_;
+  const ClRuntime& rt = f_.rt_;
+  const DeviceMatrix& head = c.tied_embeddings ? f_.token_embd_ : f_.output_;
+
+  // The arena: every weight buffer copied once, at 256-byte aligned offsets.
+  std::vector<std::pair<const ClMem*, uint64_t>> parts;
+  uint64_t total = 0;
+  auto place = [&](const ClMem& m) {
+    const uint64_t off = total;
+    parts.emplace_back(&m, off);
+    total += (mem_size(m) + k_arena_align - 1) / k_arena_align * k_arena_align;
+    return off;
+  };
+  std::vector<uint64_t> layer_off;
+  for (const auto& l : f_.layers_) {
+    for (const DeviceMatrix* m : {&l.qkv[0], &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
+      layer_off.push_back(place(m->q));
+      layer_off.push_back(place(m->s));
+    }
+    layer_off.push_back(place(l.attn_norm.q));
+    layer_off.push_back(place(l.ffn_norm.q));
+  }
+  const uint64_t embd_q = place(f_.token_embd_.q), embd_s = place(f_.token_embd_.s);
+  const uint64_t head_q = c.tied_embeddings ? embd_q : place(head.q);
+  const uint64_t head_s = c.tied_embeddings ? embd_s : place(head.s);
+  const uint64_t out_norm = place(f_.output_norm_.q);
+  if (total > rt.device().max_alloc_bytes) {
+    spdlog::info(
+        "persistent decode kernel not used: weight arena of {} bytes exceeds one allocation",
+        total);
+    return false;
+  }
+  arena_ = rt.alloc(total);
+  for (const auto& [m, off] : parts) {
+    cl_check(clEnqueueCopyBuffer(rt.queue(), m->get(), arena_.get(), 0, off, mem_size(*m), 0,
+                                 nullptr, nullptr),
+             "clEnqueueCopyBuffer(arena)");
+  }
+  static_assert(sizeof(cl_ulong) == sizeof(uint64_t));
+  layer_off_ = rt.upload(layer_off.data(), layer_off.size() * sizeof(uint64_t));
+  if (layer_off.size() != f_.layers_.size() * k_layer_offsets) throw std::logic_error("layer_off");
+
+  n_groups_ = size_t(rt.device().compute_units) * groups_per_cu;
+  barriers_per_token_ = uint32_t(5 * c.n_layer + 1);
+  char eps[64];
+  std::snprintf(eps, sizeof(eps), "%.9ef", double(c.rms_eps));
+  std::string defines =
+      " -DPWG=256 -DN_EMBD=" + std::to_string(c.n_embd) + " -DN_FF=" + std::to_string(c.n_ff) +
+      " -DN_HEAD=" + std::to_string(c.n_head) + " -DN_HEAD_KV=" + std::to_string(c.n_head_kv) +
+      " -DHEAD_DIM=" + std::to_string(c.head_dim) + " -DN_ROT=" + std::to_string(c.n_rot) +
+      " -DN_LAYER=" + std::to_string(c.n_layer) + " -DN_VOCAB=" + std::to_string(c.n_vocab) +
+      " -DN_CTX=" + std::to_string(f_.n_ctx_) + " -DRMS_EPS=" + eps;
+  const auto& l0 = f_.layers_.front();
+  auto wt = [](GgmlType t) { return std::to_string(int(t)); };
+  defines += " -DWT_QKV=" + wt(l0.qkv[0].type) + " -DWT_WO=" + wt(l0.wo.type) +
+             " -DWT_FFN=" + wt(l0.ffn_gate.type) + " -DWT_DOWN=" + wt(l0.ffn_down.type) +
+             " -DWT_HEAD=" + wt(head.type) + " -DWT_EMBD=" + wt(f_.token_embd_.type);
+  program_ = rt.build_program("decode_persistent", kernel_source("decode_persistent"),
+                              f_.programs_.tuning().build_options + defines);
+
+  const cl_uint zero = 0;
+  bar_ = rt.alloc(4);
+  abort_ = rt.alloc(4);
+  cl_check(clEnqueueFillBuffer(rt.queue(), bar_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
+           "clEnqueueFillBuffer");
+  cl_check(clEnqueueFillBuffer(rt.queue(), abort_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
+           "clEnqueueFillBuffer");
+  part_val_ = rt.alloc(n_groups_ * 4);
+  part_idx_ = rt.alloc(n_groups_ * 4);
+  if (!barrier_self_test()) return false;
+
+  kernel_ = rt.create_kernel(program_, "decode_token");
+  set_args(kernel_, arena_, layer_off_, cl_ulong(embd_q), cl_ulong(embd_s), cl_ulong(head_q),
+           cl_ulong(head_s), cl_ulong(out_norm), f_.rope_cs_, f_.k_cache_, f_.v_cache_, f_.x_,
+           f_.q_, f_.att_out_, f_.h_, f_.logits_, part_val_, part_idx_, f_.ids_, cl_int(0),
+           cl_int(0), bar_, cl_uint(0), abort_, ClMem());
+  if (env_off("CLCHAT_PERSIST_TRACE")) {  // i.e. set
+    trace_ = rt.alloc((barriers_per_token_ + 1) * 8, true);
+    set_arg(kernel_.get(), 23, trace_);
+    trace_sum_us_.assign(6, 0.0);
+  }
+  rt.finish();
+  return true;
+}
+
+// All work-groups must be resident at once, or the barrier never opens: run
+// the barrier alone a few hundred times and check what crossed it.
+bool PersistentDecode::barrier_self_test() {
+  const ClRuntime& rt = f_.rt_;
+  ClKernel k = rt.create_kernel(program_, "grid_barrier_selftest");
+  const cl_int rounds = 300;
+  ClMem data = rt.alloc(2 * n_groups_ * 4);
+  ClMem errors = rt.alloc(4, true);
+  const cl_uint zero = 0;
+  cl_check(clEnqueueFillBuffer(rt.queue(), errors.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
+           "clEnqueueFillBuffer");
+  set_args(k, bar_, cl_uint(bar_base_), rounds, data, errors, abort_);
+  const size_t local = 256, global = n_groups_ * local;
+  rt.finish();
+  const auto t0 = std::chrono::steady_clock::now();
+  cl_check(
+      clEnqueueNDRangeKernel(rt.queue(), k.get(), 1, nullptr, &global, &local, 0, nullptr, nullptr),
+      "clEnqueueNDRangeKernel(grid_barrier_selftest)");
+  rt.finish();
+  barrier_us_ =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+      rounds;
+  bar_base_ += uint32_t(rounds) * uint32_t(n_groups_);
+  cl_uint n_errors = 0, aborted = 0;
+  cl_check(
+      clEnqueueReadBuffer(rt.queue(), errors.get(), CL_TRUE, 0, 4, &n_errors, 0, nullptr, nullptr),
+      "clEnqueueReadBuffer");
+  cl_check(
+      clEnqueueReadBuffer(rt.queue(), abort_.get(), CL_TRUE, 0, 4, &aborted, 0, nullptr, nullptr),
+      "clEnqueueReadBuffer");
+  if (n_errors != 0 || aborted != 0) {
+    spdlog::warn("persistent decode kernel not used: grid barrier self-test failed ({} errors{})",
+                 n_errors, aborted ? ", timed out" : "");
+    return false;
+  }
+  return true;
+}
+
+void PersistentDecode::enqueue(int token_index, int pos) {
+  set_arg(kernel_.get(), 18, cl_int(token_index));
+  set_arg(kernel_.get(), 19, cl_int(pos));
+  set_arg(kernel_.get(), 21, cl_uint(bar_base_));
+  const size_t local = 256, global = n_groups_ * local;
+  cl_check(clEnqueueNDRangeKernel(f_.rt_.queue(), kernel_.get(), 1, nullptr, &global, &local, 0,
+                                  nullptr, nullptr),
+           "clEnqueueNDRangeKernel(decode_token)");
+  bar_base_ += barriers_per_token_ * uint32_t(n_groups_);
+  if (trace_) {
+    std::vector<cl_ulong> t(barriers_per_token_ + 1);
+    cl_check(clEnqueueReadBuffer(f_.rt_.queue(), trace_.get(), CL_TRUE, 0, t.size() * 8, t.data(),
+                                 0, nullptr, nullptr),
+             "clEnqueueReadBuffer(trace)");
+    for (size_t k = 1; k < t.size(); ++k) {
+      const size_t stage = k == t.size() - 1 ? 5 : (k - 1) % 5;  // P1..P5, head
+      trace_sum_us_[stage] += double(t[k] - t[k - 1]) / 1000.0;
+    }
+    ++trace_tokens_;
+  }
+}
+
+PersistentDecode::~PersistentDecode() {
+  if (trace_tokens_ == 0) return;
+  static const char* names[] = {"qkv", "attention", "wo", "gate_up", "down", "head"};
+  std::string line;
+  double total = 0;
+  for (size_t i = 0; i < trace_sum_us_.size(); ++i) {
+    const double us = trace_sum_us_[i] / trace_tokens_;
+    total += us;
+    line += std::string(" ") + names[i] + " " + std::to_string(us) + " us;";
+  }
+  spdlog::warn(
+      "persistent trace over {} tokens (per token):{} total {:.1f} us; bare barrier {:.2f} us",
+      trace_tokens_, line, total, barrier_us_);
+}
+
+}  // namespace clchat

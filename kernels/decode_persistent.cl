@@ -1,0 +1,559 @@
+// One decode token in ONE launch: a persistent kernel whose work-groups stay
+// resident for the whole token and meet at grid-wide barriers between the
+// stages that depend on each other's results. On NVIDIA's OpenCL each launch
+// costs ~3 us of host time and the GPU runs dependent tiny kernels at about
+// that pace, so replacing ~150 launches by one is the point; a grid barrier
+// costs ~1.5 us.
+//
+// Stages (each followed by a grid barrier), per layer il:
+//   P1  x' = rmsnorm(x) * attn_norm; [q; k; v] = Wqkv x'; RoPE; k, v -> cache
+//   P2  attention of each head over cache positions 0..pos -> att
+//   P3  x += Wo att
+//   P4  x' = rmsnorm(x) * ffn_norm; h = silu(Wg x') * (Wu x')
+//   P5  x += Wd h
+// then the head: x' = rmsnorm(x) * output_norm; logits = Whead x' with each
+// work-group's argmax candidate -> barrier -> work-group 0 picks the token
+// (NaN never wins, ties go to the lowest id) and writes ids[0].
+// The embedding row is dequantized by every work-group straight into local
+// memory at the start (work-group 0 also stores it as x).
+//
+// Work split: a warp (32 work-items, PTX shuffles) computes one matrix row at
+// a time, its lanes taking every 32nd block; rows are spread over all warps of
+// the grid. Activations that a stage reads whole (x, att, h) are first staged
+// into local memory with volatile loads, which bypass the non-coherent L1
+// (other work-groups wrote them during this launch).
+//
+// Weights live in one arena buffer; `layer_off` holds byte offsets per layer
+// (see LO_* below). Types are compile-time: WT_QKV, WT_WO, WT_FFN (gate and
+// up), WT_DOWN, WT_HEAD, WT_EMBD (GGML type ids 0 F32, 1 F16, 2 Q4_0, 3 Q4_1,
+// 8 Q8_0); layouts are the repacked ones of engine/cl_weights.h.
+//
+// The barrier counts arrivals on a counter that is never reset: barrier k of
+// this launch waits until counter - (bar_base + k * n_groups) >= 0 in wrapping
+// 32-bit arithmetic. A work-group that spins too long (work-groups not all
+// resident) sets *abort_flag and stops waiting; the host then falls back to
+// the multi-kernel path. Requires NVIDIA (inline PTX); the host enables this
+// path only after grid_barrier_selftest passes.
+
+#ifndef PWG
+#define PWG 256
+#endif
+#define WARPS (PWG / 32)
+#ifndef SPIN_LIMIT
+#define SPIN_LIMIT 20000000
+#endif
+
+// Byte offsets per layer in layer_off[il * LO_N + ...].
+#define LO_QKV_Q 0
+#define LO_QKV_S 1
+#define LO_WO_Q 2
+#define LO_WO_S 3
+#define LO_GATE_Q 4
+#define LO_GATE_S 5
+#define LO_UP_Q 6
+#define LO_UP_S 7
+#define LO_DOWN_Q 8
+#define LO_DOWN_S 9
+#define LO_ATTN_NORM 10
+#define LO_FFN_NORM 11
+#define LO_N 12
+
+#define N_QKV (N_EMBD + 2 * N_EMBD_KV)
+#define N_EMBD_KV (N_HEAD_KV * HEAD_DIM)
+#define LOCAL_X (N_FF > N_EMBD ? N_FF : N_EMBD)
+// Matrix inputs sit in local memory with each block of 32 values padded to 36
+// floats: a lane per block then reads at a stride of 36 floats, so the eight
+// lanes of a 16-byte access phase hit distinct banks (at a stride of 32 they
+// all hit the same ones: an 18-way conflict in the first version, which cost
+// more than the weight loads).
+#define XS 36
+#define XP(i) (((i) >> 5) * XS + ((i)&31))
+#define LOCAL_XP (LOCAL_X / 32 * XS)
+
+// ---- warp primitives (PTX) --------------------------------------------------
+
+inline float shfl_bfly(float v, int mask) {
+  float r;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
+  return r;
+}
+inline float shfl_idx(float v, int lane) {
+  float r;
+  asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(lane));
+  return r;
+}
+inline float warp_sum(float v) {
+  for (int m = 16; m > 0; m >>= 1) v += shfl_bfly(v, m);
+  return v;
+}
+inline float warp_max(float v) {
+  for (int m = 16; m > 0; m >>= 1) v = fmax(v, shfl_bfly(v, m));
+  return v;
+}
+// The lanes of a warp meet (and see each other's local-memory writes).
+inline void warp_sync(void) { asm volatile("bar.warp.sync -1;" ::: "memory"); }
+inline void fence_gpu(void) { asm volatile("membar.gl;" ::: "memory"); }
+inline ulong global_timer_ns(void) {
+  ulong t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Non-blocking: asks for the 128-byte line at p to be brought into L2.
+inline void prefetch_l2(const __global void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// ---- grid barrier -------------------------------------------------------------
+
+inline void grid_sync(volatile __global uint* counter, uint target,
+                      volatile __global uint* abort_flag) {
+  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+  if (get_local_id(0) == 0) {
+    fence_gpu();  // this work-group's writes before the arrival
+    atomic_inc(counter);
+    uint spins = 0;
+    while ((int)(*counter - target) < 0) {
+      if (++spins > SPIN_LIMIT || *abort_flag) {
+        *abort_flag = 1;
+        break;
+      }
+    }
+    fence_gpu();
+  }
+  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+}
+
+// Start-up check that all n_groups work-groups are resident and that data
+// written before a barrier is seen after it: errors[0] counts mismatches.
+__kernel void grid_barrier_selftest(volatile __global uint* counter, uint bar_base, int rounds,
+                                    volatile __global int* data, volatile __global uint* errors,
+                                    volatile __global uint* abort_flag) {
+  const int g = get_group_id(0);
+  const int n = get_num_groups(0);
+  for (int r = 0; r < rounds; ++r) {
+    if (get_local_id(0) == 0) data[(r & 1) * n + g] = r * n + g;
+    grid_sync(counter, bar_base + (uint)(r + 1) * (uint)n, abort_flag);
+    if (get_local_id(0) == 0) {
+      const int other = (g + 1 + r) % n;
+      if (data[(r & 1) * n + other] != r * n + other) atomic_inc(errors);
+    }
+  }
+}
+
+// ---- weights ------------------------------------------------------------------
+
+// sum_j code_j * x_j and sum_j x_j over one block of 32 (x in local memory);
+// byte k of the 16 holds value k (low nibble) and value k + 16 (high nibble).
+inline float2 nibble_dot_local(uint4 q, const __local float* x) {
+  const uint w[4] = {q.x, q.y, q.z, q.w};
+  float acc = 0.0f, xs = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float4 xl = vload4(i, x);
+    const float4 xh = vload4(i + 4, x);
+    const uint v = w[i];
+    acc += (float)(v & 15) * xl.x + (float)((v >> 8) & 15) * xl.y +
+           (float)((v >> 16) & 15) * xl.z + (float)((v >> 24) & 15) * xl.w;
+    acc += (float)((v >> 4) & 15) * xh.x + (float)((v >> 12) & 15) * xh.y +
+           (float)((v >> 20) & 15) * xh.z + (float)(v >> 28) * xh.w;
+    xs += xl.x + xl.y + xl.z + xl.w + xh.x + xh.y + xh.z + xh.w;
+  }
+  return (float2)(acc, xs);
+}
+
+inline float int8_dot_local(uint4 q, const __local float* x) {
+  const char16 c = as_char16(q);
+  const float16 p = convert_float16(c) * vload16(0, x);
+  const float8 p8 = p.lo + p.hi;
+  const float4 p4 = p8.lo + p8.hi;
+  return p4.x + p4.y + p4.z + p4.w;
+}
+
+// This lane's share of dot(W[row], x) for a row of n_in values of type T;
+// `wq`/`ws` point at the matrix's payloads and scales in the arena.
+inline float row_dot_t0(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                        const __local float* x, int lane) {
+  const __global float* w = (const __global float*)wq + (size_t)row * n_in;
+  float s = 0.0f;
+  for (int i = lane; i < n_in / 4; i += 32) s += dot(vload4(i, w), vload4(0, x + XP(4 * i)));
+  return s;
+}
+inline float row_dot_t1(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                        const __local float* x, int lane) {
+  const __global half* w = (const __global half*)wq + (size_t)row * n_in;
+  float s = 0.0f;
+  for (int i = lane; i < n_in / 4; i += 32) s += dot(vload_half4(i, w), vload4(0, x + XP(4 * i)));
+  return s;
+}
+inline float row_dot_t2(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                        const __local float* x, int lane) {
+  const int nb = n_in / 32;
+  const size_t base = (size_t)row * nb;
+  float s = 0.0f;
+  for (int b = lane; b < nb; b += 32) {
+    const float2 r = nibble_dot_local(((const __global uint4*)wq)[base + b], x + b * XS);
+    s += vload_half(base + b, (const __global half*)ws) * (r.x - 8.0f * r.y);
+  }
+  return s;
+}
+inline float row_dot_t3(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                        const __local float* x, int lane) {
+  const int nb = n_in / 32;
+  const size_t base = (size_t)row * nb;
+  float s = 0.0f;
+  for (int b = lane; b < nb; b += 32) {
+    const float2 r = nibble_dot_local(((const __global uint4*)wq)[base + b], x + b * XS);
+    const float2 dm = vload_half2(base + b, (const __global half*)ws);
+    s += dm.x * r.x + dm.y * r.y;
+  }
+  return s;
+}
+inline float row_dot_t8(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                        const __local float* x, int lane) {
+  const int nb = n_in / 32;
+  const size_t base = (size_t)row * nb;
+  const __global uint4* q = (const __global uint4*)wq;
+  float s = 0.0f;
+  for (int b = lane; b < nb; b += 32) {
+    const float d = vload_half(base + b, (const __global half*)ws);
+    s += d * (int8_dot_local(q[2 * (base + b)], x + b * XS) +
+              int8_dot_local(q[2 * (base + b) + 1], x + b * XS + 16));
+  }
+  return s;
+}
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define ROW_DOT(T) CAT(row_dot_t, T)
+
+// Value i of row `row` of the embedding (type WT_EMBD).
+inline float embd_value(const __global uchar* wq, const __global uchar* ws, int row, int i) {
+#if WT_EMBD == 0
+  return ((const __global float*)wq)[(size_t)row * N_EMBD + i];
+#elif WT_EMBD == 1
+  return vload_half((size_t)row * N_EMBD + i, (const __global half*)wq);
+#else
+  const size_t blk = (size_t)row * (N_EMBD / 32) + i / 32;
+  const int j = i % 32;
+#if WT_EMBD == 8
+  const char c = ((const __global char*)wq)[blk * 32 + j];
+  return vload_half(blk, (const __global half*)ws) * (float)c;
+#else
+  const uchar byte = wq[blk * 16 + j % 16];
+  const float code = (float)(j < 16 ? (byte & 15) : (byte >> 4));
+#if WT_EMBD == 2
+  return vload_half(blk, (const __global half*)ws) * (code - 8.0f);
+#else
+  const float2 dm = vload_half2(blk, (const __global half*)ws);
+  return dm.x * code + dm.y;
+#endif
+#endif
+#endif
+}
+
+// Bytes of one row's payloads and scales in the repacked layout.
+#define ROW_Q_BYTES(T, n) \
+  ((T) == 0 ? (n) * 4 : (T) == 1 ? (n) * 2 : (T) == 8 ? (n) : (n) / 2)
+#define ROW_S_BYTES(T, n) ((T) == 0 || (T) == 1 ? 0 : (T) == 3 ? (n) / 8 : (n) / 16)
+
+// The lanes of a warp prefetch rows [row, row + 1) of a matrix into L2.
+inline void prefetch_row(const __global uchar* wq, const __global uchar* ws, size_t q_bytes,
+                         size_t s_bytes, int row, int lane) {
+  for (size_t o = (size_t)lane * 128; o < q_bytes; o += 32 * 128) {
+    prefetch_l2(wq + (size_t)row * q_bytes + o);
+  }
+  if (s_bytes && lane == 31) prefetch_l2(ws + (size_t)row * s_bytes);
+}
+#define PREFETCH_ROWS(T, q_off, s_off, n_in, n_rows)                                 \
+  for (int r = gwarp; r < (n_rows); r += n_gwarps)                                   \
+  prefetch_row(arena + (q_off), arena + (s_off), ROW_Q_BYTES(T, n_in), ROW_S_BYTES(T, n_in), \
+               r, lane)
+
+// ---- work-group helpers -------------------------------------------------------
+
+// xl[i] = src[i] for i < n (volatile: written by other work-groups).
+inline void stage(__local float* xl, volatile const __global float* src, int n) {
+  for (int i = get_local_id(0); i < n; i += PWG) xl[i] = src[i];
+  barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+// The same into the padded layout (XP).
+inline void stage_padded(__local float* xl, volatile const __global float* src, int n) {
+  for (int i = get_local_id(0); i < n; i += PWG) xl[XP(i)] = src[i];
+  barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+// xl = xl * g / rms(xl) over N_EMBD values (padded layout), in place.
+inline void rms_norm_local(__local float* xl, const __global float* g, __local float* red) {
+  const int lid = get_local_id(0);
+  float ss = 0.0f;
+  for (int i = lid; i < N_EMBD; i += PWG) ss += xl[XP(i)] * xl[XP(i)];
+  ss = warp_sum(ss);
+  if (lid % 32 == 0) red[lid / 32] = ss;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float total = 0.0f;
+  for (int w = 0; w < WARPS; ++w) total += red[w];
+  const float scale = rsqrt(total / N_EMBD + RMS_EPS);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int i = lid; i < N_EMBD; i += PWG) xl[XP(i)] = xl[XP(i)] * scale * g[i];
+  barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+inline bool is_nan_bits(float v) { return (as_uint(v) & 0x7fffffffu) > 0x7f800000u; }
+// Does candidate (v, i) beat (bv, bi)? NaN never wins; ties go to the lower id.
+inline bool beats(float v, int i, float bv, int bi) {
+  if (is_nan_bits(v) || i < 0) return false;
+  if (bi < 0) return true;
+  return v > bv || (v == bv && i < bi);
+}
+
+// ---- the token ----------------------------------------------------------------
+
+__kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
+    const __global uchar* arena, const __global ulong* layer_off, ulong embd_q, ulong embd_s,
+    ulong head_q, ulong head_s, ulong out_norm, const __global float2* rope_cs,
+    __global float* k_cache, __global float* v_cache, __global float* x, __global float* q,
+    __global float* att, __global float* h, __global float* logits, __global float* part_val,
+    __global int* part_idx, __global int* ids, int token_index, int pos,
+    volatile __global uint* bar, uint bar_base, volatile __global uint* abort_flag,
+    __global ulong* trace) {
+  __local float xl[LOCAL_XP];
+  __local float red[WARPS];
+  __local float att_m[WARPS], att_l[WARPS];
+  __local float att_acc[WARPS * HEAD_DIM];
+  __local float att_e[WARPS * 32];
+  __local int red_i[WARPS];
+
+  const int lid = get_local_id(0);
+  const int lane = lid % 32;
+  const int warp = lid / 32;
+  const int group = get_group_id(0);
+  const int n_groups = get_num_groups(0);
+  const int gwarp = group * WARPS + warp;  // warp index in the grid
+  const int n_gwarps = n_groups * WARPS;
+  uint n_bar = 0;
+  // With a trace buffer, work-group 0 records the GPU clock after each barrier
+  // (CLCHAT_PERSIST_TRACE=1): per-stage times for tuning.
+#define GRID_SYNC()                                                 \
+  do {                                                              \
+    grid_sync(bar, bar_base + (++n_bar) * (uint)n_groups, abort_flag); \
+    if (trace && group == 0 && lid == 0) trace[n_bar] = global_timer_ns(); \
+  } while (0)
+  if (trace && group == 0 && lid == 0) trace[0] = global_timer_ns();
+
+  // Embedding row of ids[token_index] into local memory (and x, by group 0).
+  const int token = ids[token_index];
+  for (int i = lid; i < N_EMBD; i += PWG) {
+    const float v = embd_value(arena + embd_q, arena + embd_s, token, i);
+    xl[XP(i)] = v;
+    if (group == 0) x[i] = v;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+
+  const int n_pos = pos + 1;
+  for (int il = 0; il < N_LAYER; ++il) {
+    const __global ulong* lo = layer_off + il * LO_N;
+    const size_t cache_base = ((size_t)il * N_CTX) * N_EMBD_KV;
+
+    // Weights of this layer's later stages and of the next layer's (or the
+    // head's) first stage start moving into L2 now, while we compute.
+    PREFETCH_ROWS(WT_WO, lo[LO_WO_Q], lo[LO_WO_S], N_EMBD, N_EMBD);
+    PREFETCH_ROWS(WT_FFN, lo[LO_GATE_Q], lo[LO_GATE_S], N_EMBD, N_FF);
+    PREFETCH_ROWS(WT_FFN, lo[LO_UP_Q], lo[LO_UP_S], N_EMBD, N_FF);
+    PREFETCH_ROWS(WT_DOWN, lo[LO_DOWN_Q], lo[LO_DOWN_S], N_FF, N_EMBD);
+    if (il + 1 < N_LAYER) {
+      const __global ulong* ln = lo + LO_N;
+      for (int pair = gwarp; pair < N_QKV / 2; pair += n_gwarps) {
+        prefetch_row(arena + ln[LO_QKV_Q], arena + ln[LO_QKV_S], ROW_Q_BYTES(WT_QKV, N_EMBD),
+                     ROW_S_BYTES(WT_QKV, N_EMBD), 2 * pair, lane);
+        prefetch_row(arena + ln[LO_QKV_Q], arena + ln[LO_QKV_S], ROW_Q_BYTES(WT_QKV, N_EMBD),
+                     ROW_S_BYTES(WT_QKV, N_EMBD), 2 * pair + 1, lane);
+      }
+    } else {
+      PREFETCH_ROWS(WT_HEAD, head_q, head_s, N_EMBD, N_VOCAB);
+    }
+
+    // P1: norm, q/k/v rows in pairs, RoPE, KV append.
+    if (il > 0) stage_padded(xl, x, N_EMBD);
+    rms_norm_local(xl, (const __global float*)(arena + lo[LO_ATTN_NORM]), red);
+    for (int pair = gwarp; pair < N_QKV / 2; pair += n_gwarps) {
+      const int r0 = 2 * pair;
+      // Both rows' loads are issued before the shuffles (asm) of either sum.
+      float a = ROW_DOT(WT_QKV)(arena + lo[LO_QKV_Q], arena + lo[LO_QKV_S], N_EMBD, r0, xl, lane);
+      float b =
+          ROW_DOT(WT_QKV)(arena + lo[LO_QKV_Q], arena + lo[LO_QKV_S], N_EMBD, r0 + 1, xl, lane);
+      a = warp_sum(a);
+      b = warp_sum(b);
+      if (lane == 0) {
+        const int in_head = (r0 < N_EMBD ? r0 : r0 - N_EMBD) % HEAD_DIM;
+        if (r0 < N_EMBD + N_EMBD_KV && in_head < N_ROT) {
+          const float2 cs = rope_cs[pos * (N_ROT / 2) + in_head / 2];
+          const float ra = a * cs.x - b * cs.y;
+          b = a * cs.y + b * cs.x;
+          a = ra;
+        }
+        __global float* dst;
+        if (r0 < N_EMBD) {
+          dst = q + r0;
+        } else if (r0 < N_EMBD + N_EMBD_KV) {
+          dst = k_cache + cache_base + (size_t)pos * N_EMBD_KV + (r0 - N_EMBD);
+        } else {
+          dst = v_cache + cache_base + (size_t)pos * N_EMBD_KV + (r0 - N_EMBD - N_EMBD_KV);
+        }
+        dst[0] = a;
+        dst[1] = b;
+      }
+    }
+    GRID_SYNC();
+
+    // P2: attention, one work-group per head; the positions are split evenly
+    // over its warps (lanes: one position each for the scores, then two of
+    // the head's dimensions each for the weighted sum of V), an online
+    // softmax per warp, merged in local memory.
+    for (int hd = group; hd < N_HEAD; hd += n_groups) {
+      const int kvh = hd / (N_HEAD / N_HEAD_KV);
+      stage(xl, q + hd * HEAD_DIM, HEAD_DIM);
+      const float kq_scale = rsqrt((float)HEAD_DIM);
+      float m = -1e30f, l = 0.0f;
+      float acc[HEAD_DIM / 32];
+      for (int d = 0; d < HEAD_DIM / 32; ++d) acc[d] = 0.0f;
+      const int span = (n_pos + WARPS - 1) / WARPS;
+      const int p_end = min(n_pos, (warp + 1) * span);
+      for (int c0 = warp * span; c0 < p_end; c0 += 32) {
+        const int p = c0 + lane;
+        float s = -1e30f;
+        if (p < p_end) {
+          const __global float* kr = k_cache + cache_base + (size_t)p * N_EMBD_KV + kvh * HEAD_DIM;
+          float sd = 0.0f;
+#pragma unroll
+          for (int d = 0; d < HEAD_DIM / 4; ++d) sd += dot(vload4(d, kr), vload4(d, xl));
+          s = sd * kq_scale;
+        }
+        const float new_m = fmax(m, warp_max(s));
+        const float e = p < p_end ? exp(s - new_m) : 0.0f;
+        const float corr = exp(m - new_m);
+        l = l * corr + warp_sum(e);
+        for (int d = 0; d < HEAD_DIM / 32; ++d) acc[d] *= corr;
+        att_e[warp * 32 + lane] = e;
+        warp_sync();
+        const int n_here = min(32, p_end - c0);
+        const __global float* vr =
+            v_cache + cache_base + (size_t)c0 * N_EMBD_KV + kvh * HEAD_DIM + lane;
+#pragma unroll 8
+        for (int j = 0; j < n_here; ++j) {
+          const float ej = att_e[warp * 32 + j];
+          for (int d = 0; d < HEAD_DIM / 32; ++d) acc[d] += ej * vr[(size_t)j * N_EMBD_KV + d * 32];
+        }
+        warp_sync();
+        m = new_m;
+      }
+      if (lane == 0) {
+        att_m[warp] = m;
+        att_l[warp] = l;
+      }
+      for (int d = 0; d < HEAD_DIM / 32; ++d) att_acc[warp * HEAD_DIM + d * 32 + lane] = acc[d];
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (lid < HEAD_DIM) {
+        float mm = -1e30f;
+        for (int w = 0; w < WARPS; ++w) mm = fmax(mm, att_m[w]);
+        float num = 0.0f, den = 0.0f;
+        for (int w = 0; w < WARPS; ++w) {
+          const float f = att_l[w] > 0.0f ? exp(att_m[w] - mm) : 0.0f;
+          num += f * att_acc[w * HEAD_DIM + lid];
+          den += f * att_l[w];
+        }
+        att[hd * HEAD_DIM + lid] = num / den;
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    GRID_SYNC();
+
+    // P3: x += Wo att.
+    stage_padded(xl, att, N_EMBD);
+    for (int row = gwarp; row < N_EMBD; row += n_gwarps) {
+      const float v =
+          warp_sum(ROW_DOT(WT_WO)(arena + lo[LO_WO_Q], arena + lo[LO_WO_S], N_EMBD, row, xl, lane));
+      if (lane == 0) x[row] = ((volatile __global float*)x)[row] + v;
+    }
+    GRID_SYNC();
+
+    // P4: norm, gate and up, SwiGLU.
+    stage_padded(xl, x, N_EMBD);
+    rms_norm_local(xl, (const __global float*)(arena + lo[LO_FFN_NORM]), red);
+    for (int row = gwarp; row < N_FF; row += n_gwarps) {
+      float g = ROW_DOT(WT_FFN)(arena + lo[LO_GATE_Q], arena + lo[LO_GATE_S], N_EMBD, row, xl, lane);
+      float u = ROW_DOT(WT_FFN)(arena + lo[LO_UP_Q], arena + lo[LO_UP_S], N_EMBD, row, xl, lane);
+      g = warp_sum(g);
+      u = warp_sum(u);
+      if (lane == 0) h[row] = g / (1.0f + exp(-g)) * u;
+    }
+    GRID_SYNC();
+
+    // P5: x += Wd h.
+    stage_padded(xl, h, N_FF);
+    for (int row = gwarp; row < N_EMBD; row += n_gwarps) {
+      const float v = warp_sum(
+          ROW_DOT(WT_DOWN)(arena + lo[LO_DOWN_Q], arena + lo[LO_DOWN_S], N_FF, row, xl, lane));
+      if (lane == 0) x[row] = ((volatile __global float*)x)[row] + v;
+    }
+    GRID_SYNC();
+  }
+
+  // Head: final norm, logits, this work-group's argmax candidate.
+  stage_padded(xl, x, N_EMBD);
+  rms_norm_local(xl, (const __global float*)(arena + out_norm), red);
+  float best = 0.0f;
+  int best_i = -1;
+  // Four rows per iteration so their loads overlap; rows stay in increasing
+  // order per warp (ties keep the lower id).
+  for (int row0 = gwarp; row0 < N_VOCAB; row0 += 4 * n_gwarps) {
+    float v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int row = row0 + k * n_gwarps;
+      v[k] = row < N_VOCAB ? ROW_DOT(WT_HEAD)(arena + head_q, arena + head_s, N_EMBD, row, xl, lane)
+                           : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int row = row0 + k * n_gwarps;
+      const float sum = warp_sum(v[k]);
+      if (lane == 0 && row < N_VOCAB) {
+        logits[row] = sum;
+        if (beats(sum, row, best, best_i)) {
+          best = sum;
+          best_i = row;
+        }
+      }
+    }
+  }
+  if (lane == 0) {
+    red[warp] = best;
+    red_i[warp] = best_i;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lid == 0) {
+    for (int w = 1; w < WARPS; ++w) {
+      if (beats(red[w], red_i[w], best, best_i)) {
+        best = red[w];
+        best_i = red_i[w];
+      }
+    }
+    part_val[group] = best;
+    part_idx[group] = best_i;
+  }
+  GRID_SYNC();
+  if (group == 0 && lid == 0) {
+    best_i = -1;
+    for (int g = 0; g < n_groups; ++g) {
+      const float v = ((volatile __global float*)part_val)[g];
+      const int i = ((volatile __global int*)part_idx)[g];
+      if (beats(v, i, best, best_i)) {
+        best = v;
+        best_i = i;
+      }
+    }
+    ids[0] = *abort_flag ? -2 : (best_i < 0 ? 0 : best_i);
+  }
+#undef GRID_SYNC
+}

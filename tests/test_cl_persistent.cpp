@@ -1,0 +1,106 @@
+// The one-launch persistent decode kernel (engine/cl_persistent.*): on a device
+// where it is eligible (NVIDIA's OpenCL; run with CLCHAT_TEST_DEVICE=gpu), the
+// logits of every position against the CPU reference for every weight type,
+// tied and untied, over more positions than one attention chunk of 32 per
+// warp; and the ids staying the same when debug mode switches to the
+// multi-kernel plan and back. On other devices the path is not used and these
+// tests skip, saying so; the multi-kernel plan is covered by test_cl_forward.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/cl_forward.h"
+#include "engine/cpu_forward.h"
+#include "engine/synthetic.h"
+#include "tests/cl_test_support.h"
+
+namespace clchat {
+namespace {
+
+bool device_is_nvidia() {
+  return test::cl_test_runtime().device().platform_name.find("NVIDIA") != std::string::npos;
+}
+
+struct PersistentCase {
+  GgmlType layer_type, embd_type;
+  bool tied;
+};
+
+void PrintTo(const PersistentCase& c, std::ostream* os) {
+  *os << ggml_type_name(c.layer_type) << "/" << ggml_type_name(c.embd_type)
+      << (c.tied ? " tied" : " untied");
+}
+
+// 128 embd, 2 layers, 4 heads, 2 KV heads (head size 32), FFN 256, vocab 512.
+SyntheticSpec spec_for(const PersistentCase& c) {
+  SyntheticSpec s;
+  s.name = "test-persistent";
+  s.n_embd = 128;
+  s.n_layer = 2;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.n_ff = 256;
+  s.n_vocab = 512;
+  s.n_ctx = 80;
+  s.layer_type = c.layer_type;
+  s.embd_type = c.embd_type;
+  s.tied = c.tied;
+  s.seed = 77 + uint64_t(c.layer_type) * 10 + uint64_t(c.embd_type) + (c.tied ? 0 : 100);
+  return s;
+}
+
+class PersistentDecodeTypes : public testing::TestWithParam<PersistentCase> {};
+
+TEST_P(PersistentDecodeTypes, LogitsMatchCpuAtEveryPosition) {
+  if (!device_is_nvidia()) GTEST_SKIP() << "the persistent kernel runs on NVIDIA's OpenCL only";
+  const std::string path = write_synthetic_model_tmp(spec_for(GetParam()));
+  const Model model = load_model(path);
+  const int n_ctx = 80;
+  CpuForward cpu(model, n_ctx);
+  ClForward cl(model, test::cl_test_runtime(), ClForwardOptions{n_ctx});
+  ASSERT_TRUE(cl.persistent_decode()) << "see the log for why the path was not taken";
+  for (int pos = 0; pos < n_ctx; ++pos) {
+    const int32_t token = int32_t((1 + 7919 * pos) % model.config.n_vocab);
+    const std::vector<float> ref = cpu.forward(token, pos);
+    const auto got = cl.decode_logits(token, pos);
+    EXPECT_LE(test::relative_error(std::vector<float>(got.begin(), got.end()), ref), 1e-3)
+        << "position " << pos;
+  }
+  std::filesystem::remove(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, PersistentDecodeTypes,
+                         testing::Values(PersistentCase{GgmlType::Q4_0, GgmlType::Q8_0, true},
+                                         PersistentCase{GgmlType::Q4_1, GgmlType::Q8_0, true},
+                                         PersistentCase{GgmlType::Q4_1, GgmlType::Q4_1, false},
+                                         PersistentCase{GgmlType::Q8_0, GgmlType::F16, false},
+                                         PersistentCase{GgmlType::F16, GgmlType::F16, true},
+                                         PersistentCase{GgmlType::F32, GgmlType::Q4_0, false}));
+
+// Greedy decoding with the device feeding itself, switching to the multi-kernel
+// plan (debug mode) every few tokens: the ids must equal a run without the
+// persistent path.
+TEST(PersistentDecode, SwitchingPathsKeepsTheGreedyIds) {
+  if (!device_is_nvidia()) GTEST_SKIP() << "the persistent kernel runs on NVIDIA's OpenCL only";
+  const std::string path =
+      write_synthetic_model_tmp(spec_for({GgmlType::Q4_0, GgmlType::Q8_0, true}));
+  const Model model = load_model(path);
+  auto greedy = [&](bool switching) {
+    ClForward cl(model, test::cl_test_runtime(), ClForwardOptions{64});
+    if (!switching) cl.set_debug(true);  // debug mode always takes the plan
+    std::vector<int32_t> ids{1};
+    for (int pos = 0; pos < 60; ++pos) {
+      if (switching) cl.set_debug(pos % 7 == 3);
+      ids.push_back(cl.decode_argmax(ids.back(), pos));
+    }
+    return ids;
+  };
+  EXPECT_EQ(greedy(true), greedy(false));
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace clchat

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "app/chat_screen.h"
 #include "app/cmd_chat.h"
 #include "app/commands.h"
 #include "engine/cl_runtime.h"
@@ -19,7 +20,11 @@ int main(int argc, char** argv) {
   // No subcommand: a chat (line mode when stdin is not a terminal).
   app.require_subcommand(0, 1);
   clchat::app::ChatOptions chat;
+  clchat::app::ScreenOptions screen;
+  // The config file seeds the chat options first, so flags override it.
+  if (const int rc = clchat::app::load_config_defaults(argc, argv, screen, chat)) return rc;
   clchat::app::add_chat_options(app, chat);
+  clchat::app::add_screen_options(app, screen);
   clchat::app::add_run_command(app);
   clchat::app::add_tokenize_command(app);
   clchat::app::add_info_command(app);
@@ -28,7 +33,7 @@ int main(int argc, char** argv) {
   clchat::app::add_synth_command(app);
   try {
     app.parse(argc, argv);
-    if (app.get_subcommands().empty()) return clchat::app::run_chat(chat);
+    if (app.get_subcommands().empty()) return clchat::app::run_interactive(chat, screen);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -21,13 +21,13 @@ class ConfigError : public std::runtime_error {
 };
 
 struct Sampling {
-  double temperature = 0.7;  // 0 = greedy
-  int top_k = 40;            // 0 = off
-  double top_p = 0.95;       // 1 = off
-  double min_p = 0.05;       // 0 = off
-  double repeat_penalty = 1.1;
+  double temperature = 0.0;     // 0 = greedy (on the device, fastest)
+  int top_k = 40;               // 0 = off
+  double top_p = 0.95;          // 1 = off
+  double min_p = 0.05;          // 0 = off
+  double repeat_penalty = 1.0;  // 1 = off
   int repeat_last_n = 64;
-  int64_t seed = -1;  // -1 = a new random seed per run
+  int64_t seed = 0;  // -1 = a new random seed per run
   int max_tokens = 512;
 };
 
@@ -60,11 +60,11 @@ struct Config {
   std::string model;   // empty: $CLCHAT_MODEL, else assets/models/<default>
   std::string device;  // empty: first GPU, else first CPU; "cpu", "gpu", index, name part
   std::string backend = "opencl";  // opencl | reference
-  int n_ctx = 2048;                // 0: the model's training context
+  int n_ctx = 0;                   // 0: the model's, capped by device memory
   std::string chat_template;       // empty: from the model's metadata
-  std::string system_prompt = "You are a helpful assistant.";
-  int prefill_chunk = 64;  // prompt tokens per prefill launch
-  bool profiling = true;   // sampled per-layer timings for the panel
+  std::string system_prompt;       // empty: the chat template's default
+  int prefill_chunk = 512;         // prompt tokens per prefill launch
+  bool profiling = true;           // sampled per-layer timings for the panel
   Sampling sampling;
   Ui ui;
   Keys keys;

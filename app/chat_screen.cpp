@@ -1,0 +1,93 @@
+// Config defaults, the screen's flags and the choice of front end (see
+// chat_screen.h).
+#include "app/chat_screen.h"
+
+#include <unistd.h>
+
+#include <clocale>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "app/commands.h"
+#include "config/logging.h"
+#include "ui/chat_ui.h"
+
+namespace clchat::app {
+
+namespace {
+
+EngineOptions engine_options_from(const config::Config& c) {
+  EngineOptions o;
+  o.model_path = c.model;
+  o.device = c.device;
+  o.backend = c.backend;
+  o.n_ctx = c.n_ctx;
+  o.chat_template = c.chat_template;
+  o.system_prompt = c.system_prompt;
+  o.prefill_chunk = c.prefill_chunk;
+  o.profiling = c.profiling;
+  const auto& s = c.sampling;
+  o.sampling.temperature = static_cast<float>(s.temperature);
+  o.sampling.top_k = s.top_k;
+  o.sampling.top_p = static_cast<float>(s.top_p);
+  o.sampling.min_p = static_cast<float>(s.min_p);
+  o.sampling.repeat_penalty = static_cast<float>(s.repeat_penalty);
+  o.sampling.repeat_last_n = s.repeat_last_n;
+  o.sampling.seed = s.seed >= 0 ? static_cast<uint64_t>(s.seed) : std::random_device{}();
+  o.sampling.max_tokens = s.max_tokens;
+  return o;
+}
+
+std::optional<std::filesystem::path> config_flag(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--config") == 0 && i + 1 < argc) return argv[i + 1];
+    if (std::strncmp(argv[i], "--config=", 9) == 0) return argv[i] + 9;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int load_config_defaults(int argc, char** argv, ScreenOptions& screen, ChatOptions& chat) {
+  try {
+    screen.config = config::load_config(config_flag(argc, argv));
+  } catch (const config::ConfigError& e) {
+    std::fprintf(stderr, "clchat: config: %s\n", e.what());
+    return 2;
+  }
+  chat.engine = engine_options_from(screen.config);
+  return 0;
+}
+
+void add_screen_options(CLI::App& app, ScreenOptions& screen) {
+  app.add_option("--config", screen.config_file,
+                 "Config file (default: $XDG_CONFIG_HOME/clchat/config.toml)");
+  app.add_flag("--resume", screen.resume, "Reopen the last autosaved conversation");
+  app.add_option("--log-level", screen.log_level,
+                 "trace, debug, info, warn, error, critical or off (log: "
+                 "$XDG_STATE_HOME/clchat/clchat.log)")
+      ->check([](const std::string& level) {
+        return config::is_log_level(level) ? std::string() : "not a log level: " + level;
+      });
+}
+
+int run_interactive(const ChatOptions& chat, const ScreenOptions& screen) {
+  if (!::isatty(STDIN_FILENO) || !::isatty(STDOUT_FILENO)) return run_chat(chat);
+  ui::ChatUiOptions o;
+  o.config = screen.config;
+  o.engine = chat.engine;
+  o.resume = screen.resume;
+  // Resolved before the screen starts, so "no model" is a plain error message.
+  if (o.engine.model_path.empty()) o.engine.model_path = default_model_path();
+  if (!std::filesystem::exists(o.engine.model_path)) {
+    throw UsageError("no model file '" + o.engine.model_path + "'");
+  }
+  o.log_path = config::default_log_path();
+  config::start_file_log(o.log_path,
+                         screen.log_level.empty() ? screen.config.log_level : screen.log_level);
+  std::setlocale(LC_ALL, "");  // wide characters in ncurses and wcwidth()
+  return ui::run_chat_ui(o);
+}
+
+}  // namespace clchat::app

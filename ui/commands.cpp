@@ -1,0 +1,155 @@
+// Command parsing and /set validation (see commands.h).
+#include "ui/commands.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace clchat::ui {
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+std::optional<double> parse_number(std::string_view s) {
+  const std::string text(s);
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+struct SetKey {
+  const char* name;
+  const char* alias;
+  double min, max;
+  bool integer;
+};
+
+constexpr SetKey k_set_keys[] = {
+    {"temp", "temperature", 0, 100, false},
+    {"top_k", "top-k", 0, 1 << 20, true},
+    {"top_p", "top-p", 0, 1, false},
+    {"min_p", "min-p", 0, 1, false},
+    {"repeat_penalty", "repeat-penalty", 0, 100, false},
+    {"repeat_last_n", "repeat-last-n", 0, 1 << 20, true},
+    {"seed", "seed", 0, 1.8e19, true},
+    {"max_tokens", "max-tokens", 1, 1 << 24, true},
+};
+
+command::Invalid usage_set() {
+  return {
+      "usage: /set temp|top_k|top_p|min_p|repeat_penalty|repeat_last_n|seed|max_tokens VALUE, "
+      "or /set greedy"};
+}
+
+Input parse_set(std::string_view args) {
+  args = trim(args);
+  if (args == "greedy") return command::SetGreedy{};
+  const auto space = args.find(' ');
+  if (space == std::string_view::npos) return usage_set();
+  const auto key = args.substr(0, space);
+  const auto value_text = trim(args.substr(space + 1));
+  for (const auto& k : k_set_keys) {
+    if (key != k.name && key != k.alias) continue;
+    const auto value = parse_number(value_text);
+    if (!value) return command::Invalid{"/set " + std::string(k.name) + ": not a number"};
+    if (*value < k.min || *value > k.max || (k.integer && std::floor(*value) != *value)) {
+      char range[96];
+      std::snprintf(range, sizeof range, "%s from %g to %g",
+                    k.integer ? "a whole number" : "a number", k.min, k.max);
+      return command::Invalid{"/set " + std::string(k.name) + ": expected " + range};
+    }
+    return command::Set{k.name, *value};
+  }
+  return usage_set();
+}
+
+Input parse_debug(std::string_view args) {
+  args = trim(args);
+  if (args == "on") return command::Debug{true};
+  if (args == "off") return command::Debug{false};
+  return command::Invalid{"usage: /debug on|off"};
+}
+
+}  // namespace
+
+Input parse_input(std::string_view line, bool starts_with_paste) {
+  if (trim(line).empty()) return Nothing{};
+  if (starts_with_paste || line.empty() || line.front() != '/') return Message{std::string(line)};
+  if (line.size() > 1 && line[1] == '/') return Message{std::string(line.substr(1))};
+
+  const auto end = line.find_first_of(" \t\n");
+  const auto name = line.substr(1, end == std::string_view::npos ? end : end - 1);
+  const auto args = end == std::string_view::npos ? std::string_view() : line.substr(end + 1);
+  const auto no_args = [&](Input cmd) -> Input {
+    if (!trim(args).empty())
+      return command::Invalid{"/" + std::string(name) + " takes no arguments"};
+    return cmd;
+  };
+  if (name == "help" || name == "?") return no_args(command::Help{});
+  if (name == "clear") return no_args(command::Clear{});
+  if (name == "regen") return no_args(command::Regen{});
+  if (name == "stats") return no_args(command::Stats{});
+  if (name == "quit" || name == "exit") return no_args(command::Quit{});
+  // The system prompt keeps its inner spacing and newlines; only the ends are trimmed.
+  if (name == "system") return command::System{std::string(trim(args))};
+  if (name == "save") return command::Save{std::string(trim(args))};
+  if (name == "load") {
+    if (trim(args).empty()) return command::Invalid{"usage: /load FILE"};
+    return command::Load{std::string(trim(args))};
+  }
+  if (name == "set") return parse_set(args);
+  if (name == "debug") return parse_debug(args);
+  return command::Invalid{"unknown command /" + std::string(name) +
+                          " (/help lists them; start with // to send a line beginning with /)"};
+}
+
+void apply_set(SamplingParams& p, const command::Set& s) {
+  if (s.key == "temp") p.temperature = static_cast<float>(s.value);
+  if (s.key == "top_k") p.top_k = static_cast<int>(s.value);
+  if (s.key == "top_p") p.top_p = static_cast<float>(s.value);
+  if (s.key == "min_p") p.min_p = static_cast<float>(s.value);
+  if (s.key == "repeat_penalty") p.repeat_penalty = static_cast<float>(s.value);
+  if (s.key == "repeat_last_n") p.repeat_last_n = static_cast<int>(s.value);
+  if (s.key == "seed") p.seed = static_cast<uint64_t>(s.value);
+  if (s.key == "max_tokens") p.max_tokens = static_cast<int>(s.value);
+}
+
+std::string sampling_summary(const SamplingParams& p) {
+  if (p.greedy()) return "greedy";
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "temp %.2f top-k %d top-p %.2f min-p %.2f", p.temperature, p.top_k,
+                p.top_p, p.min_p);
+  return buf;
+}
+
+std::vector<std::string> help_lines() {
+  return {
+      "/help                 this list",
+      "/clear                new conversation (system prompt kept, cache reset)",
+      "/system TEXT          set the system prompt (/system alone shows it)",
+      "/regen                drop the last reply and generate it again",
+      "/save [FILE]          write FILE.md (transcript) and FILE.json (for /load)",
+      "/load FILE            restore a conversation saved with /save",
+      "/set KEY VALUE        temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, "
+      "max_tokens",
+      "/set greedy           always take the most likely token",
+      "/stats                speed and cache use of the last reply",
+      "/debug on|off         per-layer hidden-state statistics and top-5 in the panel (F3)",
+      "/quit                 leave (also Ctrl-D on an empty line, or Ctrl-C twice)",
+      "keys: Enter send · Alt-Enter newline · Ctrl-C stop reply · PgUp/PgDn/Home/End or wheel "
+      "scroll · F2 panel · F3 debug · Up/Down history · Ctrl-R search",
+  };
+}
+
+}  // namespace clchat::ui

@@ -1,0 +1,50 @@
+// ui::State: everything the chat screen shows, as plain data. Engine events
+// and user actions change it (controller.cpp); draw() only reads it.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+
+#include "engine/messages.h"
+#include "ui/conversation_file.h"
+#include "ui/perf.h"
+#include "ui/styled.h"
+#include "ui/transcript.h"
+
+namespace clchat::ui {
+
+struct SessionInfo {
+  bool ready = false;
+  bool failed = false;
+  std::string model, quant, device, backend;
+  int n_layer = 0;
+  int n_ctx = 0;
+};
+
+struct State {
+  Transcript transcript;
+  PerfState perf;
+  SessionInfo session;
+  SamplingParams sampling;
+  Conversation conversation;       // what /save and the autosave write
+  std::filesystem::path autosave;  // this conversation's autosave file ("" = off)
+
+  bool generating = false;
+  // Ctrl-C during a reply. The engine clears its cancel flag when a turn
+  // starts, so a cancel that raced ahead of the turn is repeated on each token.
+  bool cancel_requested = false;
+  bool panel_wanted = true;
+  bool debug = false;
+  bool quit = false;
+  bool stats_requested = false;      // /stats: print the next final Stats
+  int key_panel = 2, key_debug = 3;  // function key numbers, for the hints
+
+  // The transient line above the input ("saved …", "unknown command …").
+  std::string hint;
+  Style hint_style = Style::Dim;
+  std::chrono::steady_clock::time_point hint_until{};
+  std::chrono::steady_clock::time_point last_interrupt{};  // Ctrl-C twice to quit
+};
+
+}  // namespace clchat::ui

@@ -1,0 +1,213 @@
+// The engine thread (engine.h) end to end with stories260K: load, a turn's
+// events in order, stats, cancel, errors that leave the thread running, the
+// wake fd; and line-mode chat through the clchat executable.
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <chrono>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "tests/test_support.h"
+
+namespace clchat {
+namespace {
+
+using namespace std::chrono_literals;
+
+EngineOptions stories_options(const std::string& backend) {
+  EngineOptions o;
+  o.model_path = test::shared_file("models/stories260K.gguf");
+  o.backend = backend;
+  o.device = "cpu";
+  o.n_ctx = 128;
+  o.sampling.max_tokens = 16;
+  return o;
+}
+
+// Events until (and including) the first of type T; fails after 120 s.
+template <typename T>
+std::vector<Event> events_until(Engine& engine) {
+  std::vector<Event> out;
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  Event e;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!engine.wait(e, 100ms)) continue;
+    out.push_back(e);
+    if (std::holds_alternative<T>(e)) return out;
+  }
+  ADD_FAILURE() << "timed out waiting for an event";
+  return out;
+}
+
+template <typename T>
+const T* last_of(const std::vector<Event>& events) {
+  for (auto it = events.rbegin(); it != events.rend(); ++it) {
+    if (auto* x = std::get_if<T>(&*it)) return x;
+  }
+  return nullptr;
+}
+
+std::string streamed_text(const std::vector<Event>& events) {
+  std::string s;
+  for (const Event& e : events) {
+    if (auto* t = std::get_if<ev::TokenText>(&e)) s += t->piece;
+  }
+  return s;
+}
+
+class EngineTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineTest, RoundTrip) {
+  Engine engine(stories_options(GetParam()));
+  const auto loaded = events_until<ev::Ready>(engine);
+  const auto* ready = last_of<ev::Ready>(loaded);
+  ASSERT_NE(ready, nullptr);
+  EXPECT_EQ(ready->n_ctx, 128);
+  EXPECT_EQ(ready->chat_template, "plain");
+  EXPECT_GT(ready->n_layer, 0);
+
+  engine.post(cmd::SubmitTurn{"Once upon a time"});
+  // The wake fd becomes readable once events are pending.
+  pollfd p{engine.wake_fd(), POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 120000), 1);
+  const auto turn = events_until<ev::TurnFinished>(engine);
+  const auto* done = last_of<ev::TurnFinished>(turn);
+  ASSERT_NE(done, nullptr);
+  EXPECT_EQ(streamed_text(turn), done->reply);
+  EXPECT_FALSE(done->reply.empty());
+  const auto* stats = last_of<ev::Stats>(turn);
+  ASSERT_NE(stats, nullptr);
+  EXPECT_FALSE(stats->live);
+  EXPECT_GT(stats->prefill_tokens, 0);
+  EXPECT_GT(stats->cache_used, stats->prefill_tokens);
+  EXPECT_EQ(stats->cache_capacity, 128);
+  Event e;
+  EXPECT_FALSE(engine.poll(e));
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "no events pending: the fd is not readable";
+
+  // Greedy regenerate gives the same reply; QueryStats answers.
+  engine.post(cmd::Regenerate{});
+  const auto again = events_until<ev::TurnFinished>(engine);
+  EXPECT_EQ(last_of<ev::TurnFinished>(again)->reply, done->reply);
+  engine.post(cmd::QueryStats{});
+  EXPECT_NE(last_of<ev::Stats>(events_until<ev::Stats>(engine)), nullptr);
+}
+
+TEST_P(EngineTest, ErrorsLeaveTheThreadRunning) {
+  Engine engine(stories_options(GetParam()));
+  events_until<ev::Ready>(engine);
+  std::string huge;
+  for (int i = 0; i < 60; ++i) huge += "the big dog ran to the park ";
+  engine.post(cmd::SubmitTurn{huge});
+  const auto failed = events_until<ev::TurnFinished>(engine);
+  ASSERT_NE(last_of<ev::Error>(failed), nullptr);
+  EXPECT_EQ(last_of<ev::TurnFinished>(failed)->reason, ev::FinishReason::ContextFull);
+
+  engine.post(cmd::SubmitTurn{"Tom had a dog"});
+  const auto ok = events_until<ev::TurnFinished>(engine);
+  EXPECT_EQ(last_of<ev::Error>(ok), nullptr);
+  EXPECT_FALSE(last_of<ev::TurnFinished>(ok)->reply.empty());
+  EXPECT_TRUE(engine.running());
+}
+
+TEST_P(EngineTest, CancelStopsTheReply) {
+  EngineOptions o = stories_options(GetParam());
+  o.n_ctx = 1024;
+  o.sampling.max_tokens = 1000;
+  Engine engine(o);
+  events_until<ev::Ready>(engine);
+  engine.post(cmd::SubmitTurn{"Once upon a time"});
+  events_until<ev::TokenText>(engine);
+  engine.cancel();
+  const auto rest = events_until<ev::TurnFinished>(engine);
+  const auto* done = last_of<ev::TurnFinished>(rest);
+  // The reply may have ended on its own first; mostly it is cancelled.
+  if (done->reason != ev::FinishReason::Eos) {
+    EXPECT_EQ(done->reason, ev::FinishReason::Cancelled);
+    EXPECT_LT(last_of<ev::Stats>(rest)->decode_tokens, 1000);
+  }
+  // A cancel while idle does not cancel the next turn.
+  engine.cancel();
+  engine.post(cmd::SetSampling{SamplingParams{.max_tokens = 5}});
+  engine.post(cmd::SubmitTurn{"The cat"});
+  const auto next = events_until<ev::TurnFinished>(engine);
+  EXPECT_NE(last_of<ev::TurnFinished>(next)->reason, ev::FinishReason::Cancelled);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, EngineTest, ::testing::Values("reference", "opencl"),
+                         [](const auto& info) { return info.param; });
+
+TEST(Engine, LoadFailure) {
+  EngineOptions o = stories_options("reference");
+  o.model_path = "/nonexistent/model.gguf";
+  Engine engine(o);
+  const auto events = events_until<ev::LoadFailed>(engine);
+  ASSERT_NE(last_of<ev::LoadFailed>(events), nullptr);
+  EXPECT_NE(last_of<ev::LoadFailed>(events)->message.find("/nonexistent/model.gguf"),
+            std::string::npos);
+  engine.post(cmd::SubmitTurn{"ignored"});  // must not hang or crash
+}
+
+// ---- line mode through the executable -----------------------------------
+
+const std::regex k_stats_line(
+    R"(\[prefill \d+ tok [0-9.]+ tok/s \| decode \d+ tok [0-9.]+ tok/s \| ttft [0-9.]+ ms \| cache \d+/\d+\])");
+
+std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < s.size()) {
+    const size_t nl = s.find('\n', at);
+    out.push_back(s.substr(at, nl - at));
+    if (nl == std::string::npos) break;
+    at = nl + 1;
+  }
+  return out;
+}
+
+// run_command redirects stdin from /dev/null; the subshell keeps the pipe.
+test::CommandResult piped(const std::string& input, const std::string& args) {
+  return test::run_command("(printf '" + input + "' | " + test::clchat_binary() + " " + args + ")");
+}
+
+void expect_two_replies(const test::CommandResult& r, bool verbose) {
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(lines_of(r.out).size(), 2u) << r.out;
+  if (!verbose) return;
+  int stats_lines = 0;
+  for (const std::string& l : lines_of(r.err)) stats_lines += std::regex_match(l, k_stats_line);
+  EXPECT_EQ(stats_lines, 2) << r.err;
+}
+
+TEST(LineMode, PipedStdinIsAChat) {
+  const std::string model = test::shared_file("models/stories260K.gguf");
+  for (const std::string backend : {"reference", "opencl"}) {
+    const auto r =
+        piped("Once upon a time\\nThe cat\\n",
+              "-m " + model + " --backend " + backend + " --device cpu -n 12 -c 256 --verbose");
+    expect_two_replies(r, true);
+  }
+}
+
+TEST(LineMode, RunChatIsTheSameChat) {
+  const std::string model = test::shared_file("models/stories260K.gguf");
+  const auto a = piped("Once upon a time\\n\\nThe cat\\n",
+                       "run --chat -m " + model + " --backend reference -n 12 -c 256 --verbose");
+  expect_two_replies(a, true);
+  const auto b =
+      piped("Once upon a time\\nThe cat\\n", "-m " + model + " --backend reference -n 12 -c 256");
+  expect_two_replies(b, false);
+  EXPECT_EQ(a.out, b.out);
+}
+
+TEST(LineMode, MissingModelIsABadInput) {
+  const auto r = piped("hi\\n", "-m /nonexistent.gguf --backend reference");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("/nonexistent.gguf"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace clchat

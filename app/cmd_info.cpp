@@ -6,6 +6,7 @@
 
 #include "app/commands.h"
 #include "engine/model.h"
+#include "engine/utf8.h"
 
 namespace clchat::app {
 
@@ -17,11 +18,12 @@ nlohmann::ordered_json describe(const Model& model) {
   std::map<std::string, int> type_counts;
   for (const auto& t : f.tensors()) ++type_counts[ggml_type_name(t.type)];
   nlohmann::ordered_json j;
-  j["file"] = f.path();
+  // Strings from the file may be any bytes; JSON output needs valid UTF-8.
+  j["file"] = sanitize_utf8(f.path());
   j["file_size"] = f.file_size();
   j["gguf_version"] = f.version();
-  j["name"] = c.name;
-  j["architecture"] = c.arch;
+  j["name"] = sanitize_utf8(c.name);
+  j["architecture"] = sanitize_utf8(c.arch);
   j["n_embd"] = c.n_embd;
   j["n_layer"] = c.n_layer;
   j["n_head"] = c.n_head;
@@ -37,8 +39,8 @@ nlohmann::ordered_json describe(const Model& model) {
   j["weight_type"] = describe_weight_type(model);
   j["n_tensors"] = f.tensors().size();
   j["tensor_types"] = type_counts;
-  j["tokenizer"] = f.opt_string("tokenizer.ggml.model").value_or("none");
-  j["tokenizer_pre"] = f.opt_string("tokenizer.ggml.pre").value_or("");
+  j["tokenizer"] = sanitize_utf8(f.opt_string("tokenizer.ggml.model").value_or("none"));
+  j["tokenizer_pre"] = sanitize_utf8(f.opt_string("tokenizer.ggml.pre").value_or(""));
   j["vocab_size"] =
       f.has("tokenizer.ggml.tokens") ? f.get_array("tokenizer.ggml.tokens").items.size() : 0;
   j["chat_template"] = f.has("tokenizer.chat_template");

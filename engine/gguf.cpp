@@ -20,6 +20,8 @@
 #include <fstream>
 #include <limits>
 
+#include "engine/utf8.h"
+
 namespace clchat {
 
 namespace {
@@ -35,17 +37,22 @@ uint64_t min_encoded_size(GgufValueType t) {
   switch (t) {
     case GgufValueType::UINT8:
     case GgufValueType::INT8:
-    case GgufValueType::BOOL: return 1;
+    case GgufValueType::BOOL:
+      return 1;
     case GgufValueType::UINT16:
-    case GgufValueType::INT16: return 2;
+    case GgufValueType::INT16:
+      return 2;
     case GgufValueType::UINT32:
     case GgufValueType::INT32:
-    case GgufValueType::FLOAT32: return 4;
+    case GgufValueType::FLOAT32:
+      return 4;
     case GgufValueType::UINT64:
     case GgufValueType::INT64:
     case GgufValueType::FLOAT64:
-    case GgufValueType::STRING: return 8;
-    case GgufValueType::ARRAY: return 12;
+    case GgufValueType::STRING:
+      return 8;
+    case GgufValueType::ARRAY:
+      return 12;
   }
   return 1;
 }
@@ -99,23 +106,45 @@ GgufValue read_value(Cursor& cur, const GgufFile& file, GgufValueType type, uint
   GgufValue v;
   v.type = type;
   switch (type) {
-    case GgufValueType::UINT8: v.data = uint64_t{cur.read<uint8_t>("value")}; break;
-    case GgufValueType::INT8: v.data = int64_t{cur.read<int8_t>("value")}; break;
-    case GgufValueType::UINT16: v.data = uint64_t{cur.read<uint16_t>("value")}; break;
-    case GgufValueType::INT16: v.data = int64_t{cur.read<int16_t>("value")}; break;
-    case GgufValueType::UINT32: v.data = uint64_t{cur.read<uint32_t>("value")}; break;
-    case GgufValueType::INT32: v.data = int64_t{cur.read<int32_t>("value")}; break;
-    case GgufValueType::UINT64: v.data = cur.read<uint64_t>("value"); break;
-    case GgufValueType::INT64: v.data = cur.read<int64_t>("value"); break;
-    case GgufValueType::FLOAT32: v.data = double{cur.read<float>("value")}; break;
-    case GgufValueType::FLOAT64: v.data = cur.read<double>("value"); break;
+    case GgufValueType::UINT8:
+      v.data = uint64_t{cur.read<uint8_t>("value")};
+      break;
+    case GgufValueType::INT8:
+      v.data = int64_t{cur.read<int8_t>("value")};
+      break;
+    case GgufValueType::UINT16:
+      v.data = uint64_t{cur.read<uint16_t>("value")};
+      break;
+    case GgufValueType::INT16:
+      v.data = int64_t{cur.read<int16_t>("value")};
+      break;
+    case GgufValueType::UINT32:
+      v.data = uint64_t{cur.read<uint32_t>("value")};
+      break;
+    case GgufValueType::INT32:
+      v.data = int64_t{cur.read<int32_t>("value")};
+      break;
+    case GgufValueType::UINT64:
+      v.data = cur.read<uint64_t>("value");
+      break;
+    case GgufValueType::INT64:
+      v.data = cur.read<int64_t>("value");
+      break;
+    case GgufValueType::FLOAT32:
+      v.data = double{cur.read<float>("value")};
+      break;
+    case GgufValueType::FLOAT64:
+      v.data = cur.read<double>("value");
+      break;
     case GgufValueType::BOOL: {
       const uint8_t b = cur.read<uint8_t>("value");
       if (b > 1) file.fail("metadata '" + key + "': bool value " + std::to_string(b));
       v.data = b != 0;
       break;
     }
-    case GgufValueType::STRING: v.data = cur.read_string("string value"); break;
+    case GgufValueType::STRING:
+      v.data = cur.read_string("string value");
+      break;
     case GgufValueType::ARRAY: {
       if (depth >= k_max_array_depth) file.fail("metadata '" + key + "': arrays nested too deeply");
       const uint32_t elem = cur.read<uint32_t>("array type");
@@ -141,42 +170,9 @@ GgufValue read_value(Cursor& cur, const GgufFile& file, GgufValueType type, uint
   return v;
 }
 
-// Length of the well-formed UTF-8 sequence starting at s[i] (Unicode's table
-// of well-formed byte sequences: no overlong forms, surrogates or code points
-// above U+10FFFF), or 0 when there is none.
+// Length of the well-formed UTF-8 sequence starting at s[i], or 0.
 size_t utf8_length_at(std::string_view s, size_t i) {
-  const auto byte = [&](size_t k) { return uint8_t(s[k]); };
-  const uint8_t c = byte(i);
-  if (c < 0x80) return 1;
-  size_t n;
-  uint8_t lo = 0x80, hi = 0xBF;  // range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (s.size() - i < n || byte(i + 1) < lo || byte(i + 1) > hi) return 0;
-  for (size_t k = 2; k < n; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
-  }
-  return n;
-}
-
-bool valid_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const size_t n = utf8_length_at(s, i);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
+  return size_t(decode_utf8_char(s, i).length);
 }
 
 // Messages quote names and values from the file; keep them one printable
@@ -219,19 +215,32 @@ std::string value_type_mismatch(std::string_view key, const GgufValue& v, const 
 
 const char* gguf_value_type_name(GgufValueType type) {
   switch (type) {
-    case GgufValueType::UINT8: return "uint8";
-    case GgufValueType::INT8: return "int8";
-    case GgufValueType::UINT16: return "uint16";
-    case GgufValueType::INT16: return "int16";
-    case GgufValueType::UINT32: return "uint32";
-    case GgufValueType::INT32: return "int32";
-    case GgufValueType::FLOAT32: return "float32";
-    case GgufValueType::BOOL: return "bool";
-    case GgufValueType::STRING: return "string";
-    case GgufValueType::ARRAY: return "array";
-    case GgufValueType::UINT64: return "uint64";
-    case GgufValueType::INT64: return "int64";
-    case GgufValueType::FLOAT64: return "float64";
+    case GgufValueType::UINT8:
+      return "uint8";
+    case GgufValueType::INT8:
+      return "int8";
+    case GgufValueType::UINT16:
+      return "uint16";
+    case GgufValueType::INT16:
+      return "int16";
+    case GgufValueType::UINT32:
+      return "uint32";
+    case GgufValueType::INT32:
+      return "int32";
+    case GgufValueType::FLOAT32:
+      return "float32";
+    case GgufValueType::BOOL:
+      return "bool";
+    case GgufValueType::STRING:
+      return "string";
+    case GgufValueType::ARRAY:
+      return "array";
+    case GgufValueType::UINT64:
+      return "uint64";
+    case GgufValueType::INT64:
+      return "int64";
+    case GgufValueType::FLOAT64:
+      return "float64";
   }
   return "unknown";
 }
@@ -279,7 +288,8 @@ void GgufFile::parse() {
   const uint64_t n_kv = cur.read<uint64_t>("metadata count");
   // Each KV pair takes at least 8 (key length) + 4 (type) + 1 bytes; each
   // tensor info at least 8 + 4 + 4 + 8.
-  if (n_kv > cur.left() / 13) fail("metadata count " + std::to_string(n_kv) + " exceeds the file size");
+  if (n_kv > cur.left() / 13)
+    fail("metadata count " + std::to_string(n_kv) + " exceeds the file size");
   if (n_tensors > cur.left() / 24) {
     fail("tensor count " + std::to_string(n_tensors) + " exceeds the file size");
   }
@@ -287,7 +297,7 @@ void GgufFile::parse() {
   for (uint64_t i = 0; i < n_kv; ++i) {
     const uint64_t key_at = cur.pos();
     std::string key = cur.read_string("metadata key");
-    if (!valid_utf8(key)) {
+    if (!is_valid_utf8(key)) {
       fail("metadata key at offset " + std::to_string(key_at) + " is not valid UTF-8");
     }
     const uint32_t type = cur.read<uint32_t>("metadata value type");
@@ -312,7 +322,7 @@ void GgufFile::parse() {
     GgufTensor t;
     const uint64_t name_at = cur.pos();
     t.name = cur.read_string("tensor name");
-    if (!valid_utf8(t.name)) {
+    if (!is_valid_utf8(t.name)) {
       fail("tensor name at offset " + std::to_string(name_at) + " is not valid UTF-8");
     }
     if (t.name.empty()) fail("tensor " + std::to_string(i) + " has an empty name");
@@ -520,18 +530,42 @@ class ByteSink {
 
 void put_value(ByteSink& out, const GgufValue& v) {
   switch (v.type) {
-    case GgufValueType::UINT8: out.put<uint8_t>(uint8_t(std::get<uint64_t>(v.data))); break;
-    case GgufValueType::INT8: out.put<int8_t>(int8_t(std::get<int64_t>(v.data))); break;
-    case GgufValueType::UINT16: out.put<uint16_t>(uint16_t(std::get<uint64_t>(v.data))); break;
-    case GgufValueType::INT16: out.put<int16_t>(int16_t(std::get<int64_t>(v.data))); break;
-    case GgufValueType::UINT32: out.put<uint32_t>(uint32_t(std::get<uint64_t>(v.data))); break;
-    case GgufValueType::INT32: out.put<int32_t>(int32_t(std::get<int64_t>(v.data))); break;
-    case GgufValueType::UINT64: out.put<uint64_t>(std::get<uint64_t>(v.data)); break;
-    case GgufValueType::INT64: out.put<int64_t>(std::get<int64_t>(v.data)); break;
-    case GgufValueType::FLOAT32: out.put<float>(float(std::get<double>(v.data))); break;
-    case GgufValueType::FLOAT64: out.put<double>(std::get<double>(v.data)); break;
-    case GgufValueType::BOOL: out.put<uint8_t>(std::get<bool>(v.data) ? 1 : 0); break;
-    case GgufValueType::STRING: out.put_string(std::get<std::string>(v.data)); break;
+    case GgufValueType::UINT8:
+      out.put<uint8_t>(uint8_t(std::get<uint64_t>(v.data)));
+      break;
+    case GgufValueType::INT8:
+      out.put<int8_t>(int8_t(std::get<int64_t>(v.data)));
+      break;
+    case GgufValueType::UINT16:
+      out.put<uint16_t>(uint16_t(std::get<uint64_t>(v.data)));
+      break;
+    case GgufValueType::INT16:
+      out.put<int16_t>(int16_t(std::get<int64_t>(v.data)));
+      break;
+    case GgufValueType::UINT32:
+      out.put<uint32_t>(uint32_t(std::get<uint64_t>(v.data)));
+      break;
+    case GgufValueType::INT32:
+      out.put<int32_t>(int32_t(std::get<int64_t>(v.data)));
+      break;
+    case GgufValueType::UINT64:
+      out.put<uint64_t>(std::get<uint64_t>(v.data));
+      break;
+    case GgufValueType::INT64:
+      out.put<int64_t>(std::get<int64_t>(v.data));
+      break;
+    case GgufValueType::FLOAT32:
+      out.put<float>(float(std::get<double>(v.data)));
+      break;
+    case GgufValueType::FLOAT64:
+      out.put<double>(std::get<double>(v.data));
+      break;
+    case GgufValueType::BOOL:
+      out.put<uint8_t>(std::get<bool>(v.data) ? 1 : 0);
+      break;
+    case GgufValueType::STRING:
+      out.put_string(std::get<std::string>(v.data));
+      break;
     case GgufValueType::ARRAY: {
       const auto& a = std::get<GgufArray>(v.data);
       out.put<uint32_t>(uint32_t(a.elem_type));

@@ -2,6 +2,7 @@
 // Key names follow llama.cpp's conventions ("llama.embedding_length", ...).
 #include "engine/model.h"
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -80,8 +81,9 @@ ModelConfig read_model_config(const GgufFile& file) {
   }
   c.rope_freq_base = float(file.opt_float(p + "rope.freq_base").value_or(10000.0));
   c.rms_eps = float(file.opt_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
-  if (!(c.rope_freq_base > 0.0f) || !(c.rms_eps > 0.0f) || !(c.rms_eps < 1.0f)) {
-    file.fail("rope frequency base and RMS epsilon must be positive");
+  if (!(c.rope_freq_base > 0.0f) || !std::isfinite(c.rope_freq_base) || !(c.rms_eps > 0.0f) ||
+      !(c.rms_eps < 1.0f)) {
+    file.fail("rope frequency base must be positive and finite, RMS epsilon in (0, 1)");
   }
   const GgufTensor* embd = file.find_tensor("token_embd.weight");
   if (!embd) file.fail("missing tensor 'token_embd.weight'");

@@ -115,5 +115,18 @@ TEST(MalformedCli, TheUnbrokenFixtureLoads) {
   EXPECT_NE(r.out.find("embedding:     32"), std::string::npos) << r.out;
 }
 
+// A name that is not UTF-8 is the file's business, not an error: `info --json`
+// still prints valid JSON, with U+FFFD for the bad byte.
+TEST(MalformedCli, InfoJsonReplacesNonUtf8Names) {
+  test::TempDir dir;
+  TinyModel m = base();
+  m.set_metadata("general.name", GgufValue::str("bad\xff name"));
+  const std::string path = m.write(dir.file("bad-name.gguf"));
+  const test::CommandResult r =
+      test::run_command(test::clchat_binary() + " info --json -m '" + path + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"name\": \"bad\xEF\xBF\xBD name\""), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace clchat

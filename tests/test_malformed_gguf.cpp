@@ -614,15 +614,16 @@ TEST(MalformedModel, OutOfRangeAndInconsistentHyperParameters) {
     for (const auto& [key, v] : cases[i].set) m.set_metadata(key, GgufValue::u64(v));
     expect_rejected(dir, "hparam-" + std::to_string(i), m, {cases[i].phrase});
   }
-  for (double v : {0.0, -1.0, double(NAN)}) {
+  const std::string hparam_phrase = "rope frequency base must be positive and finite";
+  for (double v : {0.0, -1.0, double(NAN), double(INFINITY)}) {
     TinyModel m = base_model();
     m.set_metadata("llama.rope.freq_base", GgufValue::f32(float(v)));
-    expect_rejected(dir, "rope-base", m, {"rope frequency base and RMS epsilon must be positive"});
+    expect_rejected(dir, "rope-base", m, {hparam_phrase});
   }
   for (double v : {0.0, -1e-5, 1.5, double(NAN)}) {
     TinyModel m = base_model();
     m.set_metadata("llama.attention.layer_norm_rms_epsilon", GgufValue::f32(float(v)));
-    expect_rejected(dir, "rms-eps", m, {"rope frequency base and RMS epsilon must be positive"});
+    expect_rejected(dir, "rms-eps", m, {hparam_phrase});
   }
 }
 

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "engine/forward_reports.h"
 #include "engine/model.h"
@@ -25,6 +27,20 @@ class Backend {
   // Same as prefill of one token, but may return the logits (n_vocab) instead.
   virtual int32_t decode_argmax(int32_t token, int pos) = 0;
   virtual std::span<const float> decode_logits(int32_t token, int pos) = 0;
+  // Runs `tokens` at positions pos.. and returns in `out` the logits of every
+  // position from tokens[first_out] on ((size - first_out) x n_vocab,
+  // row-major), e.g. for perplexity. Default: one decode_logits per token.
+  virtual void prefill_logits(std::span<const int32_t> tokens, int pos, int first_out,
+                              std::vector<float>& out) {
+    if (first_out < 0 || size_t(first_out) >= tokens.size()) {
+      throw std::out_of_range("prefill_logits: first output outside the tokens");
+    }
+    out.clear();
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const std::span<const float> logits = decode_logits(tokens[i], pos + int(i));
+      if (i >= size_t(first_out)) out.insert(out.end(), logits.begin(), logits.end());
+    }
+  }
 
   // Debug readback mode: per-layer statistics and the top-5 of the last
   // position, refreshed by every call while on. Backends without it ignore it.

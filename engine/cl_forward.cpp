@@ -56,6 +56,7 @@ ClForward::ClForward(const Model& model, ClRuntime& rt, const ClForwardOptions& 
   if (n_ctx_ < 1) throw std::runtime_error("the KV cache does not fit " + rt.device().name);
   upload_weights(model);
   build_plan();
+  if (options.prefill_chunk > 1) make_prefill(std::min(options.prefill_chunk, n_ctx_));
 }
 
 ClForward::~ClForward() {
@@ -289,6 +290,15 @@ int32_t ClForward::read_token() {
 int32_t ClForward::prefill(std::span<const int32_t> tokens, int pos) {
   check_position(pos, tokens.size());
   write_ids(tokens);
+  if (prefill_ && tokens.size() > 1 && !debug_) {  // batched (ClPrefill): the last position
+    prefill_->run(int(tokens.size()), pos, x_);    // leaves its hidden state in x_
+    enqueue(lm_head_);
+    enqueue(argmax_partial_);
+    enqueue(argmax_final_);
+    const int32_t id = read_token();
+    if (profiling_) collect_profile();
+    return id;
+  }
   for (size_t i = 0; i < tokens.size(); ++i) {
     const bool last = i + 1 == tokens.size();
     enqueue_token(int(i), pos + int(i), last);
@@ -367,6 +377,39 @@ void ClForward::collect_profile() {
   events_.clear();
   event_owner_.clear();
   profile_ = std::move(p);
+}
+
+// ---- batched prefill (ClPrefill, engine/cl_prefill.*) ----------------------
+
+void ClForward::make_prefill(int chunk) {
+  PrefillModel m;
+  m.token_embd = &token_embd_;
+  m.output_norm = &output_norm_;
+  m.head = config_.tied_embeddings ? &token_embd_ : &output_;
+  for (const LayerWeights& w : layers_) {
+    PrefillModel::Layer l{&w.attn_norm, &w.ffn_norm, {},         &w.wo,
+                          &w.ffn_gate,  &w.ffn_up,   &w.ffn_down};
+    for (const DeviceMatrix& q : w.qkv) l.qkv.push_back(&q);
+    m.layers.push_back(std::move(l));
+  }
+  m.k_cache = &k_cache_;
+  m.v_cache = &v_cache_;
+  m.rope_cs = &rope_cs_;
+  m.ids = &ids_;
+  m.n_ctx = n_ctx_;
+  prefill_ = std::make_unique<ClPrefill>(config_, rt_, m, chunk, programs_.tuning().build_options,
+                                         PrefillTuning::for_device(rt_.device()));
+}
+
+void ClForward::prefill_logits(std::span<const int32_t> tokens, int pos, int first_out,
+                               std::vector<float>& out) {
+  check_position(pos, tokens.size());
+  if (!prefill_) {
+    Backend::prefill_logits(tokens, pos, first_out, out);
+    return;
+  }
+  write_ids(tokens);
+  prefill_->run_logits(int(tokens.size()), pos, first_out, out);
 }
 
 }  // namespace clchat

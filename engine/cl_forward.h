@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/cl_prefill.h"
 #include "engine/cl_programs.h"
 #include "engine/cl_runtime.h"
 #include "engine/cl_weights.h"
@@ -35,6 +36,9 @@ namespace clchat {
 
 struct ClForwardOptions {
   int n_ctx = 0;  // KV cache positions; 0 = the model's training context
+  // Batched prefill: tokens per chunk (matrix-matrix kernels, ClPrefill);
+  // 1 = position by position through the decode plan.
+  int prefill_chunk = 512;
 };
 
 class ClForward final : public Backend {
@@ -48,6 +52,11 @@ class ClForward final : public Backend {
   int32_t prefill(std::span<const int32_t> tokens, int pos) override;
   int32_t decode_argmax(int32_t token, int pos) override;
   std::span<const float> decode_logits(int32_t token, int pos) override;
+  // Batched prefill (ClPrefill) with the logits of positions first_out.. read
+  // back; position by position when the chunk size is 1.
+  void prefill_logits(std::span<const int32_t> tokens, int pos, int first_out,
+                      std::vector<float>& out) override;
+  int prefill_chunk() const { return prefill_ ? prefill_->chunk() : 1; }
 
   void set_debug(bool on) override;
   bool debug() const override { return debug_; }
@@ -88,6 +97,7 @@ class ClForward final : public Backend {
   int32_t read_token();
   void collect_debug(int pos);
   void collect_profile();
+  void make_prefill(int chunk);  // cl_forward.cpp, "batched prefill" section
 
   const ModelConfig config_;
   ClRuntime& rt_;
@@ -119,6 +129,8 @@ class ClForward final : public Backend {
   Launch embed_;
   std::vector<LayerPlan> plan_;
   Launch lm_head_, argmax_partial_, argmax_final_;
+
+  std::unique_ptr<ClPrefill> prefill_;  // batched prefill; null: chunk size 1
 
   int32_t device_token_ = -1;     // id known to be in ids_[0], or -1
   std::vector<cl_event> events_;  // profiling events of the current token

@@ -1,0 +1,273 @@
+// ClPrefill: the chunked prefill plan (kernels built once, arguments preset;
+// per chunk only the token count, position and id offset change).
+#include "engine/cl_prefill.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "engine/cl_programs.h"
+
+namespace clchat {
+
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+size_t ceil_div(size_t n, size_t m) { return (n + m - 1) / m; }
+
+}  // namespace
+
+PrefillTuning PrefillTuning::for_device(const DeviceInfo& device) {
+  PrefillTuning t;
+  if (device.is_cpu) {
+    // 1 row x 12 tokens = 12 float8 accumulators + the weights + x (AVX2 has
+    // 16 registers); measured best of 1x8, 1x12, 2x4, 2x6, 3x4, 4x3 on PoCL.
+    t.mm_direct = true;
+    t.mm_vr = 1;
+    t.mm_nr = 16;
+    t.mm_wt = 12;
+    t.mm_nt = 1;
+    t.att_tq = 16;
+    t.att_tk = 32;
+    t.norm_wg = 16;
+  }
+  t.mm_vr = env_int("CLCHAT_MM_VR", t.mm_vr);
+  t.mm_nr = env_int("CLCHAT_MM_NR", t.mm_nr);
+  t.mm_wt = env_int("CLCHAT_MM_WT", t.mm_wt);
+  t.mm_nt = env_int("CLCHAT_MM_NT", t.mm_nt);
+  t.mm_direct = env_int("CLCHAT_MM_DIRECT", t.mm_direct ? 1 : 0) != 0;
+  t.att_tq = env_int("CLCHAT_ATT_TQ", t.att_tq);
+  t.att_tk = env_int("CLCHAT_ATT_TK", t.att_tk);
+  const bool vr_ok = (t.mm_direct && t.mm_vr >= 1 && t.mm_vr <= 16) || t.mm_vr == 1 ||
+                     t.mm_vr == 2 || t.mm_vr == 4 || t.mm_vr == 8 || t.mm_vr == 16;
+  const size_t max_wg = device.max_work_group_size;
+  if (!vr_ok || t.mm_nr < 1 || t.mm_wt < 1 || t.mm_nt < 1 || t.att_tq < 1 || t.att_tk < 1 ||
+      size_t(t.mm_nr) * size_t(t.mm_nt) > max_wg || size_t(t.att_tq) > max_wg) {
+    throw std::invalid_argument("invalid prefill tuning (MM_VR " + std::to_string(t.mm_vr) +
+                                ", MM_NR " + std::to_string(t.mm_nr) + ", MM_WT " +
+                                std::to_string(t.mm_wt) + ", MM_NT " + std::to_string(t.mm_nt) +
+                                ", ATT_TQ " + std::to_string(t.att_tq) + ", ATT_TK " +
+                                std::to_string(t.att_tk) + ") for " + device.name);
+  }
+  while (size_t(t.norm_wg) > max_wg) t.norm_wg /= 2;
+  return t;
+}
+
+ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const PrefillModel& m, int chunk,
+                     const std::string& build_options, const PrefillTuning& tuning)
+    : config_(config),
+      rt_(rt),
+      m_(m),
+      chunk_(chunk),
+      build_options_(build_options),
+      tuning_(tuning) {
+  if (chunk_ < 1) throw std::invalid_argument("prefill chunk must be at least 1");
+  const ModelConfig& c = config_;
+  const size_t n = size_t(chunk_);
+  x_ = rt_.alloc(n * size_t(c.n_embd) * 4);
+  xn_ = rt_.alloc(n * size_t(c.n_embd) * 4);
+  qkv_ = rt_.alloc(n * size_t(c.n_embd + 2 * c.n_embd_kv()) * 4);
+  q_ = rt_.alloc(n * size_t(c.n_embd) * 4);
+  att_ = rt_.alloc(n * size_t(c.n_embd) * 4);
+  g_ = rt_.alloc(n * size_t(c.n_ff) * 4);
+  u_ = rt_.alloc(n * size_t(c.n_ff) * 4);
+  build_steps();
+}
+
+ClKernel ClPrefill::kernel(const std::string& stem, const std::string& defines, const char* name) {
+  const std::string key = stem + defines;
+  auto it = std::find_if(programs_.begin(), programs_.end(),
+                         [&](const auto& p) { return p.first == key; });
+  if (it == programs_.end()) {
+    programs_.emplace_back(key,
+                           rt_.build_program(stem, kernel_source(stem), build_options_ + defines));
+    it = programs_.end() - 1;
+  }
+  return rt_.create_kernel(it->second, name);
+}
+
+std::string ClPrefill::matmul_defines(GgmlType type, const PrefillTuning& t) {
+  return " -DWTYPE=" + std::to_string(int(type)) + " -DMM_VR=" + std::to_string(t.mm_vr) +
+         " -DMM_NR=" + std::to_string(t.mm_nr) + " -DMM_WT=" + std::to_string(t.mm_wt) +
+         " -DMM_NT=" + std::to_string(t.mm_nt) + (t.mm_direct ? " -DMM_DIRECT=1" : "");
+}
+
+ClKernel ClPrefill::weight_kernel(GgmlType type, const char* name) {
+  return kernel("matmul", matmul_defines(type, tuning_), name);
+}
+
+ClPrefill::Step ClPrefill::matmul_step(const DeviceMatrix& w, const ClMem& x, int ld_x,
+                                       const ClMem& out, int ld_out, int out_off, bool accumulate,
+                                       const char* label) {
+  const PrefillTuning& t = tuning_;
+  Step s;
+  s.kernel = weight_kernel(w.type, "matmul");
+  s.global0 = ceil_div(size_t(w.rows), size_t(t.tile_rows())) * size_t(t.mm_nr);
+  s.local0 = size_t(t.mm_nr);
+  s.local1 = size_t(t.mm_nt);
+  s.tokens_per_group = t.tile_tokens();
+  s.arg_n_tok = 6;
+  s.label = label;
+  set_args(s.kernel, w.q, w.s, cl_int(w.n_in), cl_int(w.rows), x, cl_int(ld_x), cl_int(0), out,
+           cl_int(ld_out), cl_int(out_off), cl_int(accumulate ? 1 : 0));
+  return s;
+}
+
+ClPrefill::Step ClPrefill::norm_step(const ClMem& x, const ClMem& g, const ClMem& out,
+                                     const char* label) {
+  Step s;
+  s.kernel = kernel("prefill_ops", " -DNORM_WG=" + std::to_string(tuning_.norm_wg), "rmsnorm_rows");
+  s.global0 = size_t(tuning_.norm_wg);
+  s.local0 = size_t(tuning_.norm_wg);
+  s.local1 = 1;
+  s.arg_row0 = 1;
+  s.label = label;
+  set_args(s.kernel, x, cl_int(0), cl_int(config_.n_embd), g, config_.rms_eps, out);
+  return s;
+}
+
+void ClPrefill::build_steps() {
+  const ModelConfig& c = config_;
+  const std::string ops_defines = " -DNORM_WG=" + std::to_string(tuning_.norm_wg);
+  const int n_qkv = c.n_embd + 2 * c.n_embd_kv();
+  steps_.clear();
+
+  // embedding of the chunk: x[t] = token_embd[ids[id_off + t]]
+  Step embed;
+  embed.kernel = weight_kernel(m_.token_embd->type, "embed_rows");
+  embed.global0 = size_t(c.n_embd);
+  embed.arg_id_off = 4;
+  embed.arg_n_tok = 5;
+  embed.label = "embed";
+  set_args(embed.kernel, m_.token_embd->q, m_.token_embd->s, cl_int(c.n_embd), *m_.ids, cl_int(0),
+           cl_int(0), x_);
+  steps_.push_back(std::move(embed));
+
+  for (size_t il = 0; il < m_.layers.size(); ++il) {
+    const PrefillModel::Layer& w = m_.layers[il];
+    const cl_ulong layer_off = cl_ulong(il) * cl_ulong(m_.n_ctx) * cl_ulong(c.n_embd_kv());
+    // xn = rmsnorm(x) * attn_norm; qkv = [Wq; Wk; Wv] xn
+    steps_.push_back(norm_step(x_, w.attn_norm->q, xn_, "attn_norm"));
+    int row_base = 0;
+    for (const DeviceMatrix* m : w.qkv) {
+      steps_.push_back(matmul_step(*m, xn_, c.n_embd, qkv_, n_qkv, row_base, false, "qkv"));
+      row_base += m->rows;
+    }
+    // RoPE; q -> q_, k and v -> cache at pos0 + t
+    Step rope;
+    rope.kernel = kernel("prefill_ops", ops_defines, "rope_kv_rows");
+    rope.global0 = size_t(n_qkv / 2);
+    rope.arg_n_tok = 1;
+    rope.arg_pos0 = 7;
+    rope.label = "rope_kv";
+    set_args(rope.kernel, qkv_, cl_int(0), cl_int(c.n_embd), cl_int(c.n_embd_kv()),
+             cl_int(c.head_dim), cl_int(c.n_rot), *m_.rope_cs, cl_int(0), q_, *m_.k_cache,
+             *m_.v_cache, layer_off);
+    steps_.push_back(std::move(rope));
+    // causal attention of the chunk against the cache
+    Step att;
+    att.kernel = kernel("attention_prefill",
+                        " -DHEAD_DIM=" + std::to_string(c.head_dim) +
+                            " -DATT_TQ=" + std::to_string(tuning_.att_tq) +
+                            " -DATT_TK=" + std::to_string(tuning_.att_tk),
+                        "attention_prefill");
+    att.global0 = size_t(c.n_head);
+    att.local0 = 1;
+    att.local1 = size_t(tuning_.att_tq);
+    att.tokens_per_group = tuning_.att_tq;
+    att.arg_pos0 = 4;
+    att.arg_n_tok = 5;
+    att.label = "attention";
+    set_args(att.kernel, q_, *m_.k_cache, *m_.v_cache, layer_off, cl_int(0), cl_int(0),
+             cl_int(c.n_head), cl_int(c.n_head_kv), att_);
+    steps_.push_back(std::move(att));
+    // x += Wo att
+    steps_.push_back(matmul_step(*w.wo, att_, c.n_embd, x_, c.n_embd, 0, true, "wo"));
+    // h = silu(Wg xn) * (Wu xn), xn = rmsnorm(x) * ffn_norm
+    steps_.push_back(norm_step(x_, w.ffn_norm->q, xn_, "ffn_norm"));
+    steps_.push_back(matmul_step(*w.ffn_gate, xn_, c.n_embd, g_, c.n_ff, 0, false, "ffn_gate"));
+    steps_.push_back(matmul_step(*w.ffn_up, xn_, c.n_embd, u_, c.n_ff, 0, false, "ffn_up"));
+    Step silu;
+    silu.kernel = kernel("prefill_ops", ops_defines, "silu_mul");
+    silu.global0 = size_t(c.n_ff);
+    silu.arg_n_tok = 3;
+    silu.label = "silu_mul";
+    set_args(silu.kernel, g_, u_, cl_int(c.n_ff), cl_int(0));
+    steps_.push_back(std::move(silu));
+    // x += Wd h
+    steps_.push_back(matmul_step(*w.ffn_down, g_, c.n_ff, x_, c.n_embd, 0, true, "ffn_down"));
+  }
+  // final norm of rows row0.. and lm_head, for run_logits (logits_ set later)
+  head_norm_ = norm_step(x_, m_.output_norm->q, xn_, "output_norm");
+}
+
+void ClPrefill::enqueue(Step& s, int n_tok, int pos0, int id_off, int row0) {
+  if (s.arg_n_tok >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_n_tok), cl_int(n_tok));
+  if (s.arg_pos0 >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_pos0), cl_int(pos0));
+  if (s.arg_id_off >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_id_off), cl_int(id_off));
+  if (s.arg_row0 >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_row0), cl_int(row0));
+  const size_t groups1 = ceil_div(size_t(n_tok), size_t(s.tokens_per_group));
+  const size_t global[2] = {s.global0, groups1 * std::max<size_t>(s.local1, 1)};
+  const size_t local[2] = {s.local0, s.local1};
+  const cl_int err = clEnqueueNDRangeKernel(rt_.queue(), s.kernel.get(), 2, nullptr, global,
+                                            s.local0 ? local : nullptr, 0, nullptr, nullptr);
+  if (err != CL_SUCCESS) {
+    throw ClError(
+        std::string("enqueueing prefill kernel ") + s.label + " failed: " + cl_error_name(err),
+        err);
+  }
+}
+
+// One chunk: ids[id_off .. id_off + n_tok) at positions pos0.., all layers;
+// the chunk's final hidden states are left in x_.
+void ClPrefill::enqueue_chunk(int id_off, int n_tok, int pos0) {
+  for (Step& s : steps_) enqueue(s, n_tok, pos0, id_off, 0);
+}
+
+void ClPrefill::run(int n_tokens, int pos, const ClMem& last_x) {
+  int n_chunk = 0;
+  for (int done = 0; done < n_tokens; done += n_chunk) {
+    n_chunk = std::min(chunk_, n_tokens - done);
+    enqueue_chunk(done, n_chunk, pos + done);
+  }
+  const size_t row_bytes = size_t(config_.n_embd) * 4;
+  cl_check(clEnqueueCopyBuffer(rt_.queue(), x_.get(), last_x.get(), size_t(n_chunk - 1) * row_bytes,
+                               0, row_bytes, 0, nullptr, nullptr),
+           "clEnqueueCopyBuffer(prefill last hidden state)");
+}
+
+void ClPrefill::run_logits(int n_tokens, int pos, int first_out, std::vector<float>& out) {
+  const ModelConfig& c = config_;
+  if (first_out < 0 || first_out >= n_tokens) {
+    throw std::out_of_range("prefill_logits: first output " + std::to_string(first_out) +
+                            " outside 0.." + std::to_string(n_tokens - 1));
+  }
+  if (!logits_) {
+    logits_ = rt_.alloc(size_t(chunk_) * size_t(c.n_vocab) * 4);
+    head_matmul_ = matmul_step(*m_.head, xn_, c.n_embd, logits_, c.n_vocab, 0, false, "lm_head");
+  }
+  const size_t row_floats = size_t(c.n_vocab);
+  out.resize(size_t(n_tokens - first_out) * row_floats);
+  int n_chunk = 0;
+  for (int done = 0; done < n_tokens; done += n_chunk) {
+    n_chunk = std::min(chunk_, n_tokens - done);
+    enqueue_chunk(done, n_chunk, pos + done);
+    // rows of this chunk that are wanted: [row0, n_chunk)
+    const int row0 = std::max(0, first_out - done);
+    if (row0 >= n_chunk) continue;
+    const int n_rows = n_chunk - row0;
+    enqueue(head_norm_, n_rows, 0, 0, row0);  // xn[0..n_rows) = norm(x[row0..])
+    enqueue(head_matmul_, n_rows, 0, 0, 0);
+    const size_t dst_row = size_t(done + row0 - first_out);
+    cl_check(
+        clEnqueueReadBuffer(rt_.queue(), logits_.get(), CL_TRUE, 0, size_t(n_rows) * row_floats * 4,
+                            out.data() + dst_row * row_floats, 0, nullptr, nullptr),
+        "clEnqueueReadBuffer(prefill logits)");
+  }
+}
+
+}  // namespace clchat

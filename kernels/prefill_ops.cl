@@ -1,0 +1,79 @@
+// Row-wise operations of batched prefill that do not depend on the weight
+// type; every kernel covers the n_tok tokens of a chunk at once (tokens on
+// dimension 1), with activations stored token-major: x[t][0..n).
+//
+// rmsnorm_rows: out[t] = x[row0 + t] / sqrt(mean(x^2) + eps) * g, one
+// work-group of NORM_WG work-items per token: each sums every NORM_WG-th
+// square, then a tree reduction in local memory (NORM_WG a power of two).
+// rope_kv_rows: the stacked q;k;v projection of each token -> RoPE on q and k
+// (adjacent pairs, table rope_cs of (cos, sin) per position and pair, as in
+// matvec.cl's qkv_rope), q to its own buffer, k and v appended to the KV cache
+// at position pos0 + t. One work-item per pair of values.
+// silu_mul: g = silu(g) * u elementwise (SwiGLU).
+
+#ifndef NORM_WG
+#define NORM_WG 64
+#endif
+
+__kernel __attribute__((reqd_work_group_size(NORM_WG, 1, 1))) void rmsnorm_rows(
+    const __global float* x, int row0, int n, const __global float* g, float eps,
+    __global float* out) {
+  __local float red[NORM_WG];
+  const int lid = get_local_id(0);
+  const int t = get_group_id(1);
+  const __global float* xr = x + (size_t)(row0 + t) * n;
+  float ss = 0.0f;
+  for (int i = lid; i < n; i += NORM_WG) ss += xr[i] * xr[i];
+  red[lid] = ss;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = NORM_WG / 2; s > 0; s >>= 1) {
+    if (lid < s) red[lid] += red[lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  const float scale = rsqrt(red[0] / n + eps);
+  __global float* o = out + (size_t)t * n;
+  for (int i = lid; i < n; i += NORM_WG) o[i] = xr[i] * scale * g[i];
+}
+
+// qkv: [n_tok][n_embd + 2 * n_embd_kv]; q: [n_tok][n_embd]; the caches
+// [n_ctx][n_embd_kv] from float offset layer_off. Launch: global
+// ((n_embd + 2 * n_embd_kv) / 2, n_tok).
+__kernel void rope_kv_rows(const __global float* qkv, int n_tok, int n_embd, int n_embd_kv,
+                           int head_dim, int n_rot, const __global float2* rope_cs, int pos0,
+                           __global float* q, __global float* k_cache, __global float* v_cache,
+                           ulong layer_off) {
+  const int p = get_global_id(0);
+  const int t = get_global_id(1);
+  const int n_qkv = n_embd + 2 * n_embd_kv;
+  if (2 * p >= n_qkv || t >= n_tok) return;
+  const int gr = 2 * p;  // even row of the pair in the stacked q;k;v space
+  const int pos = pos0 + t;
+  float a = qkv[(size_t)t * n_qkv + gr], b = qkv[(size_t)t * n_qkv + gr + 1];
+  const int in_head = (gr < n_embd ? gr : gr - n_embd) % head_dim;
+  if (gr < n_embd + n_embd_kv && in_head < n_rot) {
+    const float2 cs = rope_cs[(size_t)pos * (n_rot / 2) + in_head / 2];
+    const float ra = a * cs.x - b * cs.y;
+    b = a * cs.y + b * cs.x;
+    a = ra;
+  }
+  __global float* dst;
+  if (gr < n_embd) {
+    dst = q + (size_t)t * n_embd + gr;
+  } else if (gr < n_embd + n_embd_kv) {
+    dst = k_cache + layer_off + (size_t)pos * n_embd_kv + (gr - n_embd);
+  } else {
+    dst = v_cache + layer_off + (size_t)pos * n_embd_kv + (gr - n_embd - n_embd_kv);
+  }
+  dst[0] = a;
+  dst[1] = b;
+}
+
+// Launch: global (n, n_tok); g and u are [n_tok][n].
+__kernel void silu_mul(__global float* g, const __global float* u, int n, int n_tok) {
+  const int i = get_global_id(0);
+  const int t = get_global_id(1);
+  if (i >= n || t >= n_tok) return;
+  const size_t e = (size_t)t * n + i;
+  const float v = g[e];
+  g[e] = v / (1.0f + exp(-v)) * u[e];
+}

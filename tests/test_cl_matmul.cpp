@@ -1,0 +1,271 @@
+// The kernels of kernels/matmul.cl (matmul, embed_rows) and
+// kernels/prefill_ops.cl (rmsnorm_rows, rope_kv_rows, silu_mul) on the OpenCL
+// test device (PoCL unless CLCHAT_TEST_DEVICE says otherwise) against float64
+// references on random inputs, every weight type a row allows:
+//   - matmul at the shapes of the reference models' prefill (row lengths 8,
+//     64, 128, 172 (F32/F16 only: not whole blocks), 576, 1536), token counts
+//     1, 7, 33, 100, plain, accumulating into a residual, and writing into a
+//     column range of a wider output (the stacked q;k;v when types differ);
+//     with the device's tuning, the GPU tuning and an odd one (1 row per
+//     work-item, tiles of 3 x 10), so edge tiles are tested on a CPU too;
+//   - embed_rows for every type, ids read from the device at an offset.
+// The reference multiplies the floats the same quantized bytes decode to, so
+// ||delta|| / ||ref|| <= 1e-4 for F32/F16 and <= 1e-3 for quantized weights.
+// Outputs are NaN-poisoned before each launch, with poisoned padding after
+// them (and around the written column range) that must stay NaN.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "engine/cl_prefill.h"
+#include "tests/cl_test_support.h"
+
+namespace clchat {
+namespace {
+
+using test::cl_buffer;
+using test::cl_poison;
+using test::cl_read;
+using test::TestMatrix;
+
+constexpr size_t k_pad = 16;
+
+double tolerance(GgmlType t) { return test::is_quantized(t) ? 1e-3 : 1e-4; }
+
+const std::string& build_options() {
+  static const std::string o =
+      KernelTuning::for_device(test::cl_test_runtime().device()).build_options;
+  return o;
+}
+
+// The tunings every matmul test runs with.
+std::vector<PrefillTuning> matmul_tunings() {
+  const PrefillTuning device = PrefillTuning::for_device(test::cl_test_runtime().device());
+  PrefillTuning gpu;  // the struct's defaults are the GPU ones
+  PrefillTuning odd = device, odd_direct = device;
+  odd.mm_direct = false;
+  odd.mm_vr = 1;
+  odd.mm_nr = 3;
+  odd.mm_wt = 5;
+  odd.mm_nt = 2;
+  odd_direct.mm_direct = true;
+  odd_direct.mm_vr = 3;
+  odd_direct.mm_nr = 2;
+  odd_direct.mm_wt = 5;
+  odd_direct.mm_nt = 3;
+  return {device, gpu, odd, odd_direct};
+}
+
+std::string describe(const PrefillTuning& t) {
+  return "vr " + std::to_string(t.mm_vr) + " nr " + std::to_string(t.mm_nr) + " wt " +
+         std::to_string(t.mm_wt) + " nt " + std::to_string(t.mm_nt) +
+         (t.mm_direct ? " direct" : "");
+}
+
+// Programs built once per binary, by stem and defines.
+ClKernel build_kernel(const std::string& stem, const std::string& defines, const char* name) {
+  static std::map<std::string, ClProgram> programs;
+  const ClRuntime& rt = test::cl_test_runtime();
+  auto& p = programs[stem + defines];
+  if (!p) p = rt.build_program(stem, kernel_source(stem), build_options() + defines);
+  return rt.create_kernel(p, name);
+}
+
+ClKernel matmul_kernel(GgmlType type, const PrefillTuning& t, const char* name = "matmul") {
+  return build_kernel("matmul", ClPrefill::matmul_defines(type, t), name);
+}
+
+void run_2d(const ClKernel& k, size_t g0, size_t g1, size_t l0, size_t l1) {
+  const ClRuntime& rt = test::cl_test_runtime();
+  const size_t global[2] = {g0, g1}, local[2] = {l0, l1};
+  cl_check(clEnqueueNDRangeKernel(rt.queue(), k.get(), 2, nullptr, global, l0 ? local : nullptr, 0,
+                                  nullptr, nullptr),
+           "clEnqueueNDRangeKernel");
+  rt.finish();
+}
+
+// Launches matmul over n_tok tokens.
+void run_matmul(const ClKernel& k, const PrefillTuning& t, int rows, int n_tok) {
+  run_2d(k, test::round_up(size_t(rows), size_t(t.tile_rows())) / t.tile_rows() * t.mm_nr,
+         test::round_up(size_t(n_tok), size_t(t.tile_tokens())) / t.tile_tokens() * t.mm_nt,
+         size_t(t.mm_nr), size_t(t.mm_nt));
+}
+
+// ---- matmul -------------------------------------------------------------------
+
+struct MatmulShape {
+  const char* name;
+  int n_in, rows;
+};
+constexpr MatmulShape k_shapes[] = {
+    {"tiny_qkv", 8, 24},         {"stories_gate", 64, 172}, {"stories_down", 172, 64},
+    {"synthetic_qkv", 128, 256}, {"smollm2_qkv", 576, 960}, {"smollm2_down", 1536, 576},
+    {"stories_output", 64, 512},
+};
+constexpr int k_token_counts[] = {1, 7, 33, 100};
+
+struct MatmulCase {
+  MatmulShape shape;
+  GgmlType type;
+};
+void PrintTo(const MatmulCase& c, std::ostream* os) {
+  *os << c.shape.name << " " << c.shape.n_in << "x" << c.shape.rows << " "
+      << ggml_type_name(c.type);
+}
+
+std::vector<MatmulCase> matmul_cases() {
+  std::vector<MatmulCase> cases;
+  for (const MatmulShape& s : k_shapes) {
+    for (GgmlType t : test::types_for_row(s.n_in)) cases.push_back({s, t});
+  }
+  return cases;
+}
+
+class ClMatmul : public testing::TestWithParam<MatmulCase> {};
+
+// out[t] = W x[t]; out[t] += W x[t]; and out[t][off .. off + rows) = W x[t]
+// inside rows of ld = rows + 2 * off columns.
+TEST_P(ClMatmul, PlainAccumulateAndOffsetMatchReference) {
+  const auto [shape, type] = GetParam();
+  const uint32_t seed = uint32_t(shape.n_in * 131 + shape.rows);
+  const TestMatrix w = test::make_test_matrix(type, shape.n_in, shape.rows, seed);
+  const int max_tok = 100;
+  const auto x = test::random_floats(size_t(max_tok) * size_t(shape.n_in), seed + 1);
+  const auto init = test::random_floats(size_t(max_tok) * size_t(shape.rows), seed + 2);
+  const ClMem x_dev = cl_buffer(x);
+
+  for (const PrefillTuning& t : matmul_tunings()) {
+    SCOPED_TRACE(describe(t));
+    const ClKernel k = matmul_kernel(type, t);
+    for (int n_tok : k_token_counts) {
+      SCOPED_TRACE("n_tok " + std::to_string(n_tok));
+      // float64 reference
+      std::vector<double> ref(size_t(n_tok) * size_t(shape.rows));
+      for (int tok = 0; tok < n_tok; ++tok) {
+        for (int r = 0; r < shape.rows; ++r) {
+          double s = 0;
+          for (int i = 0; i < shape.n_in; ++i) {
+            s += double(w.values[size_t(r) * shape.n_in + i]) * x[size_t(tok) * shape.n_in + i];
+          }
+          ref[size_t(tok) * shape.rows + r] = s;
+        }
+      }
+      for (int mode = 0; mode < 3; ++mode) {  // plain, accumulate, offset
+        SCOPED_TRACE(mode == 0 ? "plain" : mode == 1 ? "accumulate" : "offset");
+        const int off = mode == 2 ? 5 : 0;
+        const int ld = shape.rows + 2 * off;
+        const size_t n_out = size_t(n_tok) * size_t(ld) + k_pad;
+        const ClMem out = test::cl_test_runtime().alloc(n_out * 4);
+        cl_poison(out, n_out);
+        if (mode == 1) {
+          cl_check(clEnqueueWriteBuffer(test::cl_test_runtime().queue(), out.get(), CL_TRUE, 0,
+                                        size_t(n_tok) * shape.rows * 4, init.data(), 0, nullptr,
+                                        nullptr),
+                   "clEnqueueWriteBuffer");
+        }
+        set_args(k, w.dev.q, w.dev.s, cl_int(shape.n_in), cl_int(shape.rows), x_dev,
+                 cl_int(shape.n_in), cl_int(n_tok), out, cl_int(ld), cl_int(off),
+                 cl_int(mode == 1 ? 1 : 0));
+        run_matmul(k, t, shape.rows, n_tok);
+        const auto got = cl_read(out, n_out);
+        std::vector<float> got_rows;
+        std::vector<double> want = ref;
+        size_t untouched_written = 0;
+        for (int tok = 0; tok < n_tok; ++tok) {
+          for (int c = 0; c < ld; ++c) {
+            const float v = got[size_t(tok) * ld + c];
+            if (c < off || c >= off + shape.rows) {
+              untouched_written += !std::isnan(v);
+            } else {
+              got_rows.push_back(v);
+            }
+          }
+        }
+        if (mode == 1) {
+          for (size_t e = 0; e < want.size(); ++e) want[e] += init[e];
+        }
+        EXPECT_LE(test::relative_error(got_rows, want), tolerance(type));
+        EXPECT_EQ(untouched_written, 0u) << "write outside the column range";
+        EXPECT_EQ(test::count_overwritten(got, size_t(n_tok) * ld), 0u) << "write past the end";
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ClMatmul, testing::ValuesIn(matmul_cases()),
+                         [](const testing::TestParamInfo<MatmulCase>& info) {
+                           return std::string(info.param.shape.name) + "_" +
+                                  ggml_type_name(info.param.type);
+                         });
+
+// ---- embed_rows -----------------------------------------------------------------
+
+class ClEmbedRows : public testing::TestWithParam<GgmlType> {};
+
+TEST_P(ClEmbedRows, MatchesDequantizedRows) {
+  const GgmlType type = GetParam();
+  const int n_embd = 96, n_vocab = 50, n_tok = 9, id_off = 3;
+  const TestMatrix w = test::make_test_matrix(type, n_embd, n_vocab, 77 + uint32_t(type));
+  std::vector<int32_t> ids(size_t(id_off + n_tok));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 17 + 5) % n_vocab);
+  const ClMem ids_dev = cl_buffer(ids);
+  const size_t n_out = size_t(n_tok) * n_embd + k_pad;
+  const ClMem x = test::cl_test_runtime().alloc(n_out * 4);
+  cl_poison(x, n_out);
+  const ClKernel k = matmul_kernel(type, PrefillTuning{}, "embed_rows");
+  set_args(k, w.dev.q, w.dev.s, cl_int(n_embd), ids_dev, cl_int(id_off), cl_int(n_tok), x);
+  run_2d(k, size_t(n_embd), size_t(n_tok), 0, 0);
+  const auto got = cl_read(x, n_out);
+  std::vector<double> want;
+  for (int t = 0; t < n_tok; ++t) {
+    const int32_t row = ids[size_t(id_off + t)];
+    for (int i = 0; i < n_embd; ++i) want.push_back(w.values[size_t(row) * n_embd + i]);
+  }
+  EXPECT_LE(test::relative_error(std::span(got).first(want.size()), want), 1e-7);
+  EXPECT_EQ(test::count_overwritten(got, want.size()), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, ClEmbedRows,
+                         testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::Q4_0,
+                                         GgmlType::Q4_1, GgmlType::Q8_0),
+                         [](const testing::TestParamInfo<GgmlType>& info) {
+                           return std::string(ggml_type_name(info.param));
+                         });
+
+// ---- speed (printed, not asserted) -------------------------------------------------
+
+// The SmolLM2 FFN gate shape over a 512-token chunk, Q4_0 and Q4_1, with the
+// device's tuning: GFLOP/s for the record (the CPU is shared, so no threshold).
+TEST(ClMatmulSpeed, SmolLM2GateChunk512) {
+  const PrefillTuning t = PrefillTuning::for_device(test::cl_test_runtime().device());
+  const int n_in = 576, rows = 1536, n_tok = 512;
+  const auto x = test::random_floats(size_t(n_tok) * n_in, 5);
+  const ClMem x_dev = cl_buffer(x);
+  const ClMem out = test::cl_test_runtime().alloc(size_t(n_tok) * rows * 4);
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1}) {
+    const TestMatrix w = test::make_test_matrix(type, n_in, rows, 9);
+    const ClKernel k = matmul_kernel(type, t);
+    set_args(k, w.dev.q, w.dev.s, cl_int(n_in), cl_int(rows), x_dev, cl_int(n_in), cl_int(n_tok),
+             out, cl_int(rows), cl_int(0), cl_int(0));
+    run_matmul(k, t, rows, n_tok);  // warm-up
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::clock_t c0 = std::clock();  // process CPU time: less noisy on a shared machine
+    const int reps = 3;
+    for (int r = 0; r < reps; ++r) run_matmul(k, t, rows, n_tok);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu_s = double(std::clock() - c0) / CLOCKS_PER_SEC;
+    const double flop = 2.0 * n_in * rows * n_tok * reps;
+    std::printf("matmul %s %dx%d x %d tokens (%s): %.2f ms, %.1f GFLOP/s, %.1f GFLOP per CPU-s\n",
+                ggml_type_name(type), rows, n_in, n_tok, describe(t).c_str(), 1e3 * s / reps,
+                flop / s / 1e9, flop / cpu_s / 1e9);
+  }
+}
+
+}  // namespace
+}  // namespace clchat

@@ -278,8 +278,12 @@ inline void stage(__local float* xl, volatile const __global float* src, int n) 
 }
 
 // The same into the padded layout (XP).
+// 16-byte volatile loads: one or two per work-item instead of 3-6 scalar
+// ones in a row (n % 4 == 0; groups of 4 never straddle a padded block).
 inline void stage_padded(__local float* xl, volatile const __global float* src, int n) {
-  for (int i = get_local_id(0); i < n; i += PWG) xl[XP(i)] = src[i];
+  for (int i = get_local_id(0); i < n / 4; i += PWG) {
+    vstore4(((volatile const __global float4*)src)[i], 0, xl + XP(4 * i));
+  }
   barrier(CLK_LOCAL_MEM_FENCE);
 }
 
@@ -287,7 +291,10 @@ inline void stage_padded(__local float* xl, volatile const __global float* src, 
 inline void rms_norm_local(__local float* xl, const __global float* g, __local float* red) {
   const int lid = get_local_id(0);
   float ss = 0.0f;
-  for (int i = lid; i < N_EMBD; i += PWG) ss += xl[XP(i)] * xl[XP(i)];
+  for (int i = lid; i < N_EMBD / 4; i += PWG) {
+    const float4 v = vload4(0, xl + XP(4 * i));
+    ss += dot(v, v);
+  }
   ss = warp_sum(ss);
   if (lid % 32 == 0) red[lid / 32] = ss;
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -295,7 +302,9 @@ inline void rms_norm_local(__local float* xl, const __global float* g, __local f
   for (int w = 0; w < WARPS; ++w) total += red[w];
   const float scale = rsqrt(total / N_EMBD + RMS_EPS);
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (int i = lid; i < N_EMBD; i += PWG) xl[XP(i)] = xl[XP(i)] * scale * g[i];
+  for (int i = lid; i < N_EMBD / 4; i += PWG) {
+    vstore4(vload4(0, xl + XP(4 * i)) * scale * vload4(i, g), 0, xl + XP(4 * i));
+  }
   barrier(CLK_LOCAL_MEM_FENCE);
 }
 
@@ -471,9 +480,10 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     // P3: x += Wo att.
     stage_padded(xl, att, N_EMBD);
     for (int row = gwarp; row < N_EMBD; row += n_gwarps) {
+      const float x_row = lane == 0 ? ((volatile __global float*)x)[row] : 0.0f;  // early
       const float v =
           warp_sum(ROW_DOT(WT_WO)(arena + lo[LO_WO_Q], arena + lo[LO_WO_S], N_EMBD, row, xl, lane));
-      if (lane == 0) x[row] = ((volatile __global float*)x)[row] + v;
+      if (lane == 0) x[row] = x_row + v;
     }
     GRID_SYNC();
 
@@ -492,9 +502,10 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     // P5: x += Wd h.
     stage_padded(xl, h, N_FF);
     for (int row = gwarp; row < N_EMBD; row += n_gwarps) {
+      const float x_row = lane == 0 ? ((volatile __global float*)x)[row] : 0.0f;  // early
       const float v = warp_sum(
           ROW_DOT(WT_DOWN)(arena + lo[LO_DOWN_Q], arena + lo[LO_DOWN_S], N_FF, row, xl, lane));
-      if (lane == 0) x[row] = ((volatile __global float*)x)[row] + v;
+      if (lane == 0) x[row] = x_row + v;
     }
     GRID_SYNC();
   }

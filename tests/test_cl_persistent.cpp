@@ -1,8 +1,8 @@
 // The one-launch persistent decode kernel (engine/cl_persistent.*): on a device
 // where it is eligible (NVIDIA's OpenCL; run with CLCHAT_TEST_DEVICE=gpu), the
 // logits of every position against the CPU reference for every weight type,
-// tied and untied, over more positions than one attention chunk of 32 per
-// warp; and the ids staying the same when debug mode switches to the
+// tied and untied, over more positions than 8 attention chunks of 32 (so the
+// chunks grow); and the ids staying the same when debug mode switches to the
 // multi-kernel plan and back. On other devices the path is not used and these
 // tests skip, saying so; the multi-kernel plan is covered by test_cl_forward.
 #include <gtest/gtest.h>
@@ -44,7 +44,7 @@ SyntheticSpec spec_for(const PersistentCase& c) {
   s.n_head_kv = 2;
   s.n_ff = 256;
   s.n_vocab = 512;
-  s.n_ctx = 80;
+  s.n_ctx = 300;
   s.layer_type = c.layer_type;
   s.embd_type = c.embd_type;
   s.tied = c.tied;
@@ -58,7 +58,7 @@ TEST_P(PersistentDecodeTypes, LogitsMatchCpuAtEveryPosition) {
   if (!device_is_nvidia()) GTEST_SKIP() << "the persistent kernel runs on NVIDIA's OpenCL only";
   const std::string path = write_synthetic_model_tmp(spec_for(GetParam()));
   const Model model = load_model(path);
-  const int n_ctx = 80;
+  const int n_ctx = 300;  // > 8 chunks of 32: longer attention chunks too
   CpuForward cpu(model, n_ctx);
   ClForward cl(model, test::cl_test_runtime(), ClForwardOptions{n_ctx});
   ASSERT_TRUE(cl.persistent_decode()) << "see the log for why the path was not taken";

@@ -57,6 +57,38 @@ ClForward::ClForward(const Model& model, ClRuntime& rt, const ClForwardOptions& 
   upload_weights(model);
   build_plan();
   if (options.prefill_chunk > 1) make_prefill(std::min(options.prefill_chunk, n_ctx_));
+  start_persistent_decode();
+}
+
+// Takes the one-launch decode path only if its first token agrees with the
+// multi-kernel plan (same logits within 1e-3 relative, same argmax).
+void ClForward::start_persistent_decode() {
+  persistent_ = PersistentDecode::create(*this);
+  if (!persistent_) return;
+  const int32_t token = 0;
+  const bool profiling = profiling_;
+  profiling_ = false;
+  std::unique_ptr<PersistentDecode> fast = std::move(persistent_);  // plan path first
+  const std::span<const float> plan_logits = decode_logits(token, 0);
+  const std::vector<float> want(plan_logits.begin(), plan_logits.end());
+  persistent_ = std::move(fast);
+  const std::span<const float> got = decode_logits(token, 0);
+  profiling_ = profiling;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  const double rel = std::sqrt(num / std::max(den, 1e-30));
+  if (!(rel <= 1e-3) || device_token_ < 0) {
+    spdlog::warn(
+        "persistent decode kernel disagrees with the multi-kernel plan (relative error "
+        "{:.3g}); not used",
+        rel);
+    persistent_.reset();
+    return;
+  }
+  spdlog::info("persistent decode kernel verified (relative error {:.3g})", rel);
 }
 
 ClForward::~ClForward() {
@@ -198,6 +230,7 @@ void ClForward::build_plan() {
 }
 
 int ClForward::launches_per_token() const {
+  if (persistent_ && !debug_ && !profiling_) return 1;
   size_t n = 1 + 3;  // embed, lm_head, argmax x2
   for (const auto& p : plan_) n += p.qkv.size() + 4;
   return int(n);
@@ -313,6 +346,15 @@ int32_t ClForward::decode_argmax(int32_t token, int pos) {
   check_position(pos, 1);
   // device_token_ is -1 when unknown: token -1 must still reach the range check.
   if (token < 0 || token != device_token_) write_ids({&token, 1});
+  if (persistent_ && !debug_ && !profiling_) {
+    persistent_->enqueue(0, pos);
+    const int32_t id = read_token();
+    if (id >= 0) return id;
+    spdlog::warn(
+        "persistent decode kernel timed out at a grid barrier; using the multi-kernel plan");
+    persistent_.reset();
+    write_ids({&token, 1});
+  }
   enqueue_token(0, pos, true);
   const int32_t id = read_token();
   if (debug_) collect_debug(pos);

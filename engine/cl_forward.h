@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/cl_persistent.h"
 #include "engine/cl_prefill.h"
 #include "engine/cl_programs.h"
 #include "engine/cl_runtime.h"
@@ -68,10 +69,14 @@ class ClForward final : public Backend {
   const ProfileReport& profile() const { return profile_; }
 
   uint64_t weight_bytes() const { return weight_bytes_; }
+  // Plain decode steps run as one persistent-kernel launch (NVIDIA, after
+  // self-tests); false: the multi-kernel plan.
+  bool persistent_decode() const { return persistent_ != nullptr; }
   int launches_per_token() const;
   const ClRuntime& runtime() const { return rt_; }
 
  private:
+  friend class PersistentDecode;  // reads the weights and buffers below
   struct Launch {
     ClKernel kernel;
     size_t global = 0;
@@ -97,6 +102,7 @@ class ClForward final : public Backend {
   int32_t read_token();
   void collect_debug(int pos);
   void collect_profile();
+  void start_persistent_decode();
   void make_prefill(int chunk);  // cl_forward.cpp, "batched prefill" section
 
   const ModelConfig config_;
@@ -130,7 +136,8 @@ class ClForward final : public Backend {
   std::vector<LayerPlan> plan_;
   Launch lm_head_, argmax_partial_, argmax_final_;
 
-  std::unique_ptr<ClPrefill> prefill_;  // batched prefill; null: chunk size 1
+  std::unique_ptr<PersistentDecode> persistent_;  // null: not eligible
+  std::unique_ptr<ClPrefill> prefill_;            // batched prefill; null: chunk size 1
 
   int32_t device_token_ = -1;     // id known to be in ids_[0], or -1
   std::vector<cl_event> events_;  // profiling events of the current token

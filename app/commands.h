@@ -21,6 +21,7 @@ void add_run_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
+void add_perplexity_command(CLI::App& app);
 
 // The model to use when -m is not given: $CLCHAT_MODEL, else the default
 // SmolLM2 GGUF under assets/models/ (beside the executable's source tree or the

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   clchat::app::add_devices_command(app);
   clchat::app::add_bench_command(app);
   clchat::app::add_synth_command(app);
+  clchat::app::add_perplexity_command(app);
   try {
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) return clchat::app::run_interactive(chat, screen);

@@ -15,8 +15,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -351,6 +354,36 @@ INSTANTIATE_TEST_SUITE_P(Types, ClPrefillSynthetic,
 TEST(ClPrefill, CrossesChunkOf512) {
   TempModel m(write_synthetic_model_tmp(small_spec(GgmlType::Q4_1, GgmlType::Q8_0, true)));
   expect_prefill_matches(m.model, 600, {512}, 100);
+}
+
+// ---- clchat perplexity ---------------------------------------------------------
+
+// SmolLM2-135M Q4_1 on reference/ppl-text.txt with --ctx 512 (14 windows,
+// 3570 scored tokens): within 0.5% of the float64 reference's perplexity.
+// The device comes from CLCHAT_TEST_DEVICE (default cpu, i.e. PoCL).
+TEST(ClchatPerplexity, SmolLM2MatchesReference) {
+  const auto ref = nlohmann::json::parse(test::read_file(test::shared_file("reference/ppl.json")));
+  const double want = ref.at("ppl").get<double>();
+  const char* dev = std::getenv("CLCHAT_TEST_DEVICE");
+  const auto r = test::run_command(test::clchat_binary() + " perplexity -m " +
+                                   test::shared_file("models/SmolLM2-135M-Instruct.Q4_1.gguf") +
+                                   " -f " + test::shared_file("reference/ppl-text.txt") +
+                                   " --ctx 512 --device " + (dev && *dev ? dev : "cpu"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::printf("%s%s", r.out.c_str(), r.err.c_str());
+  const std::string key = "Final estimate: PPL = ";
+  const size_t at = r.out.rfind(key);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const double got = std::stod(r.out.substr(at + key.size()));
+  EXPECT_NEAR(got, want, 0.005 * want);
+  EXPECT_NE(r.out.find("[14]"), std::string::npos) << "expected 14 windows";
+}
+
+TEST(ClchatPerplexity, TooShortTextIsAUsageError) {
+  const auto r = test::run_command(
+      test::clchat_binary() + " perplexity -m " + test::shared_file("models/stories260K.gguf") +
+      " -f " + test::shared_file("reference/prompts.txt") + " --ctx 4096 --backend reference");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
 }
 
 }  // namespace

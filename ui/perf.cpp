@@ -113,7 +113,7 @@ void add_debug_section(const PerfState& p, int width, int room, std::vector<Styl
   for (const auto& [text, prob] : p.debug->top) {
     out.emplace_back(fit_width(format("  %.3f  ", prob) + show_token(text), width));
   }
-  out.emplace_back(fit_width(" layer   rms     min      max", width), Style::Dim);
+  out.emplace_back(fit_width(" layer    rms     min     max", width), Style::Dim);
   const int n = static_cast<int>(r.after_ffn.size());
   const int budget = std::max(0, room - static_cast<int>(p.debug->top.size()) - 2);
   const int shown = n <= budget ? n : std::max(0, budget - 1);
@@ -122,12 +122,12 @@ void add_debug_section(const PerfState& p, int width, int room, std::vector<Styl
     const auto& a =
         r.after_attention[std::min(static_cast<size_t>(il), r.after_attention.size() - 1)];
     char buf[96];
-    std::snprintf(buf, sizeof buf, " L%-4d %6.3f %8.3g %8.3g", il, h.rms, h.min, h.max);
+    std::snprintf(buf, sizeof buf, " L%-3d %6.3f %7.3g %7.3g", il, h.rms, h.min, h.max);
     std::string text = buf;
     const int64_t bad = h.n_nan + h.n_inf + a.n_nan + a.n_inf;
     if (bad > 0) {
       text +=
-          " NaN " + std::to_string(h.n_nan + a.n_nan) + " inf " + std::to_string(h.n_inf + a.n_inf);
+          " NaN" + std::to_string(h.n_nan + a.n_nan) + " inf" + std::to_string(h.n_inf + a.n_inf);
     }
     out.emplace_back(fit_width(text, width), bad > 0 ? Style::Warning : Style::Normal);
   }

@@ -159,7 +159,9 @@ void wrap_paragraph(std::string_view para, int width, std::vector<std::string>& 
       col = p.width;
       continue;
     }
-    // A word wider than a whole line: cut it between code points.
+    // A word wider than a whole line starts a line of its own and is cut
+    // between code points.
+    if (col > 0) flush();
     std::string_view rest = p.text;
     while (!rest.empty()) {
       if (col >= width) flush();

@@ -1,0 +1,267 @@
+// End-to-end tests of the chat screen in a real terminal: tmux runs clchat
+// on stories260K (PoCL, --device cpu), the tests type with send-keys and read
+// the screen with capture-pane. Each test has its own tmux server and a
+// temporary HOME/XDG tree, so nothing touches the user's files. Waits poll
+// the screen for up to 3 minutes (CI machines are slow and PoCL compiles the
+// kernels on first use); nothing asserts on timing.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <regex>
+#include <thread>
+
+#include "tests/test_support.h"
+
+namespace {
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+class TmuxSession {
+ public:
+  // `prepare` runs on the temporary HOME before clchat starts.
+  TmuxSession(int cols, int rows, const std::string& extra_args = "",
+              const std::function<void(const std::filesystem::path&)>& prepare = {}) {
+    static int counter = 0;
+    socket_ = "clchat-tui-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    dir_ = std::filesystem::temp_directory_path() / socket_;
+    std::filesystem::create_directories(dir_);
+    if (prepare) prepare(dir_);
+    const std::string model = clchat::test::shared_file("models/stories260K.gguf");
+    const std::string d = dir_.string();
+    const std::string env = "env -i PATH=/usr/bin:/bin HOME=" + d + " XDG_STATE_HOME=" + d +
+                            "/state XDG_CONFIG_HOME=" + d + "/config XDG_CACHE_HOME=" + d +
+                            "/cache LANG=C.UTF-8 TERM=tmux-256color";
+    const std::string cmd = env + " " + quote(CLCHAT_BINARY) + " -m " + quote(model) +
+                            " --device cpu " + extra_args + "; echo CLCHAT_EXIT=$?; sleep 600";
+    tmux("-f /dev/null new-session -d -x " + std::to_string(cols) + " -y " + std::to_string(rows) +
+         " -s t " + quote(cmd));
+  }
+  ~TmuxSession() {
+    tmux("kill-server");
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  const std::filesystem::path& dir() const { return dir_; }
+
+  clchat::test::CommandResult tmux(const std::string& args) const {
+    return clchat::test::run_command("tmux -L " + socket_ + " " + args);
+  }
+  // Literal text (no key names), then optional keys such as "Enter".
+  void type(const std::string& text, const std::string& keys = "Enter") const {
+    tmux("send-keys -t t -l " + quote(text));
+    if (!keys.empty()) this->keys(keys);
+  }
+  void keys(const std::string& keys) const { tmux("send-keys -t t " + keys); }
+  std::string screen() const { return tmux("capture-pane -p -t t").out; }
+  std::string format(const std::string& f) const {
+    auto out = tmux("display-message -p -t t " + quote(f)).out;
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    return out;
+  }
+
+  // Polls the screen until `ok` holds; on timeout fails with the last screen.
+  bool wait_for(const std::function<bool(const std::string&)>& ok, const std::string& what,
+                int seconds = 180) const {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    std::string s;
+    while (std::chrono::steady_clock::now() < end) {
+      s = screen();
+      if (ok(s)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    ADD_FAILURE() << "timed out waiting for " << what << "; screen:\n" << s;
+    return false;
+  }
+  bool wait_text(const std::string& text, int seconds = 180) const {
+    return wait_for([&](const std::string& s) { return s.find(text) != std::string::npos; },
+                    "\"" + text + "\"", seconds);
+  }
+  // The status bar names the model once the engine is ready (stories260K: "llama").
+  bool wait_ready() const { return wait_text("clchat │ llama │"); }
+  // The reply has finished when the hint line no longer says "generating".
+  bool wait_idle() const {
+    return wait_for(
+        [](const std::string& s) {
+          return s.find("generating") == std::string::npos && s.find("[") != std::string::npos;
+        },
+        "the reply to finish");
+  }
+
+ private:
+  std::string socket_;
+  std::filesystem::path dir_;
+};
+
+double number_after(const std::string& screen, const std::string& label) {
+  std::smatch m;
+  const std::regex re(label + R"(\s+([0-9]+\.[0-9]+) tok/s)");
+  if (!std::regex_search(screen, m, re)) return -1;
+  return std::stod(m[1]);
+}
+
+}  // namespace
+
+TEST(Tui, ReplyStreamsAndPanelShowsSpeedAndOneBarPerLayer) {
+  TmuxSession t(120, 40, "-n 64");
+  ASSERT_TRUE(t.wait_ready());
+  std::string s = t.screen();
+  EXPECT_NE(s.find("Performance"), std::string::npos);  // panel on at 120 columns
+  EXPECT_NE(s.find("F2 panel"), std::string::npos);
+  t.type("Once upon a time");
+  ASSERT_TRUE(t.wait_text("› Once upon a time"));
+  ASSERT_TRUE(t.wait_text("[max_tokens reached]"));
+  // Layer timings are sampled every few tokens; 64 tokens give several samples.
+  ASSERT_TRUE(t.wait_text("total "));
+  s = t.screen();
+  EXPECT_GT(number_after(s, "decode"), 0.0) << s;
+  EXPECT_GT(number_after(s, "prefill"), 0.0) << s;
+  for (int il = 0; il < 5; ++il) {
+    EXPECT_TRUE(std::regex_search(s, std::regex("│ L" + std::to_string(il) + " +█")))
+        << "no bar for layer " << il << "\n"
+        << s;
+  }
+  EXPECT_EQ(s.find("│ L5 "), std::string::npos);  // stories260K has 5 layers
+  EXPECT_TRUE(std::regex_search(s, std::regex(R"(KV cache .* [1-9][0-9]*/[0-9]+)"))) << s;
+}
+
+TEST(Tui, F3ShowsDebugStatistics) {
+  TmuxSession t(120, 40, "-n 16");
+  ASSERT_TRUE(t.wait_ready());
+  t.keys("F3");
+  ASSERT_TRUE(t.wait_text("debug readback on"));
+  t.type("The cat");
+  ASSERT_TRUE(t.wait_text("top-5"));
+  ASSERT_TRUE(t.wait_text("[max_tokens reached]"));
+  const std::string s = t.screen();
+  EXPECT_NE(s.find("layer    rms"), std::string::npos) << s;
+  EXPECT_TRUE(std::regex_search(s, std::regex(R"(│ L4 +[0-9]+\.[0-9]+)"))) << s;
+  EXPECT_TRUE(std::regex_search(s, std::regex(R"(│  [01]\.[0-9]{3}  ")"))) << s;
+  t.type("/debug off");
+  ASSERT_TRUE(t.wait_text("debug readback off"));
+}
+
+TEST(Tui, CtrlCStopsALongReply) {
+  TmuxSession t(100, 30, "-n 100000");
+  ASSERT_TRUE(t.wait_ready());
+  // Enter and Ctrl-C in one burst: the stop must hold even if it reaches the
+  // engine before the turn has started.
+  t.type("Tell me a long story", "Enter C-c");
+  ASSERT_TRUE(t.wait_text("[stopped]"));
+  EXPECT_EQ(t.screen().find("[context full]"), std::string::npos);
+  // Not quit: the screen still takes input.
+  t.type("/help");
+  ASSERT_TRUE(t.wait_text("/regen"));
+}
+
+TEST(Tui, SaveWritesFilesThatLoadRestores) {
+  TmuxSession t(80, 24, "-n 24");
+  ASSERT_TRUE(t.wait_ready());
+  EXPECT_EQ(t.screen().find("Performance"), std::string::npos);  // panel off at 80 columns
+  t.type("Lily had a red ball");
+  ASSERT_TRUE(t.wait_text("[max_tokens reached]"));
+  const auto base = t.dir() / "saved";
+  t.type("/save " + base.string());
+  ASSERT_TRUE(t.wait_text("saved "));
+  ASSERT_TRUE(std::filesystem::exists(base.string() + ".json"));
+  const std::string md = clchat::test::read_file(base.string() + ".md");
+  EXPECT_NE(md.find("## User\n\nLily had a red ball"), std::string::npos) << md;
+  t.type("/clear");
+  ASSERT_TRUE(t.wait_for(
+      [](const std::string& s) { return s.find("Lily had a red ball") == std::string::npos; },
+      "/clear to empty the transcript"));
+  t.type("/load " + base.string() + ".json");
+  ASSERT_TRUE(t.wait_text("› Lily had a red ball"));
+  // The restored conversation continues: the model answers the next turn.
+  t.type("Then what?");
+  ASSERT_TRUE(t.wait_text("› Then what?"));
+  ASSERT_TRUE(t.wait_for(
+      [](const std::string& s) {
+        return s.find("generating") == std::string::npos &&
+               s.rfind("[max_tokens reached]") > s.find("› Then what?");
+      },
+      "the reply after /load"));
+  // The autosave holds all four turns.
+  bool found = false;
+  for (const auto& e :
+       std::filesystem::directory_iterator(t.dir() / "state/clchat/conversations")) {
+    found |= clchat::test::read_file(e.path()).find("Then what?") != std::string::npos;
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(Tui, ResizeRedrawsAndTooSmallIsSaid) {
+  TmuxSession t(120, 40);
+  ASSERT_TRUE(t.wait_ready());
+  t.tmux("resize-window -t t -x 80 -y 24");
+  ASSERT_TRUE(t.wait_for(
+      [](const std::string& s) {
+        // 24 lines, the status bar last, and no line wider than 80 columns.
+        std::vector<std::string> lines;
+        size_t start = 0;
+        for (size_t nl; (nl = s.find('\n', start)) != std::string::npos; start = nl + 1) {
+          lines.push_back(s.substr(start, nl - start));
+        }
+        return lines.size() == 24 && lines.back().find(" clchat │") == 0;
+      },
+      "a redraw at 80x24"));
+  t.tmux("resize-window -t t -x 20 -y 5");
+  ASSERT_TRUE(t.wait_text("terminal too"));
+  t.tmux("resize-window -t t -x 110 -y 30");
+  ASSERT_TRUE(t.wait_text("F2 panel"));
+  EXPECT_EQ(t.screen().find("terminal too"), std::string::npos);
+}
+
+TEST(Tui, PastedSlashLineIsAMessage) {
+  TmuxSession t(100, 30, "-n 8");
+  ASSERT_TRUE(t.wait_ready());
+  t.tmux("set-buffer -b p " + quote("/quit is not a command\nsecond line"));
+  t.tmux("paste-buffer -p -b p -t t");  // -p: bracketed, as a terminal pastes
+  t.keys("Enter");
+  ASSERT_TRUE(t.wait_text("› /quit is not a command"));
+  EXPECT_NE(t.screen().find("  second line"), std::string::npos);
+  EXPECT_EQ(t.screen().find("CLCHAT_EXIT"), std::string::npos);
+}
+
+TEST(Tui, QuitLeavesACleanTerminal) {
+  TmuxSession t(100, 30);
+  ASSERT_TRUE(t.wait_ready());
+  t.type("/quit");
+  ASSERT_TRUE(t.wait_text("CLCHAT_EXIT=0"));
+  const std::string s = t.screen();
+  EXPECT_EQ(s.find("F2 panel"), std::string::npos) << s;  // the alternate screen is gone
+  EXPECT_EQ(t.format("#{alternate_on}"), "0");
+  EXPECT_EQ(t.format("#{mouse_any_flag}"), "0");
+  EXPECT_EQ(t.format("#{cursor_flag}"), "1");
+  // The history file kept the line.
+  EXPECT_NE(clchat::test::read_file((t.dir() / "state/clchat/history").string()).find("/quit"),
+            std::string::npos);
+}
+
+TEST(Tui, CtrlDOnEmptyLineQuitsAndResumeReopens) {
+  const auto saved =
+      std::filesystem::temp_directory_path() / ("clchat-resume-" + std::to_string(::getpid()));
+  {
+    TmuxSession t(100, 30, "-n 8");
+    ASSERT_TRUE(t.wait_ready());
+    t.type("Remember the blue kite");
+    ASSERT_TRUE(t.wait_text("[max_tokens reached]"));
+    t.keys("C-d");
+    ASSERT_TRUE(t.wait_text("CLCHAT_EXIT=0"));
+    std::filesystem::copy(t.dir() / "state", saved, std::filesystem::copy_options::recursive);
+  }
+  TmuxSession r(100, 30, "--resume", [&](const std::filesystem::path& home) {
+    std::filesystem::copy(saved, home / "state", std::filesystem::copy_options::recursive);
+  });
+  std::filesystem::remove_all(saved);
+  ASSERT_TRUE(r.wait_text("› Remember the blue kite"));
+  ASSERT_TRUE(r.wait_ready());
+}

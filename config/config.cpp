@@ -3,6 +3,7 @@
 // finish() rejects the keys nobody asked for, so typos are reported.
 #include "config/config.h"
 
+#include <algorithm>
 #include <array>
 #include <fstream>
 #include <limits>
@@ -204,6 +205,61 @@ Config from_toml(const toml::value& root, const std::string& name) {
   return c;
 }
 
+// toml11 parses nested arrays and inline tables recursively and builds dotted
+// keys (a.b.c = 1) in time quadratic in their length, so a file with
+// thousands of '[' overflows the stack and one long dotted key hangs. No
+// clchat setting is more than 3 levels deep; this lexical pass (strings and
+// comments skipped) rejects more than k_max_nesting open brackets, or dots in
+// one key, before toml11 sees the text.
+constexpr int k_max_nesting = 32;
+
+// The index of the last character of the string that opens at `i`: "...",
+// '...' (ending at the line's end at the latest), or """...""" / '''...'''.
+size_t skip_string(std::string_view text, size_t i, int& line) {
+  const char c = text[i];
+  const bool multi = text.substr(i, 3) == std::string(3, c);
+  const size_t n = multi ? 3 : 1;
+  const std::string_view quote = text.substr(i, n);
+  for (i += n; i < text.size(); ++i) {
+    if (text.substr(i, n) == quote) return i + n - 1;
+    if (text[i] == '\n') {
+      if (!multi) return i - 1;  // unterminated: the line break is the caller's
+      ++line;
+    }
+    if (c == '"' && text[i] == '\\' && i + 1 < text.size() && text[i + 1] != '\n') ++i;
+  }
+  return text.size();
+}
+
+void check_nesting(std::string_view text, const std::string& name) {
+  int depth = 0;
+  int dots = 0;  // since the last '=', ',', '[', '{' or line break
+  int line = 1;
+  const auto fail = [&] {
+    throw ConfigError(name + ":" + std::to_string(line) +
+                      ": arrays, tables or dotted keys nested " + "deeper than " +
+                      std::to_string(k_max_nesting) + " levels");
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '#') {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+    } else if (c == '"' || c == '\'') {
+      i = skip_string(text, i, line);
+    } else if (c == '[' || c == '{') {
+      if (++depth > k_max_nesting) fail();
+      dots = 0;
+    } else if (c == ']' || c == '}') {
+      depth = std::max(depth - 1, 0);
+    } else if (c == '.') {
+      if (++dots > k_max_nesting) fail();
+    } else if (c == '=' || c == ',' || c == '\n') {
+      dots = 0;
+      if (c == '\n') ++line;
+    }
+  }
+}
+
 // toml11's syntax messages span several lines with a source excerpt; the
 // first line holds the reason, and the location gives the line.
 std::string syntax_message(const toml::syntax_error& e, const std::string& name) {
@@ -218,6 +274,7 @@ std::string syntax_message(const toml::syntax_error& e, const std::string& name)
 }  // namespace
 
 Config parse_config(const std::string& text, const std::string& name) {
+  check_nesting(text, name);
   std::istringstream in(text);
   toml::value root;
   try {

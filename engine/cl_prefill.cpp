@@ -2,11 +2,16 @@
 // per chunk only the token count, position and id offset change).
 #include "engine/cl_prefill.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 
 #include "engine/cl_programs.h"
+#include "engine/quant.h"
 
 namespace clchat {
 
@@ -42,6 +47,24 @@ PrefillTuning PrefillTuning::for_device(const DeviceInfo& device) {
   t.mm_direct = env_int("CLCHAT_MM_DIRECT", t.mm_direct ? 1 : 0) != 0;
   t.att_tq = env_int("CLCHAT_ATT_TQ", t.att_tq);
   t.att_tk = env_int("CLCHAT_ATT_TK", t.att_tk);
+  // Tensor cores through inline PTX: NVIDIA's OpenCL only (still subject to
+  // the per-type self-test in ClPrefill::mma_ok).
+  t.mma =
+      device.platform_name.find("NVIDIA") != std::string::npos && env_int("CLCHAT_NO_MMA", 0) == 0;
+  t.mma_mi = env_int("CLCHAT_MMA_MI", t.mma_mi);
+  t.mma_nj = env_int("CLCHAT_MMA_NJ", t.mma_nj);
+  t.mma_wr = env_int("CLCHAT_MMA_WR", t.mma_wr);
+  t.mma_wn = env_int("CLCHAT_MMA_WN", t.mma_wn);
+  t.mma_kb = env_int("CLCHAT_MMA_KB", t.mma_kb);
+  t.mma_split = env_int("CLCHAT_MMA_SPLIT", t.mma_split ? 1 : 0) != 0;
+  t.mma_fit = env_int("CLCHAT_MMA_FIT", t.mma_fit ? 1 : 0) != 0;
+  if (t.mma_mi < 1 || t.mma_nj < 1 || t.mma_wr < 1 || t.mma_wn < 1 || t.mma_kb < 1 ||
+      size_t(t.mma_threads()) > device.max_work_group_size) {
+    throw std::invalid_argument("invalid MMA prefill tuning (MI " + std::to_string(t.mma_mi) +
+                                ", NJ " + std::to_string(t.mma_nj) + ", WR " +
+                                std::to_string(t.mma_wr) + ", WN " + std::to_string(t.mma_wn) +
+                                ", KB " + std::to_string(t.mma_kb) + ")");
+  }
   const bool vr_ok = (t.mm_direct && t.mm_vr >= 1 && t.mm_vr <= 16) || t.mm_vr == 1 ||
                      t.mm_vr == 2 || t.mm_vr == 4 || t.mm_vr == 8 || t.mm_vr == 16;
   const size_t max_wg = device.max_work_group_size;
@@ -66,6 +89,7 @@ ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const PrefillMode
       build_options_(build_options),
       tuning_(tuning) {
   if (chunk_ < 1) throw std::invalid_argument("prefill chunk must be at least 1");
+  profile_ = rt_.profiling() && env_int("CLCHAT_PREFILL_PROFILE", 0) != 0;
   const ModelConfig& c = config_;
   const size_t n = size_t(chunk_);
   x_ = rt_.alloc(n * size_t(c.n_embd) * 4);
@@ -96,6 +120,85 @@ std::string ClPrefill::matmul_defines(GgmlType type, const PrefillTuning& t) {
          " -DMM_NT=" + std::to_string(t.mm_nt) + (t.mm_direct ? " -DMM_DIRECT=1" : "");
 }
 
+std::string ClPrefill::mma_defines(GgmlType type, const PrefillTuning& t) {
+  return " -DWTYPE=" + std::to_string(int(type)) + " -DMMA_MI=" + std::to_string(t.mma_mi) +
+         " -DMMA_NJ=" + std::to_string(t.mma_nj) + " -DMMA_WR=" + std::to_string(t.mma_wr) +
+         " -DMMA_WN=" + std::to_string(t.mma_wn) + " -DMMA_KB=" + std::to_string(t.mma_kb) +
+         " -DMMA_SPLIT=" + std::to_string(t.mma_split ? 1 : 0);
+}
+
+// A 40-row x 96 case (edge tiles on both axes, an odd block count) with 9
+// tokens against a float64 product of the same dequantized weights; any
+// exception (the driver rejecting the PTX included) or a mismatch selects the
+// portable kernel for this type.
+bool ClPrefill::mma_ok(GgmlType type) {
+  for (const auto& [t, ok] : mma_checked_) {
+    if (t == type) return ok;
+  }
+  bool ok = false;
+  try {
+    const int n_in = 96, rows = 40, n_tok = 9;
+    std::vector<float> wv(size_t(n_in) * rows), xv(size_t(n_in) * n_tok);
+    uint32_t st = 12345u + uint32_t(type);
+    auto rnd = [&st] {
+      st = st * 1664525u + 1013904223u;
+      return float(int((st >> 8) & 0xffff) - 32768) / 32768.0f;
+    };
+    for (float& v : wv) v = rnd();
+    for (float& v : xv) v = rnd();
+    const std::vector<uint8_t> bytes = quantize_matrix(type, wv, uint64_t(n_in));
+    const std::vector<float> deq = dequantize_matrix(type, bytes, uint64_t(n_in), uint64_t(rows));
+    const DeviceMatrix w = upload_matrix(rt_, repack_matrix(type, bytes.data(), n_in, rows));
+    ClMem x = rt_.alloc(xv.size() * 4);
+    ClMem out = rt_.alloc(size_t(n_tok) * rows * 4);
+    cl_check(clEnqueueWriteBuffer(rt_.queue(), x.get(), CL_TRUE, 0, xv.size() * 4, xv.data(), 0,
+                                  nullptr, nullptr),
+             "clEnqueueWriteBuffer(mma self-test)");
+    ClKernel k = kernel("matmul_mma", mma_defines(type, tuning_), "matmul_mma");
+    set_args(k, w.q, w.s, cl_int(n_in), cl_int(rows), x, cl_int(n_in), cl_int(n_tok), out,
+             cl_int(rows), cl_int(0), cl_int(0));
+    const size_t global[2] = {
+        ceil_div(size_t(rows), size_t(tuning_.mma_tile_rows())) * size_t(tuning_.mma_threads()),
+        ceil_div(size_t(n_tok), size_t(tuning_.mma_tile_tokens()))};
+    const size_t local[2] = {size_t(tuning_.mma_threads()), 1};
+    cl_check(clEnqueueNDRangeKernel(rt_.queue(), k.get(), 2, nullptr, global, local, 0, nullptr,
+                                    nullptr),
+             "clEnqueueNDRangeKernel(mma self-test)");
+    std::vector<float> got(size_t(n_tok) * rows);
+    cl_check(clEnqueueReadBuffer(rt_.queue(), out.get(), CL_TRUE, 0, got.size() * 4, got.data(), 0,
+                                 nullptr, nullptr),
+             "clEnqueueReadBuffer(mma self-test)");
+    double err = 0, norm = 0;
+    for (int t = 0; t < n_tok; ++t) {
+      for (int r = 0; r < rows; ++r) {
+        double want = 0;
+        for (int i = 0; i < n_in; ++i) {
+          want += double(deq[size_t(r) * n_in + i]) * double(xv[size_t(t) * n_in + i]);
+        }
+        const double d = double(got[size_t(t) * rows + r]) - want;
+        err += std::isfinite(d) ? d * d : 1e30;
+        norm += want * want;
+      }
+    }
+    const double rel = std::sqrt(err / norm);
+    ok = rel <= 1e-4;
+    if (ok) {
+      spdlog::info("tensor-core prefill matmul for {} enabled (self-test error {:.2g})",
+                   ggml_type_name(type), rel);
+    } else {
+      spdlog::warn(
+          "tensor-core prefill matmul self-test failed for {} (error {:.3g}); using "
+          "the portable kernel",
+          ggml_type_name(type), rel);
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("tensor-core prefill matmul unavailable for {} ({}); using the portable kernel",
+                 ggml_type_name(type), e.what());
+  }
+  mma_checked_.emplace_back(type, ok);
+  return ok;
+}
+
 ClKernel ClPrefill::weight_kernel(GgmlType type, const char* name) {
   return kernel("matmul", matmul_defines(type, tuning_), name);
 }
@@ -103,13 +206,31 @@ ClKernel ClPrefill::weight_kernel(GgmlType type, const char* name) {
 ClPrefill::Step ClPrefill::matmul_step(const DeviceMatrix& w, const ClMem& x, int ld_x,
                                        const ClMem& out, int ld_out, int out_off, bool accumulate,
                                        const char* label) {
-  const PrefillTuning& t = tuning_;
   Step s;
-  s.kernel = weight_kernel(w.type, "matmul");
-  s.global0 = ceil_div(size_t(w.rows), size_t(t.tile_rows())) * size_t(t.mm_nr);
-  s.local0 = size_t(t.mm_nr);
-  s.local1 = size_t(t.mm_nt);
-  s.tokens_per_group = t.tile_tokens();
+  if (tuning_.mma && mma_type(w.type) && w.n_in % 32 == 0 && mma_ok(w.type)) {
+    // Fewer work-groups than compute units at a full chunk leave SMs idle
+    // (wo and ffn_down: 576 rows): halve the tile's warps along rows until
+    // the grid covers the device (unless CLCHAT_MMA_FIT=0).
+    PrefillTuning t = tuning_;
+    const size_t units = rt_.device().compute_units;
+    auto groups = [&] {
+      return ceil_div(size_t(w.rows), size_t(t.mma_tile_rows())) *
+             ceil_div(size_t(chunk_), size_t(t.mma_tile_tokens()));
+    };
+    while (t.mma_fit && t.mma_wr > 1 && groups() < units) t.mma_wr /= 2;
+    s.kernel = kernel("matmul_mma", mma_defines(w.type, t), "matmul_mma");
+    s.global0 = ceil_div(size_t(w.rows), size_t(t.mma_tile_rows())) * size_t(t.mma_threads());
+    s.local0 = size_t(t.mma_threads());
+    s.local1 = 1;
+    s.tokens_per_group = t.mma_tile_tokens();
+  } else {
+    const PrefillTuning& t = tuning_;
+    s.kernel = weight_kernel(w.type, "matmul");
+    s.global0 = ceil_div(size_t(w.rows), size_t(t.tile_rows())) * size_t(t.mm_nr);
+    s.local0 = size_t(t.mm_nr);
+    s.local1 = size_t(t.mm_nt);
+    s.tokens_per_group = t.tile_tokens();
+  }
   s.arg_n_tok = 6;
   s.label = label;
   set_args(s.kernel, w.q, w.s, cl_int(w.n_in), cl_int(w.rows), x, cl_int(ld_x), cl_int(0), out,
@@ -213,8 +334,11 @@ void ClPrefill::enqueue(Step& s, int n_tok, int pos0, int id_off, int row0) {
   const size_t groups1 = ceil_div(size_t(n_tok), size_t(s.tokens_per_group));
   const size_t global[2] = {s.global0, groups1 * std::max<size_t>(s.local1, 1)};
   const size_t local[2] = {s.local0, s.local1};
-  const cl_int err = clEnqueueNDRangeKernel(rt_.queue(), s.kernel.get(), 2, nullptr, global,
-                                            s.local0 ? local : nullptr, 0, nullptr, nullptr);
+  cl_event ev = nullptr;
+  const cl_int err =
+      clEnqueueNDRangeKernel(rt_.queue(), s.kernel.get(), 2, nullptr, global,
+                             s.local0 ? local : nullptr, 0, nullptr, profile_ ? &ev : nullptr);
+  if (ev) events_.emplace_back(s.label, ClEvent(ev));
   if (err != CL_SUCCESS) {
     throw ClError(
         std::string("enqueueing prefill kernel ") + s.label + " failed: " + cl_error_name(err),
@@ -238,6 +362,34 @@ void ClPrefill::run(int n_tokens, int pos, const ClMem& last_x) {
   cl_check(clEnqueueCopyBuffer(rt_.queue(), x_.get(), last_x.get(), size_t(n_chunk - 1) * row_bytes,
                                0, row_bytes, 0, nullptr, nullptr),
            "clEnqueueCopyBuffer(prefill last hidden state)");
+  if (profile_) report_profile(n_tokens);
+}
+
+// Device time per step label over the runs so far, to stderr (tuning aid:
+// CLCHAT_PREFILL_PROFILE=1 with a profiling queue, e.g. clchat bench --profile).
+void ClPrefill::report_profile(int n_tokens) {
+  rt_.finish();
+  std::vector<std::pair<std::string, double>> sums;
+  double total = 0;
+  for (const auto& [label, ev] : events_) {
+    cl_ulong t0 = 0, t1 = 0;
+    clGetEventProfilingInfo(ev.get(), CL_PROFILING_COMMAND_START, sizeof t0, &t0, nullptr);
+    clGetEventProfilingInfo(ev.get(), CL_PROFILING_COMMAND_END, sizeof t1, &t1, nullptr);
+    const double us = double(t1 - t0) / 1e3;
+    auto it =
+        std::find_if(sums.begin(), sums.end(), [&](const auto& p) { return p.first == label; });
+    if (it == sums.end()) {
+      sums.emplace_back(label, us);
+    } else {
+      it->second += us;
+    }
+    total += us;
+  }
+  std::fprintf(stderr, "prefill profile, %d tokens, %zu launches, %.1f us device time:\n", n_tokens,
+               events_.size(), total);
+  for (const auto& [label, us] : sums)
+    std::fprintf(stderr, "  %-12s %9.1f us\n", label.c_str(), us);
+  events_.clear();
 }
 
 void ClPrefill::run_logits(int n_tokens, int pos, int first_out, std::vector<float>& out) {

@@ -45,9 +45,25 @@ struct PrefillTuning {
   // matmul without local memory, vectorized along k (matmul.cl, CPU variant);
   // then mm_vr may be any row count.
   bool mm_direct = false;
+  // NVIDIA only: quantized weights through kernels/matmul_mma.cl (tensor-core
+  // mma.sync by inline PTX), per weight type after ClPrefill's self-test.
+  // CLCHAT_NO_MMA=1 keeps the portable kernel. Tile: mma_wr x mma_wn warps,
+  // each mma_mi x 16 rows by mma_nj x 8 tokens; mma_kb quant blocks per
+  // stage; mma_split: activations as fp16 hi + lo (see the kernel); mma_fit:
+  // fewer warps along rows for matrices whose grid would not cover the
+  // device (measured slower on the H200 at pp512: off). Defaults: the best
+  // tiling measured on the H200 (pp512, see the commit log); env
+  // CLCHAT_MMA_MI, _NJ, _WR, _WN, _KB, _SPLIT, _FIT.
+  bool mma = false;
+  int mma_mi = 1, mma_nj = 4, mma_wr = 8, mma_wn = 1, mma_kb = 4;
+  bool mma_split = true;
+  bool mma_fit = false;
 
   int tile_rows() const { return mm_vr * mm_nr; }
   int tile_tokens() const { return mm_wt * mm_nt; }
+  int mma_tile_rows() const { return mma_wr * mma_mi * 16; }
+  int mma_tile_tokens() const { return mma_wn * mma_nj * 8; }
+  int mma_threads() const { return mma_wr * mma_wn * 32; }
   // GPUs: 16 x 16 work-items with 4 x 4 register tiles (64 x 64 outputs per
   // work-group). CPUs: the direct variant, 1 row x 12 tokens per work-item.
   static PrefillTuning for_device(const DeviceInfo& device);
@@ -115,6 +131,13 @@ class ClPrefill {
   // The -D options of kernels/matmul.cl for weights of `type` (also used by
   // the kernel tests).
   static std::string matmul_defines(GgmlType type, const PrefillTuning& t);
+  static std::string mma_defines(GgmlType type, const PrefillTuning& t);
+  static bool mma_type(GgmlType type) {
+    return type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0;
+  }
+  // Whether matmul_mma for `type` builds and matches a host reference on a
+  // small case (checked once per type; false on any error).
+  bool mma_ok(GgmlType type);
 
  private:
   ClKernel kernel(const std::string& stem, const std::string& defines, const char* name);
@@ -128,6 +151,10 @@ class ClPrefill {
   std::string build_options_;
   PrefillTuning tuning_;
   std::vector<std::pair<std::string, ClProgram>> programs_;  // by stem + defines
+  std::vector<std::pair<GgmlType, bool>> mma_checked_;       // self-test results
+  bool profile_ = false;                                     // CLCHAT_PREFILL_PROFILE=1
+  std::vector<std::pair<std::string, ClEvent>> events_;
+  void report_profile(int n_tokens);
 
   // Scratch, token-major, chunk_ rows each.
   ClMem x_;       // residual stream (chunk, n_embd)

@@ -9,6 +9,11 @@
 //     with the device's tuning, the GPU tuning and an odd one (1 row per
 //     work-item, tiles of 3 x 10), so edge tiles are tested on a CPU too;
 //   - embed_rows for every type, ids read from the device at an offset.
+//   - on NVIDIA's OpenCL only (skipped elsewhere, saying so): the tensor-core
+//     kernel kernels/matmul_mma.cl for the quantized types, same cases, with
+//     the default tile, a 2 x 2-warp one, a small odd one (1 warp, 1 block
+//     per stage) and a 3-block-stage one without the fp16 lo half of the
+//     activations.
 // The reference multiplies the floats the same quantized bytes decode to, so
 // ||delta|| / ||ref|| <= 1e-4 for F32/F16 and <= 1e-3 for quantized weights.
 // Outputs are NaN-poisoned before each launch, with poisoned padding after
@@ -19,6 +24,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -81,6 +87,37 @@ ClKernel matmul_kernel(GgmlType type, const PrefillTuning& t, const char* name =
   return build_kernel("matmul", ClPrefill::matmul_defines(type, t), name);
 }
 
+bool device_is_nvidia() {
+  return test::cl_test_runtime().device().platform_name.find("NVIDIA") != std::string::npos;
+}
+
+// The tilings of the tensor-core tests.
+std::vector<PrefillTuning> mma_tunings() {
+  PrefillTuning def, square, small, wide;
+  square.mma_mi = 2;
+  square.mma_nj = 4;
+  square.mma_wr = 2;
+  square.mma_wn = 2;
+  small.mma_mi = 1;
+  small.mma_nj = 1;
+  small.mma_wr = 1;
+  small.mma_wn = 1;
+  small.mma_kb = 1;
+  wide.mma_mi = 1;
+  wide.mma_nj = 2;
+  wide.mma_wr = 3;
+  wide.mma_wn = 2;
+  wide.mma_kb = 3;
+  wide.mma_split = false;
+  return {def, square, small, wide};
+}
+
+std::string describe_mma(const PrefillTuning& t) {
+  return "mma mi " + std::to_string(t.mma_mi) + " nj " + std::to_string(t.mma_nj) + " wr " +
+         std::to_string(t.mma_wr) + " wn " + std::to_string(t.mma_wn) + " kb " +
+         std::to_string(t.mma_kb) + (t.mma_split ? " split" : " fp16");
+}
+
 void run_2d(const ClKernel& k, size_t g0, size_t g1, size_t l0, size_t l1) {
   const ClRuntime& rt = test::cl_test_runtime();
   const size_t global[2] = {g0, g1}, local[2] = {l0, l1};
@@ -129,10 +166,18 @@ std::vector<MatmulCase> matmul_cases() {
 
 class ClMatmul : public testing::TestWithParam<MatmulCase> {};
 
+// Launches a matmul kernel (set up by the caller) over n_tok tokens.
+using Launch = std::function<void(const ClKernel&, int n_tok)>;
+
 // out[t] = W x[t]; out[t] += W x[t]; and out[t][off .. off + rows) = W x[t]
-// inside rows of ld = rows + 2 * off columns.
-TEST_P(ClMatmul, PlainAccumulateAndOffsetMatchReference) {
-  const auto [shape, type] = GetParam();
+// inside rows of ld = rows + 2 * off columns, for every token count, with
+// each kernel variant (kernel, its launch, a description).
+struct Variant {
+  ClKernel kernel;
+  Launch launch;
+  std::string name;
+};
+void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Variant>& variants) {
   const uint32_t seed = uint32_t(shape.n_in * 131 + shape.rows);
   const TestMatrix w = test::make_test_matrix(type, shape.n_in, shape.rows, seed);
   const int max_tok = 100;
@@ -140,9 +185,9 @@ TEST_P(ClMatmul, PlainAccumulateAndOffsetMatchReference) {
   const auto init = test::random_floats(size_t(max_tok) * size_t(shape.rows), seed + 2);
   const ClMem x_dev = cl_buffer(x);
 
-  for (const PrefillTuning& t : matmul_tunings()) {
-    SCOPED_TRACE(describe(t));
-    const ClKernel k = matmul_kernel(type, t);
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(v.name);
+    const ClKernel& k = v.kernel;
     for (int n_tok : k_token_counts) {
       SCOPED_TRACE("n_tok " + std::to_string(n_tok));
       // float64 reference
@@ -172,7 +217,7 @@ TEST_P(ClMatmul, PlainAccumulateAndOffsetMatchReference) {
         set_args(k, w.dev.q, w.dev.s, cl_int(shape.n_in), cl_int(shape.rows), x_dev,
                  cl_int(shape.n_in), cl_int(n_tok), out, cl_int(ld), cl_int(off),
                  cl_int(mode == 1 ? 1 : 0));
-        run_matmul(k, t, shape.rows, n_tok);
+        v.launch(k, n_tok);
         const auto got = cl_read(out, n_out);
         std::vector<float> got_rows;
         std::vector<double> want = ref;
@@ -196,6 +241,39 @@ TEST_P(ClMatmul, PlainAccumulateAndOffsetMatchReference) {
       }
     }
   }
+}
+
+TEST_P(ClMatmul, PlainAccumulateAndOffsetMatchReference) {
+  const auto [shape, type] = GetParam();
+  std::vector<Variant> variants;
+  for (const PrefillTuning& t : matmul_tunings()) {
+    variants.push_back(
+        {matmul_kernel(type, t),
+         [t, rows = shape.rows](const ClKernel& k, int n_tok) { run_matmul(k, t, rows, n_tok); },
+         describe(t)});
+  }
+  check_matmul(shape, type, variants);
+}
+
+// The tensor-core kernel: quantized types only, NVIDIA only.
+TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
+  const auto [shape, type] = GetParam();
+  if (!ClPrefill::mma_type(type)) GTEST_SKIP() << "the tensor-core kernel takes quantized types";
+  if (!device_is_nvidia()) GTEST_SKIP() << "the tensor-core kernel runs on NVIDIA's OpenCL only";
+  std::vector<Variant> variants;
+  for (const PrefillTuning& t : mma_tunings()) {
+    variants.push_back({build_kernel("matmul_mma", ClPrefill::mma_defines(type, t), "matmul_mma"),
+                        [t, rows = shape.rows](const ClKernel& k, int n_tok) {
+                          run_2d(k,
+                                 test::round_up(size_t(rows), size_t(t.mma_tile_rows())) /
+                                     t.mma_tile_rows() * t.mma_threads(),
+                                 test::round_up(size_t(n_tok), size_t(t.mma_tile_tokens())) /
+                                     t.mma_tile_tokens(),
+                                 size_t(t.mma_threads()), 1);
+                        },
+                        describe_mma(t)});
+  }
+  check_matmul(shape, type, variants);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ClMatmul, testing::ValuesIn(matmul_cases()),

@@ -1,0 +1,357 @@
+// Tensor-core variant of matmul.cl's `matmul` for quantized weights (WTYPE 2
+// Q4_0, 3 Q4_1, 8 Q8_0, repacked layout of engine/cl_weights.h), NVIDIA only:
+// it uses inline PTX (mma.sync m16n8k16 with fp16 inputs and fp32
+// accumulation, sub.f16x2, shfl.sync), which NVIDIA's OpenCL C accepts without
+// cl_khr_fp16 because fp16 values travel as packed uint bits. The host selects
+// it only after a start-up self-test per weight type (ClPrefill::mma_ok);
+// everywhere else the portable matmul.cl runs. Same contract as matmul.cl:
+// out[t * ld_out + out_off + r] (+)= sum_k W[r][k] * x[t][k].
+//
+// Accuracy (the tests want 1e-3 relative to float64 at the end of a model):
+//   - weights enter the mma as the block's integer codes (q - 8, q, or the
+//     int8), which fp16 holds exactly; the block scale d (and Q4_1's min m)
+//     is applied in fp32 to each block's partial sum, so the quantized
+//     weights are used exactly;
+//   - activations are split into x = hi + lo, both fp16 (MMA_SPLIT=1, the
+//     default), and both halves go through the mma: about 22 bits of x
+//     instead of fp16's 11 (one fp16 alone gives ~3e-4 relative error per
+//     product, which a model compounds over its layers). MMA_SPLIT=0 drops lo.
+//   - Q4_1: sum_k (d q_k + m) x_k = d sum q_k x_k + m sum x_k, the block sums
+//     of x in fp32 from the staging step.
+// Integer codes to fp16 without half arithmetic in C: code c (0..1023) or'ed
+// into the mantissa of 1024.0 (0x6400) is the fp16 value 1024 + c; one
+// sub.f16x2 of (1024 + offset) per two values gives the code exactly.
+//
+// Work split: a work-group of MMA_WR x MMA_WN warps computes TILE_R rows x
+// TILE_T tokens; each warp MMA_MI m16 tiles (rows) x MMA_NJ n8 tiles
+// (tokens). Per stage of MMA_KB quant blocks (32 k each) the work-group
+//   1. copies the raw quant bytes and the scales of its rows into local memory
+//      (one 16- or 32-byte block per work-item: consecutive items read
+//      consecutive blocks of a row, so each row's bytes come in whole sectors);
+//   2. converts its tokens' activations (8 per work-item and item, one
+//      32-byte load) to packed fp16 pairs (hi and lo), stored token-major with rows of LDW words (LDW = 4 mod 32 or 20: the
+//      B-fragment loads of a warp, 8 tokens x 4 words, hit 32 distinct banks);
+//   3. after a barrier, each warp builds its A fragments from the raw bytes
+//      (the nibble/byte pairs a lane needs, as fp16 codes) and B fragments
+//      from the packed activations, runs the mma per block into a zeroed
+//      partial sum, then acc += d * partial (+ m * block sum of x).
+// Fragment layouts (PTX ISA, mma.m16n8k16 .f16): lane = 4 * g + tig;
+// A regs: (row g, k 2tig..+1), (row g+8, k 2tig..), (row g, k 2tig+8..),
+// (row g+8, k 2tig+8..); B regs: (k 2tig..+1, n g), (k 2tig+8..+9, n g);
+// C: (row g, n 2tig), (row g, n 2tig+1), (row g+8, n 2tig), (row g+8, n 2tig+1).
+// In a Q4 block, nibble byte j holds value j (low) and j + 16 (high), so the
+// mma over k 0..15 takes the low nibbles and the one over k 16..31 the high
+// nibbles of the same bytes 2tig, 2tig+1, 2tig+8, 2tig+9.
+//
+// Launch: global (ceil(n_rows / TILE_R) * WG_THREADS, ceil(n_tok / TILE_T)),
+// local (WG_THREADS, 1). n_in is a multiple of 32 (quantized rows).
+
+#ifndef WTYPE
+#define WTYPE 2
+#endif
+#ifndef MMA_MI
+#define MMA_MI 2
+#endif
+#ifndef MMA_NJ
+#define MMA_NJ 4
+#endif
+#ifndef MMA_WR
+#define MMA_WR 2
+#endif
+#ifndef MMA_WN
+#define MMA_WN 2
+#endif
+#ifndef MMA_KB
+#define MMA_KB 2
+#endif
+#ifndef MMA_SPLIT
+#define MMA_SPLIT 1
+#endif
+
+#if WTYPE != 2 && WTYPE != 3 && WTYPE != 8
+#error "matmul_mma: quantized weight types only"
+#endif
+
+#define KB 32
+#define TILE_R (MMA_WR * MMA_MI * 16)
+#define TILE_T (MMA_WN * MMA_NJ * 8)
+#define WG_THREADS (MMA_WR * MMA_WN * 32)
+#if WTYPE == 8
+#define QW 8   // quant words per block
+#define QS 12  // their stride in local memory (conflict-free A loads)
+#else
+#define QW 4
+#define QS 4
+#endif
+#define KP (MMA_KB * 16)  // packed fp16 pairs per token per stage
+#define LDW (KP + 4)
+
+// c += A * B (16x8x16, fp16 in, fp32 accumulate).
+inline void mma16816(float* c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1) {
+  float d0, d1, d2, d3;
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%10,%11,%12,%13};"
+      : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+        "f"(c[3]));
+  c[0] = d0;
+  c[1] = d1;
+  c[2] = d2;
+  c[3] = d3;
+}
+
+// Two fp16 lanes a - b.
+inline uint sub_f16x2(uint a, uint b) {
+  uint d;
+  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+inline float shfl_bfly(float v, int mask) {
+  float r;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
+  return r;
+}
+
+// The fp16 codes of the two weights in the 16 bits s (bytes 2tig, 2tig+1 or
+// 2tig+8, 2tig+9 of the block), for the mma half `hi` (Q4: high nibbles).
+inline uint codes(uint s, int hi) {
+#if WTYPE == 8
+  (void)hi;
+  const uint u = s ^ 0x8080u;  // int8 + 128
+  return sub_f16x2(0x64006400u | (u & 0xffu) | ((u & 0xff00u) << 8), 0x64806480u);
+#else
+  const uint n = hi ? ((s >> 4) & 0xfu) | ((s & 0xf000u) << 4) : (s & 0xfu) | ((s & 0xf00u) << 8);
+#if WTYPE == 2
+  return sub_f16x2(0x64006400u | n, 0x64086408u);  // q - 8
+#else
+  return sub_f16x2(0x64006400u | n, 0x64006400u);  // q
+#endif
+#endif
+}
+
+#define W_ITEMS ((TILE_R * MMA_KB + WG_THREADS - 1) / WG_THREADS)
+#define X8 (MMA_KB * 4)  // items of 8 activations per token per stage
+#define X_ITEMS ((TILE_T * X8 + WG_THREADS - 1) / WG_THREADS)
+#if QW == 8
+#define FETCH_Q2(it, blk) wqr2[it] = vload4(1, wq + (blk)*QW)
+#define ZERO_Q2(it) wqr2[it] = (uint4)(0u)
+#else
+#define FETCH_Q2(it, blk)
+#define ZERO_Q2(it)
+#endif
+#if WTYPE == 3
+#define FETCH_S(blk) vload_half2((blk), (const __global half*)ws)
+#else
+#define FETCH_S(blk) (float2)(vload_half((blk), (const __global half*)ws), 0.0f)
+#endif
+// Stage `b0_` (blocks b0_ .. b0_ + MMA_KB - 1) into the registers wqr, wsr,
+// xr; zeros past the matrix, the blocks or the tokens.
+#define FETCH(b0_)                                                            \
+  do {                                                                        \
+    _Pragma("unroll") for (int it = 0; it < W_ITEMS; ++it) {                  \
+      const int e = lid + it * WG_THREADS;                                    \
+      const int row = row0 + e / MMA_KB, b = (b0_) + e % MMA_KB;              \
+      if (e < TILE_R * MMA_KB && row < n_rows && b < n_blocks) {              \
+        const size_t blk = (size_t)row * (size_t)n_blocks + (size_t)b;       \
+        wqr[it] = vload4(0, wq + blk * QW);                                   \
+        FETCH_Q2(it, blk);                                                    \
+        wsr[it] = FETCH_S(blk);                                               \
+      } else {                                                                \
+        wqr[it] = (uint4)(0u);                                                \
+        ZERO_Q2(it);                                                          \
+        wsr[it] = (float2)(0.0f);                                             \
+      }                                                                       \
+    }                                                                         \
+    _Pragma("unroll") for (int it = 0; it < X_ITEMS; ++it) {                  \
+      const int e = lid + it * WG_THREADS;                                    \
+      const int tok = tok0 + e / X8, k = (b0_)*KB + 8 * (e % X8);             \
+      xr[it] = (float8)(0.0f);                                                \
+      if (e < TILE_T * X8 && tok < n_tok && k < n_in) {                       \
+        xr[it] = vload8(0, x + (size_t)tok * ld_x + k);                       \
+      }                                                                       \
+    }                                                                         \
+  } while (0)
+
+__kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma(
+    const __global uint* wq, const __global void* ws, int n_in, int n_rows,
+    const __global float* x, int ld_x, int n_tok, __global float* out, int ld_out, int out_off,
+    int accumulate) {
+  __local uint wql[MMA_KB * TILE_R * QS];
+  __local float wdl[MMA_KB * TILE_R];
+#if WTYPE == 3
+  __local float wml[MMA_KB * TILE_R];
+  __local float xsl[MMA_KB * TILE_T];
+#endif
+  __local uint xhl[TILE_T * LDW];
+#if MMA_SPLIT
+  __local uint xll[TILE_T * LDW];
+#endif
+  const int lid = get_local_id(0);
+  const int lane = lid & 31;
+  const int warp = lid >> 5;
+  const int g = lane >> 2, tig = lane & 3;
+  const int wr0 = (warp % MMA_WR) * (MMA_MI * 16);  // warp's first row in the tile
+  const int wn0 = (warp / MMA_WR) * (MMA_NJ * 8);   // and first token
+  const int row0 = get_group_id(0) * TILE_R;
+  const int tok0 = get_group_id(1) * TILE_T;
+  const int n_blocks = n_in / KB;
+
+  float acc[MMA_MI][MMA_NJ][4];
+#pragma unroll
+  for (int i = 0; i < MMA_MI; ++i)
+#pragma unroll
+    for (int j = 0; j < MMA_NJ; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
+
+  // Global loads of a stage go to registers first and are stored to local
+  // memory at the top of the next iteration, so they are in flight while the
+  // warps run the previous stage's mma (work-groups are few: 80 to 240 per
+  // matrix at a 512-token chunk, so latency is not hidden by occupancy).
+  uint4 wqr[W_ITEMS];
+#if QW == 8
+  uint4 wqr2[W_ITEMS];
+#endif
+  float2 wsr[W_ITEMS];  // d (and m for Q4_1)
+  float8 xr[X_ITEMS];
+  FETCH(0);
+
+  for (int b0 = 0; b0 < n_blocks; b0 += MMA_KB) {
+    // 1. raw weight blocks and scales, MMA_KB consecutive blocks per row.
+#pragma unroll
+    for (int it = 0; it < W_ITEMS; ++it) {
+      const int e = lid + it * WG_THREADS;
+      if (e < TILE_R * MMA_KB) {
+        const int kb = e % MMA_KB, r = e / MMA_KB;
+        __local uint* dst = wql + (kb * TILE_R + r) * QS;
+        vstore4(wqr[it], 0, dst);
+#if QW == 8
+        vstore4(wqr2[it], 1, dst);
+#endif
+        wdl[kb * TILE_R + r] = wsr[it].x;
+#if WTYPE == 3
+        wml[kb * TILE_R + r] = wsr[it].y;
+#endif
+      }
+    }
+    // 2. activations -> packed fp16 pairs (hi, lo), 8 per item. Whole warps
+    // take the same branch (TILE_T * X8 and WG_THREADS are multiples of 32),
+    // as the Q4_1 shuffles need.
+#pragma unroll
+    for (int it = 0; it < X_ITEMS; ++it) {
+      const int e = lid + it * WG_THREADS;
+      if (e < TILE_T * X8) {
+        const int t = e / X8, q8 = e % X8;
+        const float8 v = xr[it];
+        __local half* dh = (__local half*)(xhl + t * LDW + 4 * q8);
+#if MMA_SPLIT
+        // hi: x rounded to 11 significant bits (exactly an fp16 value in its
+        // normal range), lo: the exact fp32 remainder, rounded to fp16.
+        const float8 hi = as_float8((as_uint8(v) + (uint8)(0x1000u)) & (uint8)(0xffffe000u));
+        vstore_half8_rte(hi, 0, dh);
+        vstore_half8_rte(v - hi, 0, (__local half*)(xll + t * LDW + 4 * q8));
+#else
+        vstore_half8_rte(v, 0, dh);
+#endif
+#if WTYPE == 3
+        // block sums of x: 4 consecutive lanes hold one token's block
+        const float4 s4 = v.lo + v.hi;
+        float sum = s4.x + s4.y + s4.z + s4.w;
+        sum += shfl_bfly(sum, 2);
+        sum += shfl_bfly(sum, 1);
+        if ((q8 & 3) == 0) xsl[(q8 >> 2) * TILE_T + t] = sum;
+#endif
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (b0 + MMA_KB < n_blocks) FETCH(b0 + MMA_KB);
+
+    // 3. the warp's tiles, block by block.
+    for (int kb = 0; kb < MMA_KB; ++kb) {
+      float part[MMA_MI][MMA_NJ][4];
+#pragma unroll
+      for (int i = 0; i < MMA_MI; ++i)
+#pragma unroll
+        for (int j = 0; j < MMA_NJ; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) part[i][j][c] = 0.0f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // k 0..15, then 16..31 of the block
+        uint a[MMA_MI][4];
+#pragma unroll
+        for (int i = 0; i < MMA_MI; ++i) {
+          const __local uint* q0 = wql + (kb * TILE_R + wr0 + 16 * i + g) * QS;
+          const __local uint* q1 = q0 + 8 * QS;
+          const int sh = (tig & 1) * 16;
+#if WTYPE == 8
+          const int w0 = h * 4 + (tig >> 1);  // bytes 16h + 2tig ..
+#else
+          const int w0 = tig >> 1;  // nibble bytes 2tig ..
+#endif
+          a[i][0] = codes((q0[w0] >> sh) & 0xffffu, h);
+          a[i][1] = codes((q1[w0] >> sh) & 0xffffu, h);
+          a[i][2] = codes((q0[w0 + 2] >> sh) & 0xffffu, h);
+          a[i][3] = codes((q1[w0 + 2] >> sh) & 0xffffu, h);
+        }
+#pragma unroll
+        for (int j = 0; j < MMA_NJ; ++j) {
+          const int xo = (wn0 + 8 * j + g) * LDW + kb * 16 + h * 8 + tig;
+          const uint bh0 = xhl[xo], bh1 = xhl[xo + 4];
+#if MMA_SPLIT
+          const uint bl0 = xll[xo], bl1 = xll[xo + 4];
+#endif
+#pragma unroll
+          for (int i = 0; i < MMA_MI; ++i) {
+            mma16816(part[i][j], a[i][0], a[i][1], a[i][2], a[i][3], bh0, bh1);
+#if MMA_SPLIT
+            mma16816(part[i][j], a[i][0], a[i][1], a[i][2], a[i][3], bl0, bl1);
+#endif
+          }
+        }
+      }
+      // acc += d * part (+ m * block sum of x)
+#pragma unroll
+      for (int i = 0; i < MMA_MI; ++i) {
+        const int r = kb * TILE_R + wr0 + 16 * i + g;
+        const float d0 = wdl[r], d1 = wdl[r + 8];
+#if WTYPE == 3
+        const float m0 = wml[r], m1 = wml[r + 8];
+#endif
+#pragma unroll
+        for (int j = 0; j < MMA_NJ; ++j) {
+#if WTYPE == 3
+          const int t = kb * TILE_T + wn0 + 8 * j + 2 * tig;
+          const float s0 = xsl[t], s1 = xsl[t + 1];
+          acc[i][j][0] += d0 * part[i][j][0] + m0 * s0;
+          acc[i][j][1] += d0 * part[i][j][1] + m0 * s1;
+          acc[i][j][2] += d1 * part[i][j][2] + m1 * s0;
+          acc[i][j][3] += d1 * part[i][j][3] + m1 * s1;
+#else
+          acc[i][j][0] += d0 * part[i][j][0];
+          acc[i][j][1] += d0 * part[i][j][1];
+          acc[i][j][2] += d1 * part[i][j][2];
+          acc[i][j][3] += d1 * part[i][j][3];
+#endif
+        }
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+
+#pragma unroll
+  for (int i = 0; i < MMA_MI; ++i) {
+#pragma unroll
+    for (int j = 0; j < MMA_NJ; ++j) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int row = row0 + wr0 + 16 * i + g + (c >> 1) * 8;
+        const int tok = tok0 + wn0 + 8 * j + 2 * tig + (c & 1);
+        if (row < n_rows && tok < n_tok) {
+          __global float* o = out + (size_t)tok * ld_out + out_off + row;
+          *o = accumulate ? *o + acc[i][j][c] : acc[i][j][c];
+        }
+      }
+    }
+  }
+}

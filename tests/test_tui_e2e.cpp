@@ -87,14 +87,6 @@ class TmuxSession {
   }
   // The status bar names the model once the engine is ready (stories260K: "llama").
   bool wait_ready() const { return wait_text("clchat │ llama │"); }
-  // The reply has finished when the hint line no longer says "generating".
-  bool wait_idle() const {
-    return wait_for(
-        [](const std::string& s) {
-          return s.find("generating") == std::string::npos && s.find("[") != std::string::npos;
-        },
-        "the reply to finish");
-  }
 
  private:
   std::string socket_;
@@ -185,17 +177,21 @@ TEST(Tui, SaveWritesFilesThatLoadRestores) {
   ASSERT_TRUE(t.wait_text("› Then what?"));
   ASSERT_TRUE(t.wait_for(
       [](const std::string& s) {
-        return s.find("generating") == std::string::npos &&
-               s.rfind("[max_tokens reached]") > s.find("› Then what?");
+        const auto asked = s.find("› Then what?\n\n");  // in the transcript, not the input
+        const auto done = s.rfind("[max_tokens reached]");
+        return asked != std::string::npos && done != std::string::npos && done > asked;
       },
       "the reply after /load"));
   // The autosave holds all four turns.
   bool found = false;
+  std::string files;
   for (const auto& e :
        std::filesystem::directory_iterator(t.dir() / "state/clchat/conversations")) {
-    found |= clchat::test::read_file(e.path()).find("Then what?") != std::string::npos;
+    const std::string text = clchat::test::read_file(e.path().string());
+    files += e.path().string() + ":\n" + text + "\n";
+    found |= text.find("Then what?") != std::string::npos;
   }
-  EXPECT_TRUE(found);
+  EXPECT_TRUE(found) << files;
 }
 
 TEST(Tui, ResizeRedrawsAndTooSmallIsSaid) {

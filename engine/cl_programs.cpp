@@ -29,9 +29,11 @@ KernelTuning KernelTuning::for_device(const DeviceInfo& device) {
   KernelTuning t;
   if (device.is_cpu) {
     t.tpr = 1;
-    t.rows = 64;
+    t.rows = 32;  // matvec_cpu.cl: 16..64 measured alike; 32 splits 576 rows evenly on 2 cores
     t.att_wg = 64;
     t.argmax_wg = 64;
+    t.cpu_kernels = env_int("CLCHAT_CPU_KERNELS", 1) != 0;
+    t.cpu_nr = env_int("CLCHAT_NR", 4);  // 4 rows per item beat 2 (gate_up 213 -> 179 us)
   }
   t.tpr = env_int("CLCHAT_TPR", t.tpr);
   t.rows = env_int("CLCHAT_ROWS", t.rows);
@@ -44,6 +46,10 @@ KernelTuning KernelTuning::for_device(const DeviceInfo& device) {
                                 std::to_string(t.rows) + ", ATT_WG " + std::to_string(t.att_wg) +
                                 ") for " + device.name);
   }
+  if (t.cpu_kernels && (t.cpu_nr < 2 || t.cpu_nr % 2 != 0)) {
+    throw std::invalid_argument("invalid CPU kernel tuning (NR " + std::to_string(t.cpu_nr) + ")");
+  }
+  if (t.rows % t.cpu_nr != 0) t.cpu_nr = 2;  // ROWS is even
   if (size_t(t.argmax_wg) > device.max_work_group_size) t.argmax_wg = 64;
   const char* no_shfl = std::getenv("CLCHAT_NO_SHFL");
   t.nv_shfl = device.platform_name.find("NVIDIA") != std::string::npos && t.tpr <= 32 &&
@@ -96,25 +102,39 @@ std::string ClPrograms::matvec_defines(GgmlType type) const {
          " -DROWS=" + std::to_string(tuning_.rows) + (tuning_.nv_shfl ? " -DUSE_NV_SHFL=1" : "");
 }
 
-const ClProgram& ClPrograms::program(const std::string& stem, const std::string& defines) {
+const ClProgram& ClPrograms::program(const std::string& stem, const std::string& defines,
+                                     bool strict_math) {
   const std::string key = stem + defines;
   auto it = programs_.find(key);
   if (it != programs_.end()) return it->second;
-  ClProgram p = rt_.build_program(stem, kernel_source(stem), tuning_.build_options + defines);
+  // Strict programs drop the fast-math flags: argmax must compare exactly
+  // and keep its isnan tests, which -cl-fast-relaxed-math may remove.
+  const std::string options = strict_math ? "-cl-std=CL1.2" : tuning_.build_options;
+  ClProgram p = rt_.build_program(stem, kernel_source(stem), options + defines);
   return programs_.emplace(key, std::move(p)).first->second;
 }
 
 ClKernel ClPrograms::weight_kernel(GgmlType type, const char* name) {
+  // get_row (once per token) always comes from matvec.cl.
+  if (use_cpu_matvec() && std::string_view(name) != "get_row") {
+    const std::string defines = " -DWTYPE=" + std::to_string(int(type)) +
+                                " -DROWS=" + std::to_string(tuning_.rows) +
+                                " -DNR=" + std::to_string(tuning_.cpu_nr) +
+                                (tuning_.cpu_portable ? " -DCPU_PORTABLE=1" : "");
+    return rt_.create_kernel(program("matvec_cpu", defines), name);
+  }
   return rt_.create_kernel(program("matvec", matvec_defines(type)), name);
 }
 
 ClKernel ClPrograms::attention_kernel() {
-  return rt_.create_kernel(program("attention", " -DATT_WG=" + std::to_string(tuning_.att_wg)),
+  return rt_.create_kernel(program(tuning_.cpu_kernels ? "attention_cpu" : "attention",
+                                   " -DATT_WG=" + std::to_string(tuning_.att_wg)),
                            "attention_decode");
 }
 
 ClKernel ClPrograms::argmax_kernel(const char* name) {
-  return rt_.create_kernel(program("argmax", " -DARGMAX_WG=" + std::to_string(tuning_.argmax_wg)),
+  return rt_.create_kernel(program(tuning_.cpu_kernels ? "argmax_cpu" : "argmax",
+                                   " -DARGMAX_WG=" + std::to_string(tuning_.argmax_wg), true),
                            name);
 }
 

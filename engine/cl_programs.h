@@ -1,6 +1,8 @@
 // The OpenCL programs of the engine, built for one device with its tuning:
 // matvec.cl once per weight type in use (-DWTYPE=...), attention.cl and
-// argmax.cl once. Kernel objects are created per use so each can keep its own
+// argmax.cl once; on CPU devices matvec_cpu.cl, attention_cpu.cl and
+// argmax_cpu.cl instead (see KernelTuning::cpu_kernels). argmax is built
+// without fast-math flags. Kernel objects are created per use so each can keep its own
 // arguments (the decode plan sets most of them once).
 #pragma once
 
@@ -22,6 +24,15 @@ struct KernelTuning {
   // needed); kept only if the start-up self-test passes. CLCHAT_NO_SHFL=1
   // forces the portable path.
   bool nv_shfl = false;
+  // CPU devices: kernels/matvec_cpu.cl (whole rows per work-item, wide
+  // vectors, no barriers in the row loops) instead of matvec.cl when
+  // tpr == 1, attention_cpu.cl and argmax_cpu.cl (serial per work-group);
+  // each active matvec work-item computes cpu_nr rows. CLCHAT_CPU_KERNELS=0
+  // selects the portable kernels, CLCHAT_NR sets cpu_nr (even, dividing rows).
+  bool cpu_kernels = false;
+  int cpu_nr = 2;
+  // Tests: matvec_cpu.cl without its x86 builtin (F16C).
+  bool cpu_portable = false;
 
   int matvec_wg() const { return tpr * rows; }
   // GPUs: several work-items per row, coalesced block loads. CPUs (PoCL): one
@@ -42,8 +53,10 @@ class ClPrograms {
   ClKernel argmax_kernel(const char* name);  // "argmax_partial", "argmax_final"
 
  private:
-  const ClProgram& program(const std::string& stem, const std::string& defines);
+  const ClProgram& program(const std::string& stem, const std::string& defines,
+                           bool strict_math = false);
   std::string matvec_defines(GgmlType type) const;
+  bool use_cpu_matvec() const { return tuning_.cpu_kernels && tuning_.tpr == 1; }
   bool shfl_self_test();
   const ClRuntime& rt_;
   KernelTuning tuning_;

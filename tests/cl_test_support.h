@@ -38,10 +38,12 @@ inline ClRuntime& cl_test_runtime() {
   return rt;
 }
 
-// Tunings every matvec.cl test runs with: the device's own (PoCL: one
-// work-item per row), two GPU-like ones that exercise the reduction over
-// several work-items per row, including the smallest work-group (4 x 2), and
-// a work-group that is not a power of two (2 x 6: ROWS need only be even).
+// Tunings every matvec test runs with: the device's own (PoCL: one
+// work-item per row, matvec_cpu.cl), two GPU-like ones that exercise the
+// reduction over several work-items per row, including the smallest
+// work-group (4 x 2), and a work-group that is not a power of two (2 x 6:
+// ROWS need only be even); on a CPU device also the variants of
+// matvec_cpu.cl below.
 inline std::vector<KernelTuning> matvec_tunings() {
   const KernelTuning device = KernelTuning::for_device(cl_test_runtime().device());
   // Same build options and reduction path (NVIDIA shuffles) as the device's.
@@ -52,13 +54,36 @@ inline std::vector<KernelTuning> matvec_tunings() {
   small.rows = 2;
   odd.tpr = 2;
   odd.rows = 6;
-  return {device, gpu_like, small, odd};
+  std::vector<KernelTuning> tunings = {device, gpu_like, small, odd};
+  if (device.cpu_kernels && device.tpr == 1) {
+    // matvec_cpu.cl: two rows per work-item in groups of 6, and without the
+    // x86 builtin (F16C).
+    KernelTuning cpu_odd = device, portable = device;
+    cpu_odd.rows = 6;
+    cpu_odd.cpu_nr = 2;
+    portable.cpu_portable = true;
+    tunings.insert(tunings.end(), {cpu_odd, portable});
+  }
+  return tunings;
 }
 
 inline std::string describe(const KernelTuning& t) {
   return "tpr " + std::to_string(t.tpr) + " rows " + std::to_string(t.rows) + " att_wg " +
          std::to_string(t.att_wg) + " argmax_wg " + std::to_string(t.argmax_wg) +
-         (t.nv_shfl ? " nv_shfl" : "");
+         (t.nv_shfl ? " nv_shfl" : "") +
+         (t.cpu_kernels
+              ? " cpu_kernels nr " + std::to_string(t.cpu_nr) + (t.cpu_portable ? " portable" : "")
+              : "");
+}
+
+// The device's tuning, and on a CPU device also without the CPU-specific
+// kernels (attention.cl and argmax.cl are tested on PoCL too).
+inline std::vector<KernelTuning> kernel_variants() {
+  const KernelTuning device = KernelTuning::for_device(cl_test_runtime().device());
+  if (!device.cpu_kernels) return {device};
+  KernelTuning portable = device;
+  portable.cpu_kernels = false;
+  return {device, portable};
 }
 
 // One ClPrograms per distinct tuning, kept for the whole binary so each

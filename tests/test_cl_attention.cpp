@@ -1,4 +1,5 @@
-// kernels/attention.cl (attention_decode) on the CPU OpenCL device (PoCL)
+// kernels/attention.cl and, on a CPU device, attention_cpu.cl (both
+// attention_decode) on the CPU OpenCL device (PoCL)
 // against a float64 reference: softmax(q . k_t / sqrt(head_dim)) v over the
 // positions 0..n_pos-1 of one layer of the cache, query head h reading KV
 // head h / (n_head / n_head_kv). Head layouts of the reference models
@@ -109,19 +110,21 @@ TEST_P(ClAttention, MatchesReferenceAtEveryLength) {
     const auto ref = ref_attention(s, q, k_cache, v_cache, layer_off, n_pos);
     const ClMem k_dev = cl_buffer(k_cache), v_dev = cl_buffer(v_cache);
 
-    for (const int wg : att_work_groups(d)) {
-      SCOPED_TRACE("att_wg " + std::to_string(wg));
-      KernelTuning t = KernelTuning::for_device(rt.device());
-      t.att_wg = wg;
-      const ClKernel k = test::cl_programs(t).attention_kernel();
-      cl_poison(out, n_out);
-      cl_poison(scores, size_t(s.n_head) * k_n_ctx);
-      set_args(k, q_dev, k_dev, v_dev, cl_ulong(layer_off), cl_int(n_pos), cl_int(s.n_head),
-               cl_int(s.n_head_kv), cl_int(d), scores, cl_int(k_n_ctx), out);
-      test::cl_run(k, size_t(s.n_head) * size_t(wg), size_t(wg));
-      const auto got = cl_read(out, n_out);
-      EXPECT_LE(test::relative_error(std::span(got).first(size_t(s.n_head * d)), ref), 1e-4);
-      EXPECT_EQ(test::count_overwritten(got, size_t(s.n_head * d)), 0u) << "write past the heads";
+    for (const KernelTuning& variant : test::kernel_variants()) {
+      for (const int wg : att_work_groups(d)) {
+        KernelTuning t = variant;
+        t.att_wg = wg;
+        SCOPED_TRACE(test::describe(t));
+        const ClKernel k = test::cl_programs(t).attention_kernel();
+        cl_poison(out, n_out);
+        cl_poison(scores, size_t(s.n_head) * k_n_ctx);
+        set_args(k, q_dev, k_dev, v_dev, cl_ulong(layer_off), cl_int(n_pos), cl_int(s.n_head),
+                 cl_int(s.n_head_kv), cl_int(d), scores, cl_int(k_n_ctx), out);
+        test::cl_run(k, size_t(s.n_head) * size_t(wg), size_t(wg));
+        const auto got = cl_read(out, n_out);
+        EXPECT_LE(test::relative_error(std::span(got).first(size_t(s.n_head * d)), ref), 1e-4);
+        EXPECT_EQ(test::count_overwritten(got, size_t(s.n_head * d)), 0u) << "write past the heads";
+      }
     }
   }
 }
@@ -158,15 +161,17 @@ TEST(ClAttention, PeakedScoresPickOnePosition) {
   const ClMem q_dev = cl_buffer(q), k_dev = cl_buffer(k_cache), v_dev = cl_buffer(v_cache);
   const ClMem out = rt.alloc(size_t(s.n_head * d) * 4);
   const ClMem scores = rt.alloc(size_t(s.n_head) * k_n_ctx * 4);
-  KernelTuning t = KernelTuning::for_device(rt.device());
-  const ClKernel k = test::cl_programs(t).attention_kernel();
-  cl_poison(out, size_t(s.n_head * d));
-  cl_poison(scores, size_t(s.n_head) * k_n_ctx);
-  set_args(k, q_dev, k_dev, v_dev, cl_ulong(0), cl_int(n_pos), cl_int(s.n_head),
-           cl_int(s.n_head_kv), cl_int(d), scores, cl_int(k_n_ctx), out);
-  test::cl_run(k, size_t(s.n_head) * size_t(t.att_wg), size_t(t.att_wg));
-  const auto got = cl_read(out, size_t(s.n_head * d));
-  EXPECT_LE(test::relative_error(std::span<const float>(got), ref), 1e-4);
+  for (const KernelTuning& t : test::kernel_variants()) {
+    SCOPED_TRACE(test::describe(t));
+    const ClKernel k = test::cl_programs(t).attention_kernel();
+    cl_poison(out, size_t(s.n_head * d));
+    cl_poison(scores, size_t(s.n_head) * k_n_ctx);
+    set_args(k, q_dev, k_dev, v_dev, cl_ulong(0), cl_int(n_pos), cl_int(s.n_head),
+             cl_int(s.n_head_kv), cl_int(d), scores, cl_int(k_n_ctx), out);
+    test::cl_run(k, size_t(s.n_head) * size_t(t.att_wg), size_t(t.att_wg));
+    const auto got = cl_read(out, size_t(s.n_head * d));
+    EXPECT_LE(test::relative_error(std::span<const float>(got), ref), 1e-4);
+  }
 }
 
 }  // namespace

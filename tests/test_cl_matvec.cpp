@@ -1,20 +1,24 @@
-// The kernels of kernels/matvec.cl (matvec, ffn_gate_up, qkv_rope, get_row) on
+// The kernels of kernels/matvec.cl and matvec_cpu.cl (matvec, ffn_gate_up,
+// qkv_rope; get_row only in matvec.cl) on
 // the CPU OpenCL device (PoCL) against float64 references, for every weight
 // type a row allows, at the matrix shapes of the reference models:
 //   stories260K  embd 64, kv 32, ff 172 (not a multiple of 32), vocab 512
 //   tiny-random  embd 8, kv 8, ff 32, vocab 32000
 //   SmolLM2      embd 576, kv 192, ff 1536, vocab 49152
 //   synthetic    embd 128, kv 64, ff 256 (the small models of test_cl_forward)
-// Each matvec.cl kernel runs with the device's tuning and two GPU-like ones
-// (8 and 4 work-items per row), so the reduction over a row's work-items is
-// tested on a CPU too. The reference multiplies the floats that the same
-// quantized bytes decode to, so the only error left is float32 accumulation:
+// Each kernel runs with the device's tuning (on a CPU device kernels/
+// matvec_cpu.cl, also with its variants: 2 rows per work-item, no x86
+// builtin) and GPU-like ones of matvec.cl (8 and 4 work-items
+// per row), so the reduction over a row's work-items is tested on a CPU too.
+// The reference multiplies the floats that the same quantized bytes decode
+// to, so the only error left is float32 accumulation:
 // ||delta|| / ||ref|| <= 1e-4 with F32/F16 weights, <= 1e-3 with quantized
 // ones. Outputs are poisoned with NaN before every launch, and padding past
 // the end of each output must still be NaN afterwards.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -79,7 +83,8 @@ constexpr MatShape k_matrix_shapes[] = {
     {"tiny_gate_up", 8, 32},      {"tiny_down", 32, 8},           {"tiny_output", 8, 32000},
     {"smollm2_wq_wo", 576, 576},  {"smollm2_wk_wv", 576, 192},    {"smollm2_gate_up", 576, 1536},
     {"smollm2_down", 1536, 576},  {"smollm2_output", 576, 49152}, {"synthetic_wk_wv", 128, 64},
-    {"synthetic_down", 256, 128},
+    {"synthetic_down", 256, 128}, {"odd_rows", 64, 37},  // not a whole number of matvec_cpu.cl's
+                                                         // row groups
 };
 
 struct MatrixCase {
@@ -150,6 +155,55 @@ TEST_P(ClMatvec, PlainNormAndAccumulateMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ClMatvec, testing::ValuesIn(matrix_cases()), matrix_case_name);
 
+// x with an all-zero block, blocks of very different magnitude (1e-30 and
+// 1e20), and then inf or NaN in one value: every row must stay finite and
+// match the reference, then none may be finite (float arithmetic spreads inf
+// or NaN to every row: Q4_0's offset and Q4_1's minimum use block sums of x).
+TEST(ClMatvecEdges, ZeroTinyHugeAndNonFiniteInputs) {
+  const int n_in = 256, rows = 24;
+  const float k_inf = std::numeric_limits<float>::infinity();
+  auto x = test::random_floats(size_t(n_in), 5);
+  for (int i = 0; i < 32; ++i) {
+    x[size_t(i)] = 0.0f;          // block 0: zeros
+    x[size_t(32 + i)] *= 1e-30f;  // block 1: tiny
+    x[size_t(64 + i)] *= 1e20f;   // block 2: huge
+  }
+  const ClMem none;
+  const ClMem out = test::cl_test_runtime().alloc((rows + k_pad) * 4);
+  for (GgmlType type : test::types_for_row(n_in)) {
+    SCOPED_TRACE(ggml_type_name(type));
+    const TestMatrix w = test::make_test_matrix(type, n_in, rows, 99);
+    for (const KernelTuning& t : test::matvec_tunings()) {
+      SCOPED_TRACE(test::describe(cl_programs(t).tuning()));
+      const ClKernel k = cl_programs(t).weight_kernel(type, "matvec");
+      const size_t wg = size_t(t.matvec_wg());
+      const size_t global = test::round_up(size_t(rows), size_t(t.rows)) / t.rows * wg;
+      for (const float poison : {0.0f, k_inf, -k_inf, std::numeric_limits<float>::quiet_NaN()}) {
+        SCOPED_TRACE("x[100] = " + std::to_string(poison));
+        auto xp = x;
+        if (poison != 0.0f) xp[100] = poison;  // NaN != 0 too
+        const ClMem x_dev = cl_buffer(xp);
+        cl_poison(out, rows + k_pad);
+        set_args(k, w.dev.q, w.dev.s, cl_int(n_in), cl_int(rows), x_dev, none, k_eps, cl_int(0),
+                 out);
+        cl_run(k, global, wg);
+        const auto got = cl_read(out, rows + k_pad);
+        size_t finite = 0;
+        for (int r = 0; r < rows; ++r) finite += std::isfinite(got[size_t(r)]);
+        if (xp[100] == x[100]) {
+          EXPECT_EQ(finite, size_t(rows));
+          EXPECT_LE(test::relative_error(std::span(got).first(size_t(rows)),
+                                         ref_matvec(w.values, to_f64(xp), n_in, 0, rows)),
+                    tolerance(type));
+        } else {
+          EXPECT_EQ(finite, 0u);
+        }
+        EXPECT_EQ(test::count_overwritten(got, size_t(rows)), 0u) << "write past the rows";
+      }
+    }
+  }
+}
+
 // ---- ffn_gate_up -------------------------------------------------------------
 
 struct FfnShape {
@@ -157,8 +211,11 @@ struct FfnShape {
   int n_embd;
   int n_ff;
 };
-constexpr FfnShape k_ffn_shapes[] = {
-    {"stories", 64, 172}, {"tiny", 8, 32}, {"smollm2", 576, 1536}, {"synthetic", 128, 256}};
+constexpr FfnShape k_ffn_shapes[] = {{"stories", 64, 172},
+                                     {"tiny", 8, 32},
+                                     {"smollm2", 576, 1536},
+                                     {"synthetic", 128, 256},
+                                     {"rows_2_mod_4", 64, 90}};
 
 struct FfnCase {
   FfnShape shape;

@@ -1,6 +1,7 @@
 // clchat entry point: parses the command line and runs a subcommand. Every
 // error ends here as one line on stderr and an exit code: 0 success, 2 bad
 // usage or bad input file, 1 any other runtime error.
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -14,7 +15,9 @@
 #include "engine/gguf.h"
 
 int main(int argc, char** argv) {
-  // Until the log file lands (UI issue), only warnings and errors reach stderr.
+  // Log lines go to stderr, never stdout (replies, --ids and --json are data);
+  // only warnings and errors. The chat screen replaces this with its log file.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("clchat-stderr"));
   spdlog::set_level(spdlog::level::warn);
   CLI::App app{"clchat: terminal chat with its own OpenCL inference engine"};
   // No subcommand: a chat (line mode when stdin is not a terminal).

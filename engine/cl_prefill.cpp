@@ -38,6 +38,7 @@ PrefillTuning PrefillTuning::for_device(const DeviceInfo& device) {
     t.mm_nt = 1;
     t.att_tq = 16;
     t.att_tk = 32;
+    t.att_ks = 1;  // PoCL: one work-item per query already fills the cores
     t.norm_wg = 16;
   }
   t.mm_vr = env_int("CLCHAT_MM_VR", t.mm_vr);
@@ -47,6 +48,7 @@ PrefillTuning PrefillTuning::for_device(const DeviceInfo& device) {
   t.mm_direct = env_int("CLCHAT_MM_DIRECT", t.mm_direct ? 1 : 0) != 0;
   t.att_tq = env_int("CLCHAT_ATT_TQ", t.att_tq);
   t.att_tk = env_int("CLCHAT_ATT_TK", t.att_tk);
+  t.att_ks = env_int("CLCHAT_ATT_KS", t.att_ks);
   // Tensor cores through inline PTX: NVIDIA's OpenCL only (still subject to
   // the per-type self-test in ClPrefill::mma_ok).
   t.mma =
@@ -69,12 +71,13 @@ PrefillTuning PrefillTuning::for_device(const DeviceInfo& device) {
                      t.mm_vr == 2 || t.mm_vr == 4 || t.mm_vr == 8 || t.mm_vr == 16;
   const size_t max_wg = device.max_work_group_size;
   if (!vr_ok || t.mm_nr < 1 || t.mm_wt < 1 || t.mm_nt < 1 || t.att_tq < 1 || t.att_tk < 1 ||
-      size_t(t.mm_nr) * size_t(t.mm_nt) > max_wg || size_t(t.att_tq) > max_wg) {
-    throw std::invalid_argument("invalid prefill tuning (MM_VR " + std::to_string(t.mm_vr) +
-                                ", MM_NR " + std::to_string(t.mm_nr) + ", MM_WT " +
-                                std::to_string(t.mm_wt) + ", MM_NT " + std::to_string(t.mm_nt) +
-                                ", ATT_TQ " + std::to_string(t.att_tq) + ", ATT_TK " +
-                                std::to_string(t.att_tk) + ") for " + device.name);
+      size_t(t.mm_nr) * size_t(t.mm_nt) > max_wg || t.att_ks < 1 || t.att_tk % t.att_ks != 0 ||
+      size_t(t.att_tq) * size_t(t.att_ks) > max_wg) {
+    throw std::invalid_argument(
+        "invalid prefill tuning (MM_VR " + std::to_string(t.mm_vr) + ", MM_NR " +
+        std::to_string(t.mm_nr) + ", MM_WT " + std::to_string(t.mm_wt) + ", MM_NT " +
+        std::to_string(t.mm_nt) + ", ATT_TQ " + std::to_string(t.att_tq) + ", ATT_TK " +
+        std::to_string(t.att_tk) + ", ATT_KS " + std::to_string(t.att_ks) + ") for " + device.name);
   }
   while (size_t(t.norm_wg) > max_wg) t.norm_wg /= 2;
   return t;
@@ -118,6 +121,11 @@ std::string ClPrefill::matmul_defines(GgmlType type, const PrefillTuning& t) {
   return " -DWTYPE=" + std::to_string(int(type)) + " -DMM_VR=" + std::to_string(t.mm_vr) +
          " -DMM_NR=" + std::to_string(t.mm_nr) + " -DMM_WT=" + std::to_string(t.mm_wt) +
          " -DMM_NT=" + std::to_string(t.mm_nt) + (t.mm_direct ? " -DMM_DIRECT=1" : "");
+}
+
+std::string ClPrefill::attention_defines(int head_dim, const PrefillTuning& t) {
+  return " -DHEAD_DIM=" + std::to_string(head_dim) + " -DATT_TQ=" + std::to_string(t.att_tq) +
+         " -DATT_TK=" + std::to_string(t.att_tk) + " -DATT_KS=" + std::to_string(t.att_ks);
 }
 
 std::string ClPrefill::mma_defines(GgmlType type, const PrefillTuning& t) {
@@ -256,6 +264,18 @@ void ClPrefill::build_steps() {
   const std::string ops_defines = " -DNORM_WG=" + std::to_string(tuning_.norm_wg);
   const int n_qkv = c.n_embd + 2 * c.n_embd_kv();
   steps_.clear();
+  // attention_prefill's local memory: K and V tiles plus the partial
+  // (m, l, o) of att_ks - 1 key lanes per query. Fewer key lanes for wide
+  // heads (128: 89 KB at the GPU defaults) until it fits the device.
+  PrefillTuning att_tuning = tuning_;
+  auto att_local_bytes = [&] {
+    const size_t lanes = size_t(att_tuning.att_ks - 1) * size_t(att_tuning.att_tq);
+    return (lanes + 2 * size_t(att_tuning.att_tk)) * size_t(c.head_dim) * 4 + lanes * 8;
+  };
+  while (att_tuning.att_ks > 1 && att_local_bytes() > rt_.device().local_mem_bytes) {
+    att_tuning.att_ks /= 2;
+    while (att_tuning.att_tk % att_tuning.att_ks != 0) --att_tuning.att_ks;
+  }
 
   // embedding of the chunk: x[t] = token_embd[ids[id_off + t]]
   Step embed;
@@ -291,15 +311,12 @@ void ClPrefill::build_steps() {
     steps_.push_back(std::move(rope));
     // causal attention of the chunk against the cache
     Step att;
-    att.kernel = kernel("attention_prefill",
-                        " -DHEAD_DIM=" + std::to_string(c.head_dim) +
-                            " -DATT_TQ=" + std::to_string(tuning_.att_tq) +
-                            " -DATT_TK=" + std::to_string(tuning_.att_tk),
-                        "attention_prefill");
+    att.kernel =
+        kernel("attention_prefill", attention_defines(c.head_dim, att_tuning), "attention_prefill");
     att.global0 = size_t(c.n_head);
     att.local0 = 1;
-    att.local1 = size_t(tuning_.att_tq);
-    att.tokens_per_group = tuning_.att_tq;
+    att.local1 = size_t(att_tuning.att_tq) * size_t(att_tuning.att_ks);
+    att.tokens_per_group = att_tuning.att_tq;
     att.arg_pos0 = 4;
     att.arg_n_tok = 5;
     att.label = "attention";

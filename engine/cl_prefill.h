@@ -21,7 +21,7 @@
 //
 // Tunables (kernels/matmul.cl, attention_prefill.cl), defaults per device type;
 // env for tuning experiments: CLCHAT_MM_VR, CLCHAT_MM_NR, CLCHAT_MM_WT,
-// CLCHAT_MM_NT, CLCHAT_MM_DIRECT, CLCHAT_ATT_TQ, CLCHAT_ATT_TK.
+// CLCHAT_MM_NT, CLCHAT_MM_DIRECT, CLCHAT_ATT_TQ, CLCHAT_ATT_TK, CLCHAT_ATT_KS.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +39,9 @@ struct PrefillTuning {
   int mm_nr = 16;    // matmul work-items along rows
   int mm_wt = 4;     // matmul tokens per work-item
   int mm_nt = 16;    // matmul work-items along tokens
-  int att_tq = 32;   // attention queries per work-group
+  int att_tq = 16;   // attention queries per work-group
   int att_tk = 32;   // attention keys per local-memory tile
+  int att_ks = 8;    // attention work-items per query (key lanes; att_tk a multiple)
   int norm_wg = 64;  // rmsnorm_rows work-group (power of two)
   // matmul without local memory, vectorized along k (matmul.cl, CPU variant);
   // then mm_vr may be any row count.
@@ -132,6 +133,7 @@ class ClPrefill {
   // the kernel tests).
   static std::string matmul_defines(GgmlType type, const PrefillTuning& t);
   static std::string mma_defines(GgmlType type, const PrefillTuning& t);
+  static std::string attention_defines(int head_dim, const PrefillTuning& t);
   static bool mma_type(GgmlType type) {
     return type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0;
   }

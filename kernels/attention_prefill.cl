@@ -14,7 +14,10 @@
 //      denominator l and output o the streaming ("online softmax") way:
 //      o = o * exp(m_old - m) + sum_j exp(s_j - m) v_j, rescaling once per
 //      tile, never storing the scores to global memory.
-// out[t][h * HEAD_DIM ..] = o / l. HEAD_DIM (a multiple of 4) is a build
+// With ATT_KS > 1 (GPUs: more work-items per query, shorter serial chains),
+// ATT_KS work-items share a query, each taking every ATT_KS-th key of a tile
+// with its own running (m, l, o); lane 0 merges them through local memory
+// at the end. out[t][h * HEAD_DIM ..] = o / l. HEAD_DIM (a multiple of 4) is a build
 // option so q and o are register arrays of float4. Masked entries use a large
 // finite negative instead of -inf: the programs build with
 // -cl-fast-relaxed-math, which assumes finite values.
@@ -28,19 +31,33 @@
 #ifndef ATT_TK
 #define ATT_TK 32
 #endif
+#ifndef ATT_KS
+#define ATT_KS 1
+#endif
+#if ATT_TK % ATT_KS != 0
+#error "ATT_TK must be a multiple of ATT_KS"
+#endif
 #define HD4 (HEAD_DIM / 4)
 #define NEG_BIG (-1.0e30f)
+#define WG (ATT_TQ * ATT_KS)
 
 // q, out: [n_tok][n_head * HEAD_DIM]; caches [n_ctx][n_head_kv * HEAD_DIM]
 // from float offset layer_off. Launch: global (n_head, ceil(n_tok / ATT_TQ) *
-// ATT_TQ), local (1, ATT_TQ).
-__kernel __attribute__((reqd_work_group_size(1, ATT_TQ, 1))) void attention_prefill(
+// ATT_TQ * ATT_KS), local (1, ATT_TQ * ATT_KS).
+__kernel __attribute__((reqd_work_group_size(1, WG, 1))) void attention_prefill(
     const __global float* q, const __global float* k_cache, const __global float* v_cache,
     ulong layer_off, int pos0, int n_tok, int n_head, int n_head_kv, __global float* out) {
   __local float4 kl[ATT_TK * HD4];
   __local float4 vl[ATT_TK * HD4];
+#if ATT_KS > 1
+  // the (m, l, o) of key lanes 1..ATT_KS-1, merged by lane 0 at the end
+  __local float4 ml_o[(ATT_KS - 1) * ATT_TQ * HD4];
+  __local float ml_m[(ATT_KS - 1) * ATT_TQ], ml_l[(ATT_KS - 1) * ATT_TQ];
+#endif
   const int h = get_group_id(0);
-  const int lid = get_local_id(1);
+  const int wid = get_local_id(1);
+  const int lid = wid % ATT_TQ;  // the query within the group
+  const int ks = wid / ATT_TQ;   // the key lane: keys ks, ks + ATT_KS, .. of each tile
   const int t0 = get_group_id(1) * ATT_TQ;
   const int t = t0 + lid;
   const int n_embd = n_head * HEAD_DIM;
@@ -62,7 +79,7 @@ __kernel __attribute__((reqd_work_group_size(1, ATT_TQ, 1))) void attention_pref
 
   for (int kt = 0; kt < n_keys; kt += ATT_TK) {
     // 1. K and V rows kt..kt + ATT_TK into local memory.
-    for (int e = lid; e < ATT_TK * HD4; e += ATT_TQ) {
+    for (int e = wid; e < ATT_TK * HD4; e += WG) {
       const int j = e / HD4, d = e % HD4;
       const bool in = kt + j < n_keys;
       const size_t row = (size_t)(kt + j) * n_embd_kv;
@@ -70,23 +87,25 @@ __kernel __attribute__((reqd_work_group_size(1, ATT_TQ, 1))) void attention_pref
       vl[e] = in ? vload4(d, vh + row) : (float4)(0.0f);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    // 2. scores and the streaming softmax update.
-    if (active && kt < n_keys_me) {
-      float s[ATT_TK];
+    // 2. scores of this lane's keys and the streaming softmax update.
+    if (active && kt + ks < n_keys_me) {
+      float s[ATT_TK / ATT_KS];
       float tile_max = NEG_BIG;
-      for (int j = 0; j < ATT_TK; ++j) {
+      for (int jj = 0; jj < ATT_TK / ATT_KS; ++jj) {
+        const int j = ks + jj * ATT_KS;
         float4 acc = (float4)(0.0f);
         for (int d = 0; d < HD4; ++d) acc = mad(qr[d], kl[j * HD4 + d], acc);
         const float sj = kt + j < n_keys_me ? acc.x + acc.y + acc.z + acc.w : NEG_BIG;
-        s[j] = sj;
+        s[jj] = sj;
         tile_max = fmax(tile_max, sj);
       }
       const float m_new = fmax(m, tile_max);
       const float corr = exp(m - m_new);
       l *= corr;
       for (int d = 0; d < HD4; ++d) o[d] *= corr;
-      for (int j = 0; j < ATT_TK; ++j) {
-        const float p = kt + j < n_keys_me ? exp(s[j] - m_new) : 0.0f;
+      for (int jj = 0; jj < ATT_TK / ATT_KS; ++jj) {
+        const int j = ks + jj * ATT_KS;
+        const float p = kt + j < n_keys_me ? exp(s[jj] - m_new) : 0.0f;
         l += p;
         for (int d = 0; d < HD4; ++d) o[d] = mad((float4)(p), vl[j * HD4 + d], o[d]);
       }
@@ -94,6 +113,30 @@ __kernel __attribute__((reqd_work_group_size(1, ATT_TQ, 1))) void attention_pref
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
+#if ATT_KS > 1
+  // 3. lane 0 of each query merges the other key lanes' partial softmaxes:
+  // M = max m_i, L = sum l_i e^(m_i - M), O = sum o_i e^(m_i - M). A lane that
+  // saw no keys has m = NEG_BIG, l = 0, o = 0 and adds nothing.
+  if (ks > 0) {
+    const int slot = (ks - 1) * ATT_TQ + lid;
+    ml_m[slot] = m;
+    ml_l[slot] = l;
+    for (int d = 0; d < HD4; ++d) ml_o[slot * HD4 + d] = o[d];
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (ks > 0) return;
+  float m_all = m;
+  for (int i = 1; i < ATT_KS; ++i) m_all = fmax(m_all, ml_m[(i - 1) * ATT_TQ + lid]);
+  const float c0 = exp(m - m_all);
+  l *= c0;
+  for (int d = 0; d < HD4; ++d) o[d] *= c0;
+  for (int i = 1; i < ATT_KS; ++i) {
+    const int slot = (i - 1) * ATT_TQ + lid;
+    const float c = exp(ml_m[slot] - m_all);
+    l = mad(ml_l[slot], c, l);
+    for (int d = 0; d < HD4; ++d) o[d] = mad(ml_o[slot * HD4 + d], (float4)(c), o[d]);
+  }
+#endif
   if (active) {
     const float inv_l = 1.0f / l;
     for (int d = 0; d < HD4; ++d) vstore4(o[d] * inv_l, d, out + (size_t)t * n_embd + h * HEAD_DIM);

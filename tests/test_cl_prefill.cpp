@@ -3,7 +3,8 @@
 //   - kernels/attention_prefill.cl against a float64 causal attention over a
 //     cache whose positions past the chunk are NaN (reading past the causal
 //     limit shows), chunk starts 0 and 37, 1..50 queries, GQA head layouts,
-//     with the device's tuning and odd tiles (5 queries x 3 keys);
+//     with the device's tuning, odd tiles (5 queries x 3 keys) and 3 key
+//     lanes per query (5 queries x 6 keys, ATT_KS 3);
 //   - rmsnorm_rows, rope_kv_rows and silu_mul against float64 references;
 //   - ClForward::prefill_logits against CpuForward at every position
 //     (||delta|| / ||ref|| <= 1e-3) and ClForward::prefill's next token against
@@ -77,16 +78,18 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
   const int n_ctx = 100, n_layers = 2, layer = 1;
   const size_t layer_off = size_t(layer) * n_ctx * n_kv;
   const PrefillTuning device = PrefillTuning::for_device(test::cl_test_runtime().device());
-  PrefillTuning odd = device;
+  PrefillTuning odd = device, odd_lanes = device;
   odd.att_tq = 5;
   odd.att_tk = 3;
-  for (const PrefillTuning& t : {device, odd}) {
-    SCOPED_TRACE("att_tq " + std::to_string(t.att_tq) + " att_tk " + std::to_string(t.att_tk));
+  odd.att_ks = 1;
+  odd_lanes.att_tq = 5;  // 3 key lanes per query, 2 keys each per tile
+  odd_lanes.att_tk = 6;
+  odd_lanes.att_ks = 3;
+  for (const PrefillTuning& t : {device, odd, odd_lanes}) {
+    SCOPED_TRACE("att_tq " + std::to_string(t.att_tq) + " att_tk " + std::to_string(t.att_tk) +
+                 " att_ks " + std::to_string(t.att_ks));
     const ClKernel k =
-        build_kernel("attention_prefill",
-                     " -DHEAD_DIM=" + std::to_string(d) + " -DATT_TQ=" + std::to_string(t.att_tq) +
-                         " -DATT_TK=" + std::to_string(t.att_tk),
-                     "attention_prefill");
+        build_kernel("attention_prefill", ClPrefill::attention_defines(d, t), "attention_prefill");
     for (int pos0 : {0, 37}) {
       for (int n_tok : {1, 7, 50}) {
         SCOPED_TRACE("pos0 " + std::to_string(pos0) + " n_tok " + std::to_string(n_tok));
@@ -132,8 +135,9 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
         cl_poison(out, n_out);
         set_args(k, q_dev, k_dev, v_dev, cl_ulong(layer_off), cl_int(pos0), cl_int(n_tok),
                  cl_int(s.n_head), cl_int(s.n_head_kv), out);
-        run_2d(k, size_t(s.n_head), test::round_up(size_t(n_tok), size_t(t.att_tq)), 1,
-               size_t(t.att_tq));
+        run_2d(k, size_t(s.n_head),
+               test::round_up(size_t(n_tok), size_t(t.att_tq)) * size_t(t.att_ks), 1,
+               size_t(t.att_tq) * size_t(t.att_ks));
         const auto got = cl_read(out, n_out);
         EXPECT_LE(test::relative_error(std::span(got).first(ref.size()), ref), 1e-4);
         EXPECT_EQ(test::count_overwritten(got, ref.size()), 0u);

@@ -28,9 +28,10 @@
 //   1. copies the raw quant bytes and the scales of its rows into local memory
 //      (one 16- or 32-byte block per work-item: consecutive items read
 //      consecutive blocks of a row, so each row's bytes come in whole sectors);
-//   2. converts its tokens' activations (8 per work-item and item, one
-//      32-byte load) to packed fp16 pairs (hi and lo), stored token-major with rows of LDW words (LDW = 4 mod 32 or 20: the
-//      B-fragment loads of a warp, 8 tokens x 4 words, hit 32 distinct banks);
+//   2. converts its tokens' activations (8 per item, one 32-byte load) to
+//      packed fp16 pairs (hi and lo), stored token-major in rows of LDW words
+//      (LDW = 4 or 20 mod 32: the B-fragment loads of a warp, 8 tokens x 4
+//      words, hit 32 distinct banks);
 //   3. after a barrier, each warp builds its A fragments from the raw bytes
 //      (the nibble/byte pairs a lane needs, as fp16 codes) and B fragments
 //      from the packed activations, runs the mma per block into a zeroed
@@ -147,36 +148,35 @@ inline uint codes(uint s, int hi) {
 #endif
 // Stage `b0_` (blocks b0_ .. b0_ + MMA_KB - 1) into the registers wqr, wsr,
 // xr; zeros past the matrix, the blocks or the tokens.
-#define FETCH(b0_)                                                            \
-  do {                                                                        \
-    _Pragma("unroll") for (int it = 0; it < W_ITEMS; ++it) {                  \
-      const int e = lid + it * WG_THREADS;                                    \
-      const int row = row0 + e / MMA_KB, b = (b0_) + e % MMA_KB;              \
-      if (e < TILE_R * MMA_KB && row < n_rows && b < n_blocks) {              \
-        const size_t blk = (size_t)row * (size_t)n_blocks + (size_t)b;       \
-        wqr[it] = vload4(0, wq + blk * QW);                                   \
-        FETCH_Q2(it, blk);                                                    \
-        wsr[it] = FETCH_S(blk);                                               \
-      } else {                                                                \
-        wqr[it] = (uint4)(0u);                                                \
-        ZERO_Q2(it);                                                          \
-        wsr[it] = (float2)(0.0f);                                             \
-      }                                                                       \
-    }                                                                         \
-    _Pragma("unroll") for (int it = 0; it < X_ITEMS; ++it) {                  \
-      const int e = lid + it * WG_THREADS;                                    \
-      const int tok = tok0 + e / X8, k = (b0_)*KB + 8 * (e % X8);             \
-      xr[it] = (float8)(0.0f);                                                \
-      if (e < TILE_T * X8 && tok < n_tok && k < n_in) {                       \
-        xr[it] = vload8(0, x + (size_t)tok * ld_x + k);                       \
-      }                                                                       \
-    }                                                                         \
+#define FETCH(b0_)                                                     \
+  do {                                                                 \
+    _Pragma("unroll") for (int it = 0; it < W_ITEMS; ++it) {           \
+      const int e = lid + it * WG_THREADS;                             \
+      const int row = row0 + e / MMA_KB, b = (b0_) + e % MMA_KB;       \
+      if (e < TILE_R * MMA_KB && row < n_rows && b < n_blocks) {       \
+        const size_t blk = (size_t)row * (size_t)n_blocks + (size_t)b; \
+        wqr[it] = vload4(0, wq + blk * QW);                            \
+        FETCH_Q2(it, blk);                                             \
+        wsr[it] = FETCH_S(blk);                                        \
+      } else {                                                         \
+        wqr[it] = (uint4)(0u);                                         \
+        ZERO_Q2(it);                                                   \
+        wsr[it] = (float2)(0.0f);                                      \
+      }                                                                \
+    }                                                                  \
+    _Pragma("unroll") for (int it = 0; it < X_ITEMS; ++it) {           \
+      const int e = lid + it * WG_THREADS;                             \
+      const int tok = tok0 + e / X8, k = (b0_)*KB + 8 * (e % X8);      \
+      xr[it] = (float8)(0.0f);                                         \
+      if (e < TILE_T * X8 && tok < n_tok && k < n_in) {                \
+        xr[it] = vload8(0, x + (size_t)tok * ld_x + k);                \
+      }                                                                \
+    }                                                                  \
   } while (0)
 
 __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma(
-    const __global uint* wq, const __global void* ws, int n_in, int n_rows,
-    const __global float* x, int ld_x, int n_tok, __global float* out, int ld_out, int out_off,
-    int accumulate) {
+    const __global uint* wq, const __global void* ws, int n_in, int n_rows, const __global float* x,
+    int ld_x, int n_tok, __global float* out, int ld_out, int out_off, int accumulate) {
   __local uint wql[MMA_KB * TILE_R * QS];
   __local float wdl[MMA_KB * TILE_R];
 #if WTYPE == 3

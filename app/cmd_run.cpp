@@ -1,6 +1,7 @@
 // `clchat run`: one prompt, one greedy continuation, printed as it is made.
 // stdout gets only the continuation (or its ids with --ids); statistics go to
 // stderr.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -71,10 +72,12 @@ void run(const RunOptions& opt) {
   const std::vector<int32_t> prompt = tokenizer->encode(opt.prompt, !opt.no_bos, !opt.no_special);
   if (prompt.empty()) throw UsageError("the prompt is empty (give -p TEXT)");
 
+  // The prefill needs the prompt's positions; each generated token but the
+  // last is fed back at the next one (the loop stops at a full cache).
   const int n_ctx = opt.n_ctx > 0 ? opt.n_ctx
                                   : std::min(model.config.n_ctx_train,
-                                             int(prompt.size()) + std::max(opt.n_predict, 0));
-  if (int(prompt.size()) >= n_ctx) {
+                                             int(prompt.size()) + std::max(opt.n_predict - 1, 0));
+  if (int(prompt.size()) > n_ctx) {
     throw UsageError("the prompt has " + std::to_string(prompt.size()) +
                      " tokens, more than the context of " + std::to_string(n_ctx));
   }
@@ -127,7 +130,8 @@ void run(const RunOptions& opt) {
   if (cl && opt.profile) print_profile(cl->profile());
   std::fprintf(stderr, "[%s | prefill %zu tok %.1f tok/s | decode %d tok %.1f tok/s]\n",
                backend->name().c_str(), prompt.size(), double(prompt.size()) / t_prefill_s,
-               n_generated - 1, n_generated > 1 ? (n_generated - 1) / t_decode_s : 0.0);
+               std::max(n_generated - 1, 0),
+               n_generated > 1 ? (n_generated - 1) / t_decode_s : 0.0);
 }
 
 // `run --chat`: the same engine thread as `clchat` without a subcommand.

@@ -127,6 +127,25 @@ TEST(Cli, RunPrintsTextOfStories260K) {
   EXPECT_EQ(r.out.rfind(", there was a little girl named Lily.", 0), 0u) << r.out;
 }
 
+TEST(Cli, RunWithZeroTokensPrintsNothing) {
+  // The default context is the prompt plus the tokens to generate: with -n 0
+  // that is the prompt alone, which the prefill fills exactly.
+  for (const std::string backend : {"reference", "opencl"}) {
+    const auto r = test::run_command(
+        test::clchat_binary() + " run --backend " + backend + " --device cpu -m " +
+        test::shared_file("models/stories260K.gguf") + " -p 'Once upon a time' -n 0 --ids");
+    ASSERT_EQ(r.exit_code, 0) << backend << ": " << r.err;
+    EXPECT_EQ(trim(r.out), "") << backend;
+    EXPECT_NE(r.err.find("decode 0 tok"), std::string::npos) << r.err;
+  }
+  // -n 1 fits the same context: no token is fed back.
+  const auto r = test::run_command(test::clchat_binary() + " run --backend reference -m " +
+                                   test::shared_file("models/stories260K.gguf") +
+                                   " -p 'Once upon a time' -n 1 --ids");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(trim(r.out), "432");
+}
+
 TEST(Cli, ExitCodes) {
   const std::string bin = test::clchat_binary();
   auto r = test::run_command(bin + " run -m /nonexistent.gguf -p hi");

@@ -40,7 +40,8 @@ class CancelOnSigint {
   struct sigaction old_ {};
 };
 
-// Waits for Ready; prints notices. Throws the message when loading failed.
+// Waits for Ready; prints notices. Throws the message when loading failed:
+// UsageError for a malformed model file, std::runtime_error otherwise.
 void wait_ready(Engine& engine, std::FILE* err, bool verbose) {
   Event e;
   for (;;) {
@@ -53,7 +54,11 @@ void wait_ready(Engine& engine, std::FILE* err, bool verbose) {
       }
       return;
     }
-    if (auto* f = std::get_if<ev::LoadFailed>(&e)) throw std::runtime_error(f->message);
+    if (auto* f = std::get_if<ev::LoadFailed>(&e)) {
+      // A malformed model file is bad input (exit 2), like a missing one.
+      if (f->bad_file) throw UsageError(f->message);
+      throw std::runtime_error(f->message);
+    }
     if (auto* n = std::get_if<ev::Notice>(&e))
       std::fprintf(err, "clchat: %s\n", n->message.c_str());
   }
@@ -154,8 +159,9 @@ int run_line_chat(const ChatOptions& options, std::istream& in, std::FILE* out, 
 }
 
 int run_chat(const ChatOptions& options) {
-  // TODO(UI issue): when isatty(STDIN_FILENO) && isatty(STDOUT_FILENO), run
-  // the ncurses chat screen here; until it exists, terminals get line mode.
+  // Line mode only: the chat screen for terminals is run_interactive()
+  // (app/chat_screen.cpp), which main() calls and which falls back to this
+  // when stdin or stdout is not a terminal.
   return run_line_chat(options, std::cin, stdout, stderr);
 }
 

@@ -1,8 +1,8 @@
-// The chat front ends over the engine thread (engine/engine.h): line mode
-// (each stdin line is a user turn, each reply one stdout line) and, when
-// stdin and stdout are both terminals, the chat screen (UI issue; line mode
-// until it lands). `clchat` with no subcommand and `clchat run --chat` end
-// here.
+// Line-mode chat over the engine thread (engine/engine.h): each stdin line is
+// a user turn, each reply one stdout line. `clchat run --chat` ends here, and
+// `clchat` with no subcommand does when stdin or stdout is not a terminal;
+// on a terminal it opens the chat screen instead (run_interactive in
+// app/chat_screen.h, ui/).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -24,10 +24,12 @@ void add_chat_options(CLI::App& app, ChatOptions& options);
 
 // Line mode: reads turns from `in` until EOF, replies to `out`, statistics
 // and notices to `err`. Returns the exit code (0); throws UsageError when
-// the model file is missing and std::runtime_error when it does not load.
+// the model file is missing or malformed and std::runtime_error when it does
+// not load for another reason (e.g. no device).
 int run_line_chat(const ChatOptions& options, std::istream& in, std::FILE* out, std::FILE* err);
 
-// Picks the front end for an interactive or piped session and runs it.
+// Line mode on stdin and stdout (run_interactive picks it for a piped
+// session).
 int run_chat(const ChatOptions& options);
 
 // The statistics line of line mode's --verbose:

@@ -132,12 +132,37 @@ bool ChatSession::plan_prompt(std::vector<int32_t>& prompt, TurnResult& result,
   return true;
 }
 
+ChatSession::Snapshot ChatSession::snapshot() const {
+  return {turns_, tokens_, pending_, synced_, reply_start_};
+}
+
+void ChatSession::restore(Snapshot before) {
+  // A failed backend call at pos may have written the cache from pos on, so
+  // the old bookkeeping holds only when everything it lists is still in the
+  // cache, untouched (the failed turn fed its prompt after it).
+  const bool cache_intact = tokens_.size() >= before.tokens.size() &&
+                            std::equal(before.tokens.begin(), before.tokens.end(), tokens_.begin());
+  turns_ = std::move(before.turns);
+  if (cache_intact) {
+    tokens_ = std::move(before.tokens);
+    pending_ = before.pending;
+    synced_ = before.synced;
+    reply_start_ = before.reply_start;
+  } else {
+    // Rebuilt from the text on the next turn.
+    pending_ = -1;
+    synced_ = false;
+    reply_start_ = 0;
+  }
+}
+
 TurnResult ChatSession::submit(std::string_view user_text, const TurnHooks& hooks) {
+  Snapshot before = snapshot();
   turns_.push_back({Role::User, std::string(user_text)});
   TurnResult result;
   std::vector<int32_t> prompt;
   if (!plan_prompt(prompt, result, hooks, true)) return result;
-  return respond(std::move(prompt), std::move(result), hooks);
+  return respond(std::move(prompt), std::move(result), hooks, std::move(before));
 }
 
 TurnResult ChatSession::regenerate(const TurnHooks& hooks) {
@@ -147,6 +172,8 @@ TurnResult ChatSession::regenerate(const TurnHooks& hooks) {
     result.error = "there is no reply to regenerate";
     return result;
   }
+  Snapshot before = snapshot();
+  Turn reply = std::move(turns_.back());
   turns_.pop_back();
   if (synced_ && reply_start_ > 0 && reply_start_ <= tokens_.size()) {
     // Roll back to the end of the prompt and feed its last token again: that
@@ -154,18 +181,32 @@ TurnResult ChatSession::regenerate(const TurnHooks& hooks) {
     const std::vector<int32_t> last{tokens_[reply_start_ - 1]};
     tokens_.resize(reply_start_ - 1);
     pending_ = -1;
-    return respond(last, std::move(result), hooks);
+    return respond(last, std::move(result), hooks, std::move(before));
   }
+  const bool was_synced = synced_;
   synced_ = false;
   std::vector<int32_t> prompt;
-  if (!plan_prompt(prompt, result, hooks, false)) return result;
-  return respond(std::move(prompt), std::move(result), hooks);
+  if (!plan_prompt(prompt, result, hooks, false)) {
+    // Refused before the cache was touched: the reply stays as it was.
+    turns_.push_back(std::move(reply));
+    synced_ = was_synced;
+    return result;
+  }
+  return respond(std::move(prompt), std::move(result), hooks, std::move(before));
+}
+
+bool ChatSession::device_argmax() const {
+  // The repeat penalty changes the logits before the argmax: the device's
+  // argmax of the raw logits would ignore it.
+  const SamplingParams& p = sampler_.params();
+  return p.greedy() &&
+         (p.repeat_penalty == 1.0f || p.repeat_penalty <= 0.0f || p.repeat_last_n == 0);
 }
 
 int32_t ChatSession::run_prompt(std::span<const int32_t> prompt) {
-  // Greedy: the backend's prefill returns the argmax. Sampling needs the
-  // last position's logits, so that one goes through step().
-  const size_t n_batch = sampler_.params().greedy() ? prompt.size() : prompt.size() - 1;
+  // Device argmax: the backend's prefill returns it. Sampling or a repeat
+  // penalty needs the last position's logits, so that one goes through step().
+  const size_t n_batch = device_argmax() ? prompt.size() : prompt.size() - 1;
   int32_t next = -1;
   for (size_t at = 0; at < n_batch; at += size_t(prefill_chunk_)) {
     const auto chunk = prompt.subspan(at, std::min(size_t(prefill_chunk_), n_batch - at));
@@ -178,7 +219,7 @@ int32_t ChatSession::run_prompt(std::span<const int32_t> prompt) {
 
 int32_t ChatSession::step(int32_t token) {
   const int pos = n_past();
-  if (sampler_.params().greedy()) {
+  if (device_argmax()) {
     const int32_t next = backend_.decode_argmax(token, pos);
     tokens_.push_back(token);
     return next;
@@ -189,7 +230,7 @@ int32_t ChatSession::step(int32_t token) {
 }
 
 TurnResult ChatSession::respond(std::vector<int32_t> prompt, TurnResult result,
-                                const TurnHooks& hooks) {
+                                const TurnHooks& hooks, Snapshot before) {
   const auto t0 = Clock::now();
   turns_.push_back({Role::Assistant, ""});
   pending_ = -1;  // when there was one, it leads `prompt`
@@ -202,11 +243,13 @@ TurnResult ChatSession::respond(std::vector<int32_t> prompt, TurnResult result,
     reply_start_ = tokens_.size();
     generate(first, result, hooks);
   } catch (const std::exception& e) {
-    // The cache may hold anything now: rebuild it from the text next time.
+    // The turn is undone: the user turn (or the regenerated reply's
+    // replacement) and the partial reply go, as if it was never sent.
     result.reason = ev::FinishReason::Error;
     result.error = e.what();
-    synced_ = false;
-    reply_start_ = 0;
+    result.reply.clear();  // streamed, but not kept
+    restore(std::move(before));
+    return result;
   }
   turns_.back().text = result.reply;
   return result;
@@ -239,7 +282,7 @@ void ChatSession::generate(int32_t next, TurnResult& result, const TurnHooks& ho
       result.reason = ev::FinishReason::MaxTokens;
       break;
     }
-    if (hooks.cancel && hooks.cancel->load(std::memory_order_relaxed)) {
+    if (hooks.cancelled && hooks.cancelled()) {
       result.reason = ev::FinishReason::Cancelled;
       break;
     }

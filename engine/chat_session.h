@@ -16,7 +16,9 @@
 // never the system prompt, and the cache is rebuilt from the kept text. When
 // even the new turn alone (with the system prompt) needs n_ctx positions or
 // more, the turn fails with an error and the conversation is left as it was.
-// A reply that fills the cache ends with ContextFull.
+// A reply that fills the cache ends with ContextFull. A turn that fails in
+// the backend (FinishReason::Error) is undone too: its user turn and partial
+// reply are dropped (a regenerated reply is restored).
 #pragma once
 
 #include <atomic>
@@ -55,7 +57,7 @@ struct TurnHooks {
   std::function<void(int step)> before_step;
   std::function<void(int step, const TurnResult& so_far)> after_step;
   std::function<void(int turns_dropped, int tokens_dropped)> on_trim;
-  const std::atomic<bool>* cancel = nullptr;  // checked between tokens
+  std::function<bool()> cancelled;  // checked between tokens
 };
 
 class ChatSession {
@@ -68,7 +70,7 @@ class ChatSession {
   // Adds a user turn and generates the reply.
   TurnResult submit(std::string_view user_text, const TurnHooks& hooks = {});
   // Drops the last reply and generates it again (error result when the last
-  // turn is not a reply).
+  // turn is not a reply). A refused or failed regenerate keeps the old reply.
   TurnResult regenerate(const TurnHooks& hooks = {});
   // Empties the conversation and the cache (system prompt kept).
   void clear();
@@ -99,8 +101,24 @@ class ChatSession {
   bool plan_prompt(std::vector<int32_t>& prompt, TurnResult& result, const TurnHooks& hooks,
                    bool new_turn);
   int reply_reserve() const;
-  // Feeds `prompt` at n_past (in chunks), then generates the reply.
-  TurnResult respond(std::vector<int32_t> prompt, TurnResult result, const TurnHooks& hooks);
+  // The state a failed turn returns to.
+  struct Snapshot {
+    std::vector<Turn> turns;
+    std::vector<int32_t> tokens;
+    int32_t pending = -1;
+    bool synced = true;
+    size_t reply_start = 0;
+  };
+  Snapshot snapshot() const;
+  // Back to `before` after a failed backend call; the cache is marked for a
+  // rebuild when the failure may have overwritten what `before` lists.
+  void restore(Snapshot before);
+  // Feeds `prompt` at n_past (in chunks), then generates the reply. On an
+  // error the session goes back to `before`.
+  TurnResult respond(std::vector<int32_t> prompt, TurnResult result, const TurnHooks& hooks,
+                     Snapshot before);
+  // Greedy without a repeat penalty: the backend's argmax, no logits read back.
+  bool device_argmax() const;
   int32_t run_prompt(std::span<const int32_t> prompt);
   int32_t step(int32_t token);
   void generate(int32_t first, TurnResult& result, const TurnHooks& hooks);

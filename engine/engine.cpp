@@ -15,21 +15,26 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "engine/engine_worker.h"
+#include "engine/gguf.h"
 
 namespace clchat {
 
 struct Engine::Impl : EventSink {
   std::mutex cmd_mutex;
   std::condition_variable cmd_cv;
-  std::deque<Command> commands;
+  // Each command with its turn number (0 for commands that are not turns).
+  std::deque<std::pair<Command, uint64_t>> commands;
+  uint64_t turns_posted = 0;  // guarded by cmd_mutex
 
   std::mutex ev_mutex;
   std::deque<Event> events;
   int event_fd = -1;
 
-  std::atomic<bool> cancel{false};
+  // Turns numbered up to this one are cancelled (Engine::cancel).
+  std::atomic<uint64_t> cancelled_upto{0};
   std::atomic<bool> running{true};
   std::thread thread;
 
@@ -56,10 +61,10 @@ struct Engine::Impl : EventSink {
     return true;
   }
 
-  Command next_command() {
+  std::pair<Command, uint64_t> next_command() {
     std::unique_lock lock(cmd_mutex);
     cmd_cv.wait(lock, [&] { return !commands.empty(); });
-    Command c = std::move(commands.front());
+    auto c = std::move(commands.front());
     commands.pop_front();
     return c;
   }
@@ -67,17 +72,21 @@ struct Engine::Impl : EventSink {
   void run(const EngineOptions& options) {
     std::unique_ptr<Worker> worker;
     try {
-      worker = std::make_unique<Worker>(options, *this, cancel);
+      worker = std::make_unique<Worker>(options, *this, cancelled_upto);
+    } catch (const GgufError& e) {
+      emit(ev::LoadFailed{e.what(), true});
+      running = false;
+      return;
     } catch (const std::exception& e) {
       emit(ev::LoadFailed{e.what()});
       running = false;
       return;
     }
     for (;;) {
-      Command c = next_command();
+      auto [c, turn] = next_command();
       if (std::holds_alternative<cmd::Shutdown>(c)) break;
       try {
-        worker->handle(c);
+        worker->handle(c, turn);
       } catch (const std::exception& e) {
         emit(ev::Error{e.what()});
       }
@@ -96,7 +105,13 @@ Engine::Engine(EngineOptions options) : impl_(std::make_unique<Impl>()) {
 
 Engine::~Engine() {
   cancel();
-  post(cmd::Shutdown{});
+  {
+    // Queued turns would otherwise run before the Shutdown.
+    std::lock_guard lock(impl_->cmd_mutex);
+    impl_->commands.clear();
+    impl_->commands.emplace_back(cmd::Shutdown{}, 0);
+  }
+  impl_->cmd_cv.notify_one();
   if (impl_->thread.joinable()) impl_->thread.join();
   ::close(impl_->event_fd);
 }
@@ -104,12 +119,17 @@ Engine::~Engine() {
 void Engine::post(Command command) {
   {
     std::lock_guard lock(impl_->cmd_mutex);
-    impl_->commands.push_back(std::move(command));
+    const bool turn = std::holds_alternative<cmd::SubmitTurn>(command) ||
+                      std::holds_alternative<cmd::Regenerate>(command);
+    impl_->commands.emplace_back(std::move(command), turn ? ++impl_->turns_posted : 0);
   }
   impl_->cmd_cv.notify_one();
 }
 
-void Engine::cancel() { impl_->cancel = true; }
+void Engine::cancel() {
+  std::lock_guard lock(impl_->cmd_mutex);
+  impl_->cancelled_upto = impl_->turns_posted;
+}
 
 bool Engine::poll(Event& event) { return impl_->take(event); }
 

@@ -11,9 +11,10 @@
 //
 // Every failure inside the thread becomes an Error event (LoadFailed while
 // loading) and the thread keeps running. Commands are processed in order, one
-// at a time; cancel() is not queued: it is an atomic flag the generation loop
-// checks between tokens. It is cleared when a turn starts, so a cancel that
-// arrives while idle does not cancel the next turn.
+// at a time; cancel() is not queued: each posted turn (SubmitTurn, Regenerate)
+// gets a number, and cancel() cancels every turn posted before it, running or
+// still queued (the generation loop checks between tokens). A turn posted
+// after a cancel is not affected.
 #pragma once
 
 #include <chrono>
@@ -27,13 +28,15 @@ class Engine {
  public:
   // Starts the thread; the first event is Ready or LoadFailed.
   explicit Engine(EngineOptions options);
-  // Cancels any generation, shuts the thread down and joins it.
+  // Cancels any generation, drops the commands still queued, shuts the
+  // thread down and joins it.
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   void post(Command command);
-  // Stops the current generation within one token (thread-safe, not queued).
+  // Cancels every turn posted so far: the running one stops within one token,
+  // queued ones end Cancelled after their first (thread-safe, not queued).
   void cancel();
 
   // Takes the oldest pending event; false when there is none.

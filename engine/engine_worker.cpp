@@ -2,6 +2,7 @@
 // turn into TokenText, live Stats, LayerTimings and DebugStats events.
 #include "engine/engine_worker.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <type_traits>
 
@@ -16,11 +17,19 @@ namespace {
 constexpr int k_profile_every = 16;
 // Live statistics while decoding, every this many tokens.
 constexpr int k_live_stats_every = 8;
+// The reference backend keeps its cache in host memory with no limit of its
+// own: a model's training context (up to 2^24) would not fit, so "the
+// model's context" means at most this many positions there.
+constexpr int k_reference_max_ctx = 8192;
 
 }  // namespace
 
-Worker::Worker(const EngineOptions& options, EventSink& sink, std::atomic<bool>& cancel)
-    : options_(options), sink_(sink), cancel_(cancel), model_(load_model(options.model_path)) {
+Worker::Worker(const EngineOptions& options, EventSink& sink,
+               const std::atomic<uint64_t>& cancelled_upto)
+    : options_(options),
+      sink_(sink),
+      cancelled_upto_(cancelled_upto),
+      model_(load_model(options.model_path)) {
   tokenizer_ = Tokenizer::from_gguf(*model_.file);
   std::string note;
   ChatTemplate chat_template = ChatTemplate::from_gguf(*model_.file, options.chat_template, &note);
@@ -28,19 +37,30 @@ Worker::Worker(const EngineOptions& options, EventSink& sink, std::atomic<bool>&
 
   const int n_ctx_wanted = options.n_ctx > 0 ? options.n_ctx : model_.config.n_ctx_train;
   std::string device_name = "CPU (reference)";
+  int prefill_chunk = 1;
   if (options.backend == "reference") {
-    backend_ = make_reference_backend(model_, n_ctx_wanted);
+    int n_ctx = n_ctx_wanted;
+    if (options.n_ctx <= 0 && n_ctx > k_reference_max_ctx) {
+      n_ctx = k_reference_max_ctx;
+      sink_.emit(ev::Notice{"context limited to " + std::to_string(n_ctx) + " of the model's " +
+                            std::to_string(n_ctx_wanted) +
+                            " tokens on the reference backend (-c sets it)"});
+    }
+    backend_ = make_reference_backend(model_, n_ctx);
   } else if (options.backend == "opencl") {
     runtime_ = std::make_unique<ClRuntime>(select_device(options.device), options.profiling);
     device_name = runtime_->device().name;
     // ClForward caps the cache at what the device memory allows.
-    backend_ = std::make_unique<ClForward>(model_, *runtime_, ClForwardOptions{n_ctx_wanted});
+    auto forward = std::make_unique<ClForward>(
+        model_, *runtime_, ClForwardOptions{n_ctx_wanted, std::max(options.prefill_chunk, 1)});
+    prefill_chunk = forward->prefill_chunk();
+    backend_ = std::move(forward);
     backend_->set_profiling(false);  // switched on for sampled steps only
   } else {
     throw std::invalid_argument("unknown backend '" + options.backend + "'");
   }
   profiling_ = options.profiling;
-  if (backend_->n_ctx() < n_ctx_wanted) {
+  if (options.backend != "reference" && backend_->n_ctx() < n_ctx_wanted) {
     sink_.emit(ev::Notice{"context reduced from " + std::to_string(n_ctx_wanted) + " to " +
                           std::to_string(backend_->n_ctx()) + " tokens to fit " + device_name});
   }
@@ -55,6 +75,7 @@ Worker::Worker(const EngineOptions& options, EventSink& sink, std::atomic<bool>&
   ready.device_name = device_name;
   ready.n_layer = model_.config.n_layer;
   ready.n_ctx = backend_->n_ctx();
+  ready.prefill_chunk = prefill_chunk;
   ready.backend = backend_->name();
   ready.chat_template = std::string(session_->chat_template().name());
   ready.system_prompt = session_->system_prompt();
@@ -63,14 +84,14 @@ Worker::Worker(const EngineOptions& options, EventSink& sink, std::atomic<bool>&
 
 Worker::~Worker() = default;
 
-void Worker::handle(const Command& command) {
+void Worker::handle(const Command& command, uint64_t turn) {
   std::visit(
       [&](const auto& c) {
         using T = std::decay_t<decltype(c)>;
         if constexpr (std::is_same_v<T, cmd::SubmitTurn>) {
-          run_turn(false, c.text);
+          run_turn(false, c.text, turn);
         } else if constexpr (std::is_same_v<T, cmd::Regenerate>) {
-          run_turn(true, "");
+          run_turn(true, "", turn);
         } else if constexpr (std::is_same_v<T, cmd::Clear>) {
           session_->clear();
         } else if constexpr (std::is_same_v<T, cmd::SetSystemPrompt>) {
@@ -129,9 +150,9 @@ void Worker::emit_debug() {
   sink_.emit(std::move(d));
 }
 
-TurnHooks Worker::hooks() {
+TurnHooks Worker::hooks(uint64_t turn) {
   TurnHooks h;
-  h.cancel = &cancel_;
+  h.cancelled = [this, turn] { return turn <= cancelled_upto_.load(); };
   h.on_text = [this](std::string_view piece) { sink_.emit(ev::TokenText{std::string(piece)}); };
   h.on_trim = [this](int turns, int tokens) { sink_.emit(ev::ContextTrimmed{turns, tokens}); };
   h.before_step = [this](int step) {
@@ -148,9 +169,8 @@ TurnHooks Worker::hooks() {
   return h;
 }
 
-void Worker::run_turn(bool regenerate, const std::string& text) {
-  cancel_ = false;  // a cancel from before this turn does not count
-  const TurnHooks h = hooks();
+void Worker::run_turn(bool regenerate, const std::string& text, uint64_t turn) {
+  const TurnHooks h = hooks(turn);
   TurnResult r = regenerate ? session_->regenerate(h) : session_->submit(text, h);
   if (!r.error.empty()) sink_.emit(ev::Error{r.error});
   last_ = r;

@@ -25,20 +25,23 @@ class EventSink {
 class Worker {
  public:
   // Loads everything and emits Ready (and Notices); throws on failure.
-  Worker(const EngineOptions& options, EventSink& sink, std::atomic<bool>& cancel);
+  // Turns numbered up to `cancelled_upto` are cancelled.
+  Worker(const EngineOptions& options, EventSink& sink,
+         const std::atomic<uint64_t>& cancelled_upto);
   ~Worker();
-  void handle(const Command& command);
+  // `turn`: the command's turn number (Engine::post), 0 when not a turn.
+  void handle(const Command& command, uint64_t turn);
 
  private:
-  void run_turn(bool regenerate, const std::string& text);
-  TurnHooks hooks();
+  void run_turn(bool regenerate, const std::string& text, uint64_t turn);
+  TurnHooks hooks(uint64_t turn);
   ev::Stats stats(const TurnResult& r, bool live) const;
   void emit_layer_timings();
   void emit_debug();
 
   EngineOptions options_;
   EventSink& sink_;
-  std::atomic<bool>& cancel_;
+  const std::atomic<uint64_t>& cancelled_upto_;
   Model model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ClRuntime> runtime_;

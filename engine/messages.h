@@ -16,9 +16,9 @@
 
 namespace clchat {
 
-// How the next token is chosen. temperature 0 keeps the greedy argmax on the
-// device (the fast path: 4 bytes read back per token); anything else reads the
-// logits back and samples on the host (sampler.h).
+// How the next token is chosen. temperature 0 with no repeat penalty keeps the
+// greedy argmax on the device (the fast path: 4 bytes read back per token);
+// anything else reads the logits back and picks on the host (sampler.h).
 struct SamplingParams {
   float temperature = 0.0f;     // 0 = greedy on the device
   int top_k = 40;               // <= 0: off
@@ -36,7 +36,7 @@ struct EngineOptions {
   std::string model_path;
   std::string device;              // select_device() spec; "" = first GPU, else CPU
   std::string backend = "opencl";  // "opencl" or "reference" (CPU, slow, exact)
-  int n_ctx = 0;                   // 0 = the model's, capped by device memory (Notice)
+  int n_ctx = 0;                   // 0 = the model's, capped (device memory; 8192 reference)
   std::string chat_template;       // "" = from the model; else a style name
   std::string system_prompt;       // "" = the template's default, if it has one
   SamplingParams sampling;
@@ -96,10 +96,12 @@ struct Ready {
   std::string backend;        // Backend::name()
   std::string chat_template;  // style name in use ("chatml", "plain", ...)
   std::string system_prompt;  // in use (may be the template's default)
+  int prefill_chunk = 1;      // tokens per batched prefill on the device (1: none)
 };
 // Loading failed; the engine thread has ended. Later commands are ignored.
 struct LoadFailed {
   std::string message;
+  bool bad_file = false;  // the model file is malformed (GgufError), not e.g. a device failure
 };
 // A command failed; the engine keeps running.
 struct Error {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -191,7 +192,7 @@ TEST_P(ChatSessionTest, CancelKeepsThePartialReplyAndAConsistentCache) {
   auto s = make_session(*backend, max_tokens);
   std::atomic<bool> cancel{false};
   TurnHooks hooks;
-  hooks.cancel = &cancel;
+  hooks.cancelled = [&] { return cancel.load(); };
   hooks.after_step = [&](int step, const TurnResult&) {
     if (step == 2) cancel = true;
   };
@@ -209,6 +210,114 @@ TEST_P(ChatSessionTest, CancelKeepsThePartialReplyAndAConsistentCache) {
   EXPECT_EQ(r2.prefill_tokens,
             1 + int(tok().encode("\nUser: The cat\nAssistant:", false, true).size()));
   expect_reply_matches_from_scratch(*s, r2, max_tokens);
+}
+
+// Forwards to a real backend; the call numbered `fail_at` (0 = the next one)
+// and every later one throw until fail_at is reset to -1.
+class FailingBackend final : public Backend {
+ public:
+  explicit FailingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  int fail_at = -1;
+
+  std::string name() const override { return inner_->name(); }
+  int n_ctx() const override { return inner_->n_ctx(); }
+  int32_t prefill(std::span<const int32_t> tokens, int pos) override {
+    tick();
+    return inner_->prefill(tokens, pos);
+  }
+  int32_t decode_argmax(int32_t token, int pos) override {
+    tick();
+    return inner_->decode_argmax(token, pos);
+  }
+  std::span<const float> decode_logits(int32_t token, int pos) override {
+    tick();
+    return inner_->decode_logits(token, pos);
+  }
+
+ private:
+  void tick() {
+    if (fail_at < 0) return;
+    if (fail_at == 0) throw std::runtime_error("injected backend failure");
+    --fail_at;
+  }
+  std::unique_ptr<Backend> inner_;
+};
+
+std::vector<std::string> texts_of(const std::vector<Turn>& turns) {
+  std::vector<std::string> out;
+  for (const Turn& t : turns) out.push_back(t.text);
+  return out;
+}
+
+TEST_P(ChatSessionTest, FailedTurnLeavesTheConversationAsItWas) {
+  const int max_tokens = 12;
+  FailingBackend backend(make_backend(256));
+  auto s = make_session(backend, max_tokens);
+  const TurnResult r1 = s->submit("Tom had a dog");
+  ASSERT_TRUE(r1.error.empty()) << r1.error;
+  const std::vector<std::string> before = texts_of(s->turns());
+  const std::vector<int32_t> cache_before(s->cache_tokens().begin(), s->cache_tokens().end());
+
+  // Fails mid-reply: the prompt and 3 reply steps went through.
+  backend.fail_at = 4;
+  std::string streamed;
+  TurnHooks hooks;
+  hooks.on_text = [&](std::string_view piece) { streamed += piece; };
+  const TurnResult failed = s->submit("The cat", hooks);
+  ASSERT_EQ(failed.reason, ev::FinishReason::Error);
+  EXPECT_FALSE(streamed.empty()) << "a partial reply was made";
+  EXPECT_EQ(texts_of(s->turns()), before) << "no user turn, no partial reply";
+  EXPECT_EQ(std::vector<int32_t>(s->cache_tokens().begin(), s->cache_tokens().end()), cache_before);
+
+  // A failed regenerate keeps the reply it was to replace.
+  backend.fail_at = 0;
+  EXPECT_EQ(s->regenerate().reason, ev::FinishReason::Error);
+  EXPECT_EQ(texts_of(s->turns()), before);
+
+  // The chat goes on from where it was.
+  backend.fail_at = -1;
+  const TurnResult again = s->regenerate();
+  ASSERT_TRUE(again.error.empty()) << again.error;
+  EXPECT_EQ(again.reply, r1.reply);
+  const TurnResult r2 = s->submit("The cat");
+  ASSERT_TRUE(r2.error.empty()) << r2.error;
+  EXPECT_EQ(s->turns().size(), 4u);
+  expect_reply_matches_from_scratch(*s, r2, max_tokens);
+}
+
+TEST_P(ChatSessionTest, RefusedRegenerateKeepsTheReply) {
+  auto backend = make_backend(64);
+  auto s = make_session(*backend, 8);
+  std::string huge;
+  for (int i = 0; i < 40; ++i) huge += "the big dog ran to the park ";
+  // Loaded text: the cache is rebuilt for the regenerate, and the user turn
+  // alone does not fit.
+  s->load("", {{Role::User, huge}, {Role::Assistant, "It was fun."}});
+  const std::vector<std::string> before = texts_of(s->turns());
+  const TurnResult r = s->regenerate();
+  EXPECT_EQ(r.reason, ev::FinishReason::ContextFull);
+  EXPECT_EQ(texts_of(s->turns()), before);
+  EXPECT_EQ(s->turns().back().role, Role::Assistant);
+}
+
+TEST_P(ChatSessionTest, RepeatPenaltyAppliesToGreedy) {
+  // stories260K repeats tokens within 40 greedy tokens of this prompt (see
+  // test_cli's reference ids), so a strong penalty must change the reply.
+  auto backend = make_backend(256);
+  auto reply = [&](float penalty) {
+    auto s = make_session(*backend, 40);
+    SamplingParams p;
+    p.max_tokens = 40;
+    p.repeat_penalty = penalty;
+    s->set_sampling(p);
+    return s->submit("Once upon a time");
+  };
+  const TurnResult plain = reply(1.0f);
+  const TurnResult penalised = reply(2.0f);
+  ASSERT_TRUE(plain.error.empty() && penalised.error.empty());
+  EXPECT_NE(penalised.reply, plain.reply);
+  // And greedy with the penalty is deterministic.
+  EXPECT_EQ(reply(2.0f).reply, penalised.reply);
 }
 
 TEST_P(ChatSessionTest, RegenerateAndReloadGiveTheSameGreedyReply) {

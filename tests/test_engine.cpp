@@ -6,10 +6,12 @@
 
 #include <chrono>
 #include <regex>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "engine/engine.h"
+#include "tests/gguf_fixtures.h"
 #include "tests/test_support.h"
 
 namespace clchat {
@@ -119,16 +121,18 @@ TEST_P(EngineTest, CancelStopsTheReply) {
   o.sampling.max_tokens = 1000;
   Engine engine(o);
   events_until<ev::Ready>(engine);
+  // Cancelled before the engine thread can have begun it: the turn still
+  // counts as cancelled, so this cannot race with the reply's end. The
+  // first token (not an end token for this prompt) is shown, none is fed.
   engine.post(cmd::SubmitTurn{"Once upon a time"});
-  events_until<ev::TokenText>(engine);
   engine.cancel();
   const auto rest = events_until<ev::TurnFinished>(engine);
   const auto* done = last_of<ev::TurnFinished>(rest);
-  // The reply may have ended on its own first; mostly it is cancelled.
-  if (done->reason != ev::FinishReason::Eos) {
-    EXPECT_EQ(done->reason, ev::FinishReason::Cancelled);
-    EXPECT_LT(last_of<ev::Stats>(rest)->decode_tokens, 1000);
-  }
+  ASSERT_NE(done, nullptr);
+  EXPECT_EQ(done->reason, ev::FinishReason::Cancelled);
+  EXPECT_FALSE(done->reply.empty());
+  EXPECT_EQ(streamed_text(rest), done->reply);
+  EXPECT_EQ(last_of<ev::Stats>(rest)->decode_tokens, 0);
   // A cancel while idle does not cancel the next turn.
   engine.cancel();
   engine.post(cmd::SetSampling{SamplingParams{.max_tokens = 5}});
@@ -137,8 +141,65 @@ TEST_P(EngineTest, CancelStopsTheReply) {
   EXPECT_NE(last_of<ev::TurnFinished>(next)->reason, ev::FinishReason::Cancelled);
 }
 
+TEST_P(EngineTest, CancelReachesQueuedTurns) {
+  EngineOptions o = stories_options(GetParam());
+  o.n_ctx = 1024;
+  o.sampling.max_tokens = 1000;
+  Engine engine(o);
+  events_until<ev::Ready>(engine);
+  // Two turns queued, then one cancel: it covers both, whichever is running
+  // by then (a flag cleared when a turn starts lost it for the second).
+  engine.post(cmd::SubmitTurn{"Once upon a time"});
+  engine.post(cmd::SubmitTurn{"The cat"});
+  engine.cancel();
+  for (int i = 0; i < 2; ++i) {
+    const auto turn = events_until<ev::TurnFinished>(engine);
+    ASSERT_NE(last_of<ev::TurnFinished>(turn), nullptr);
+    EXPECT_EQ(last_of<ev::TurnFinished>(turn)->reason, ev::FinishReason::Cancelled) << i;
+  }
+  // A turn posted after the cancel runs to its end.
+  engine.post(cmd::SetSampling{SamplingParams{.max_tokens = 5}});
+  engine.post(cmd::SubmitTurn{"Lily saw a bird"});
+  const auto next = events_until<ev::TurnFinished>(engine);
+  EXPECT_NE(last_of<ev::TurnFinished>(next)->reason, ev::FinishReason::Cancelled);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, EngineTest, ::testing::Values("reference", "opencl"),
                          [](const auto& info) { return info.param; });
+
+TEST(Engine, PrefillChunkReachesTheBackend) {
+  EngineOptions o = stories_options("opencl");
+  o.prefill_chunk = 16;
+  Engine engine(o);
+  const auto* ready = last_of<ev::Ready>(events_until<ev::Ready>(engine));
+  ASSERT_NE(ready, nullptr);
+  EXPECT_EQ(ready->prefill_chunk, 16);
+  engine.post(cmd::SubmitTurn{"Once upon a time, there was a little girl named Lily"});
+  EXPECT_FALSE(last_of<ev::TurnFinished>(events_until<ev::TurnFinished>(engine))->reply.empty());
+}
+
+TEST(Engine, ReferenceContextIsCappedWhenUnset) {
+  // A model trained for 32768 positions: the reference backend's host cache
+  // stops at 8192 unless -c asks for more.
+  test::TinyModelSpec spec;
+  spec.n_layer = 1;
+  spec.n_ctx_train = 32768;
+  const test::TempDir dir;
+  EngineOptions o = stories_options("reference");
+  o.model_path = test::make_tiny_model(spec).write(dir.file("long.gguf"));
+  o.n_ctx = 0;
+  Engine engine(o);
+  const auto events = events_until<ev::Ready>(engine);
+  ASSERT_NE(last_of<ev::Ready>(events), nullptr);
+  EXPECT_EQ(last_of<ev::Ready>(events)->n_ctx, 8192);
+  const auto* notice = last_of<ev::Notice>(events);
+  ASSERT_NE(notice, nullptr);
+  EXPECT_NE(notice->message.find("8192"), std::string::npos) << notice->message;
+
+  o.n_ctx = 9000;  // asked for: not capped
+  Engine asked(o);
+  EXPECT_EQ(last_of<ev::Ready>(events_until<ev::Ready>(asked))->n_ctx, 9000);
+}
 
 TEST(Engine, LoadFailure) {
   EngineOptions o = stories_options("reference");
@@ -201,6 +262,17 @@ TEST(LineMode, RunChatIsTheSameChat) {
       piped("Once upon a time\\nThe cat\\n", "-m " + model + " --backend reference -n 12 -c 256");
   expect_two_replies(b, false);
   EXPECT_EQ(a.out, b.out);
+}
+
+TEST(LineMode, MalformedModelIsABadInput) {
+  // The first half of a valid file: its tensor data runs past the end.
+  const std::vector<uint8_t> bytes = test::read_bytes(test::shared_file("models/stories260K.gguf"));
+  const test::TempDir dir;
+  const std::string path =
+      dir.write("truncated.gguf", std::span<const uint8_t>(bytes.data(), bytes.size() / 2));
+  const auto r = piped("hi\\n", "-m " + path + " --backend reference");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("clchat: "), std::string::npos) << r.err;
 }
 
 TEST(LineMode, MissingModelIsABadInput) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config/xdg.h"
+#include "engine/utf8.h"
 
 namespace clchat::config {
 
@@ -231,6 +232,22 @@ size_t skip_string(std::string_view text, size_t i, int& line) {
   return text.size();
 }
 
+// toml11 3.7 reads past the end of its buffer when a literal string ('...'
+// or '''...''') holds a byte that is not UTF-8 (found by
+// fuzz/fuzz_config.cpp). TOML files must be UTF-8: check that first.
+void check_utf8(std::string_view text, const std::string& name) {
+  int line = 1;
+  for (size_t i = 0; i < text.size();) {
+    const Utf8Char c = decode_utf8_char(text, i);
+    if (c.length == 0) {
+      throw ConfigError(name + ":" + std::to_string(line) +
+                        ": not valid UTF-8 (a TOML file must be UTF-8)");
+    }
+    if (c.code_point == '\n') ++line;
+    i += size_t(c.length);
+  }
+}
+
 void check_nesting(std::string_view text, const std::string& name) {
   int depth = 0;
   int dots = 0;  // since the last '=', ',', '[', '{' or line break
@@ -274,6 +291,7 @@ std::string syntax_message(const toml::syntax_error& e, const std::string& name)
 }  // namespace
 
 Config parse_config(const std::string& text, const std::string& name) {
+  check_utf8(text, name);
   check_nesting(text, name);
   std::istringstream in(text);
   toml::value root;
@@ -286,6 +304,11 @@ Config parse_config(const std::string& text, const std::string& name) {
 }
 
 Config load_config_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  // An ifstream opens a directory and reads it as empty: say so instead.
+  if (std::filesystem::is_directory(path, ec)) {
+    throw ConfigError(path.string() + ": is a directory, not a config file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path.string() + ": cannot open config file");
   std::ostringstream text;

@@ -117,6 +117,25 @@ constexpr const char* k_no_platform_help =
     "`apt-get install pocl-opencl-icd` runs on the CPU; for NVIDIA GPUs install the NVIDIA "
     "driver's OpenCL ICD (libnvidia-compute / nvidia-opencl-icd)";
 
+// No device at all: no platform (no driver installed), or platforms whose
+// devices failed to start. PoCL, for one, offers no device when it cannot
+// create its kernel cache directory.
+std::string no_device_help() {
+  cl_uint n_platforms = 0;
+  if (clGetPlatformIDs(0, nullptr, &n_platforms) != CL_SUCCESS || n_platforms == 0) {
+    return k_no_platform_help;
+  }
+  std::vector<cl_platform_id> platforms(n_platforms);
+  clGetPlatformIDs(n_platforms, platforms.data(), nullptr);
+  std::string names;
+  for (cl_platform_id p : platforms) {
+    names += (names.empty() ? "" : ", ") + platform_string(p, CL_PLATFORM_NAME);
+  }
+  return "OpenCL platform found (" + names +
+         ") but it offers no device; its driver failed to start (PoCL needs a writable cache "
+         "directory: $POCL_CACHE_DIR, else $XDG_CACHE_HOME/pocl or ~/.cache/pocl)";
+}
+
 }  // namespace
 
 bool DeviceInfo::has_extension(const std::string& ext) const {
@@ -166,7 +185,7 @@ std::vector<DeviceInfo> list_devices() {
 
 DeviceInfo select_device(const std::string& spec_in) {
   const auto devices = list_devices();
-  if (devices.empty()) throw NoDeviceError(k_no_platform_help);
+  if (devices.empty()) throw NoDeviceError(no_device_help());
   const std::string spec = lower(spec_in);
   auto first = [&](auto pred) -> const DeviceInfo* {
     for (const auto& d : devices) {

@@ -1,9 +1,10 @@
-// Config files that used to crash or hang the TOML parser (found by
+// Config files that used to crash or hang the TOML parser (found with
 // fuzz/fuzz_config.cpp): thousands of nested arrays or inline tables overflowed
-// toml11's recursive parser's stack, and a dotted key of 100,000 parts took
-// minutes. parse_config() now rejects more than 32 levels up front with one
-// "FILE:LINE: ..." message; brackets and dots inside strings and comments do
-// not count, and 32 levels still parse.
+// toml11's recursive parser's stack, a dotted key of 100,000 parts took
+// minutes, and a literal string holding a byte that is not UTF-8 made toml11
+// read past its buffer. parse_config() now rejects text that is not UTF-8 and
+// more than 32 levels up front with one "FILE:LINE: ..." message; brackets and
+// dots inside strings and comments do not count, and 32 levels still parse.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -67,6 +68,22 @@ TEST(ConfigLimits, BracketsInStringsAndCommentsDoNotCount) {
   EXPECT_EQ(c.system_prompt, repeat("[.", 100) + "\n");
   EXPECT_EQ(c.chat_template, "\"" + repeat("{", 50));
   EXPECT_EQ(parse_config("[sampling]\ntemperature = 0.7\n", "f.toml").sampling.temperature, 0.7);
+}
+
+TEST(ConfigLimits, TextThatIsNotUtf8IsRejected) {
+  for (const char* bad : {"t = '\xf4'\n",
+                          "t = '''a\xf4"
+                          "b'''\n",
+                          "x = \"\xc3(\"\n", "# \xff\n", "model = \"\xed\xa0\x80\"\n"}) {
+    try {
+      parse_config(std::string("\n") + bad, "u.toml");
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_STREQ(e.what(), "u.toml:2: not valid UTF-8 (a TOML file must be UTF-8)");
+    }
+  }
+  EXPECT_EQ(parse_config("model = 'caf\xc3\xa9 \xf0\x9f\x98\x80'\n", "ok.toml").model,
+            "caf\xc3\xa9 \xf0\x9f\x98\x80");
 }
 
 }  // namespace

@@ -101,6 +101,19 @@ TEST(UiController, RegenDropsTheLastReply) {
   EXPECT_EQ(h.state.conversation.turns.back().text, "a2");
 }
 
+// The engine keeps the old reply when a regeneration fails; so must /save.
+TEST(UiController, FailedRegenKeepsTheOldReply) {
+  Harness h;
+  h.c.on_submit("q", false);
+  h.reply("a1");
+  h.c.on_submit("/regen", false);
+  h.c.on_event(ev::Error{"device lost"});
+  h.c.on_event(ev::TurnFinished{ev::FinishReason::Error, ""});
+  ASSERT_EQ(h.state.conversation.turns.size(), 2u);
+  EXPECT_EQ(h.state.conversation.turns[0].text, "q");
+  EXPECT_EQ(h.state.conversation.turns[1].text, "a1");
+}
+
 TEST(UiController, UnknownCommandSendsNothing) {
   Harness h;
   h.c.on_submit("/nope", false);

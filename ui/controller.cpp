@@ -97,7 +97,11 @@ void Controller::finish_turn(const ev::TurnFinished& f) {
   // the question too, so /save and the autosave match what the model saw.
   const bool kept = f.reason != ev::FinishReason::Error &&
                     !(f.reason == ev::FinishReason::ContextFull && f.reply.empty());
-  if (!kept) {
+  if (!kept && regen_removed_) {
+    // A failed /regen: the engine kept the old reply, and so do we.
+    note = "not kept: " + std::string(finish_reason_name(f.reason)) + "; the previous reply stays";
+    s_.conversation.turns.push_back(*regen_removed_);
+  } else if (!kept) {
     note = "not kept: " + std::string(finish_reason_name(f.reason));
     if (!s_.conversation.turns.empty() && s_.conversation.turns.back().role == Role::User) {
       s_.conversation.turns.pop_back();
@@ -105,6 +109,7 @@ void Controller::finish_turn(const ev::TurnFinished& f) {
   } else {
     s_.conversation.turns.push_back({Role::Assistant, f.reply, cancelled});
   }
+  regen_removed_.reset();
   s_.transcript.finish_reply(note);
   autosave();
 }
@@ -166,6 +171,7 @@ void Controller::on_command(const auto& c) {
     if (turns.empty() || turns.back().role != Role::Assistant) {
       return set_hint("no reply to regenerate", Style::Warning);
     }
+    regen_removed_ = turns.back();
     turns.pop_back();
     s_.transcript.drop_last_reply();
     s_.transcript.scroll_end();

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "engine/messages.h"
@@ -40,6 +41,9 @@ class Controller {
   State& s_;
   Post post_;
   Cancel cancel_;
+  // The reply /regen took out of the conversation; put back if the engine
+  // does not keep the regenerated one (it keeps the old reply then).
+  std::optional<SavedTurn> regen_removed_;
 };
 
 }  // namespace clchat::ui

@@ -80,7 +80,8 @@ void print_reply(Engine& engine, std::FILE* out, std::FILE* err, bool verbose) {
         piece = at == std::string_view::npos ? std::string_view() : piece.substr(at);
         started = !piece.empty();
       }
-      std::fwrite(piece.data(), 1, piece.size(), out);
+      // (An empty view's data() may be null, which fwrite must not get.)
+      if (!piece.empty()) std::fwrite(piece.data(), 1, piece.size(), out);
       std::fflush(out);
     } else if (auto* s = std::get_if<ev::Stats>(&e)) {
       if (!s->live) stats = *s;

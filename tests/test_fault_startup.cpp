@@ -50,7 +50,8 @@ TEST(FaultStartup, UnwritableStateDirectory) {
   const auto r = clchat("XDG_STATE_HOME=/dev/null/state", chat_args(), "Once upon a time\\n");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find_first_not_of(" \n"), std::string::npos) << "no reply";
-  EXPECT_EQ(r.err, "");
+  // (PoCL may print compiler warnings when its cache is cold; clchat nothing.)
+  EXPECT_EQ(r.err.find("clchat:"), std::string::npos) << r.err;
 }
 
 // clchat's compiled-kernel cache is optional too (PoCL's own cache is
@@ -92,7 +93,7 @@ TEST(FaultStartup, BadConfigFilesStopWithOneLine) {
     std::ofstream(dir.file(name)) << text;
     return dir.file(name);
   };
-  const std::string syntax = write("syntax.toml", "model = \"x\"\nsampling = [[\n");
+  const std::string syntax = write("syntax.toml", "model = \"x\"\nsampling = =\ndevice = \"\"\n");
   const std::string type = write("type.toml", "\n\ncontext_size = \"big\"\n");
   const std::string deep = write("deep.toml", "a = " + std::string(100, '[') + "\n");
   const struct {

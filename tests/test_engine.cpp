@@ -171,7 +171,10 @@ TEST(Engine, PrefillChunkReachesTheBackend) {
   EngineOptions o = stories_options("opencl");
   o.prefill_chunk = 16;
   Engine engine(o);
-  const auto* ready = last_of<ev::Ready>(events_until<ev::Ready>(engine));
+  // The events live in `start`: `ready` points into it (ASan caught a
+  // pointer into a temporary here).
+  const auto start = events_until<ev::Ready>(engine);
+  const auto* ready = last_of<ev::Ready>(start);
   ASSERT_NE(ready, nullptr);
   EXPECT_EQ(ready->prefill_chunk, 16);
   engine.post(cmd::SubmitTurn{"Once upon a time, there was a little girl named Lily"});

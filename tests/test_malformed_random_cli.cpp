@@ -26,7 +26,7 @@ Bytes base() {
 
 void expect_clean(const std::string& path) {
   for (const std::string& cmd :
-       {" info -m '" + path + "'", " run --backend reference -n 2 -p hi -m '" + path + "'"}) {
+       {" info -m '" + path + "'", " run --backend reference -c 64 -n 2 -p hi -m '" + path + "'"}) {
     SCOPED_TRACE(cmd);
     const auto r = test::run_command("timeout 20 " + test::clchat_binary() + cmd);
     ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 2) << "status " << r.exit_code << ": " << r.err;

@@ -25,7 +25,8 @@ size_t mem_size(const ClMem& m) {
   return n;
 }
 
-bool env_off(const char* name) {
+// The variable is set to something other than "" or "0".
+bool env_flag(const char* name) {
   const char* v = std::getenv(name);
   return v && *v && std::string(v) != "0";
 }
@@ -39,7 +40,7 @@ std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
     spdlog::info("persistent decode kernel not used: {}", why);
     return nullptr;
   };
-  if (env_off("CLCHAT_NO_PERSISTENT")) return no("CLCHAT_NO_PERSISTENT is set");
+  if (env_flag("CLCHAT_NO_PERSISTENT")) return no("CLCHAT_NO_PERSISTENT is set");
   if (dev.platform_name.find("NVIDIA") == std::string::npos) return no("not NVIDIA's OpenCL");
   if (!f.programs_.tuning().nv_shfl) return no("warp shuffles unavailable");
   if (c.head_dim % 32 != 0 || c.head_dim > 256) return no("head size not a multiple of 32");
@@ -147,7 +148,7 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
            cl_ulong(head_s), cl_ulong(out_norm), f_.rope_cs_, f_.k_cache_, f_.v_cache_, f_.x_,
            f_.q_, f_.att_out_, f_.h_, f_.logits_, part_val_, part_idx_, f_.ids_, cl_int(0),
            cl_int(0), bar_, cl_uint(0), abort_, ClMem());
-  if (env_off("CLCHAT_PERSIST_TRACE")) {  // i.e. set
+  if (env_flag("CLCHAT_PERSIST_TRACE")) {
     trace_ = rt.alloc((barriers_per_token_ + 1) * 8, true);
     set_arg(kernel_.get(), 23, trace_);
     trace_sum_us_.assign(6, 0.0);

@@ -230,7 +230,7 @@ void ClForward::build_plan() {
 }
 
 int ClForward::launches_per_token() const {
-  if (persistent_ && !debug_ && !profiling_) return 1;
+  if (persistent_ && !debug_) return 1;  // profiling traces the same launch
   size_t n = 1 + 3;  // embed, lm_head, argmax x2
   for (const auto& p : plan_) n += p.qkv.size() + 4;
   return int(n);
@@ -300,6 +300,7 @@ void ClForward::check_position(int pos, size_t n_tokens) const {
 }
 
 void ClForward::write_ids(std::span<const int32_t> ids) {
+  settle();
   for (int32_t id : ids) {
     if (id < 0 || id >= config_.n_vocab) {
       throw std::out_of_range("token id " + std::to_string(id) + " is outside the vocabulary");
@@ -342,18 +343,36 @@ int32_t ClForward::prefill(std::span<const int32_t> tokens, int pos) {
   return id;
 }
 
-int32_t ClForward::decode_argmax(int32_t token, int pos) {
+int32_t ClForward::decode_argmax(int32_t token, int pos) { return decode_step(token, pos, true); }
+
+std::span<const float> ClForward::decode_logits(int32_t token, int pos) {
+  decode_step(token, pos, false);  // no lookahead: it would overwrite logits_
+  logits_host_.resize(size_t(config_.n_vocab));
+  cl_check(clEnqueueReadBuffer(rt_.queue(), logits_.get(), CL_TRUE, 0, logits_host_.size() * 4,
+                               logits_host_.data(), 0, nullptr, nullptr),
+           "clEnqueueReadBuffer(logits)");
+  return logits_host_;
+}
+
+void ClForward::settle() {
+  if (persistent_ && persistent_->n_ahead() > 0) {
+    persistent_->drop_ahead();
+    device_token_ = -1;  // the last of them wrote ids_[0]
+  }
+}
+
+int32_t ClForward::decode_step(int32_t token, int pos, bool lookahead) {
   check_position(pos, 1);
-  // device_token_ is -1 when unknown: token -1 must still reach the range check.
-  if (token < 0 || token != device_token_) write_ids({&token, 1});
-  if (persistent_ && !debug_ && !profiling_) {
-    persistent_->enqueue(0, pos);
-    const int32_t id = read_token();
+  if (persistent_ && !debug_) {
+    const int32_t id = profiling_ ? persistent_traced_step(token, pos)
+                                  : persistent_step(token, pos, lookahead && use_lookahead_);
     if (id >= 0) return id;
+    settle();
     spdlog::warn(
         "persistent decode kernel timed out at a grid barrier; using the multi-kernel plan");
     persistent_.reset();
-    write_ids({&token, 1});
+  if (token < 0 || token != device_token_) write_ids({&token, 1});
+    device_token_ = -1;
   }
   enqueue_token(0, pos, true);
   const int32_t id = read_token();
@@ -362,13 +381,39 @@ int32_t ClForward::decode_argmax(int32_t token, int pos) {
   return id;
 }
 
-std::span<const float> ClForward::decode_logits(int32_t token, int pos) {
-  decode_argmax(token, pos);
-  logits_host_.resize(size_t(config_.n_vocab));
-  cl_check(clEnqueueReadBuffer(rt_.queue(), logits_.get(), CL_TRUE, 0, logits_host_.size() * 4,
-                               logits_host_.data(), 0, nullptr, nullptr),
-           "clEnqueueReadBuffer(logits)");
-  return logits_host_;
+int32_t ClForward::persistent_step(int32_t token, int pos, bool lookahead) {
+  // A greedy continuation finds its step already computed or running: the
+  // step before enqueued it with the id it chose as input.
+  const bool queued = lookahead && token == lookahead_token_ && persistent_->ahead_at(pos);
+  if (!queued) {
+    settle();
+    // device_token_ is -1 when unknown: token -1 must still reach the range check.
+    if (token < 0 || token != device_token_) write_ids({&token, 1});
+    persistent_->enqueue_ahead(pos);
+  }
+  const int32_t id = persistent_->take(pos);
+  if (id < 0) return id;
+  lookahead_token_ = id;
+  device_token_ = id;
+  if (lookahead) {
+    for (int next = pos + 1 + int(persistent_->n_ahead());
+         persistent_->n_ahead() < k_lookahead && next < n_ctx_; ++next) {
+      persistent_->enqueue_ahead(next);
+    }
+  }
+  if (persistent_->n_ahead() > 0) device_token_ = -1;  // ids_[0] moves on
+  return id;
+}
+
+// Profiling on the persistent path: the kernel's own per-stage clock, not the
+// multi-kernel plan's events (the bars show what really runs).
+int32_t ClForward::persistent_traced_step(int32_t token, int pos) {
+  settle();
+  if (token < 0 || token != device_token_) write_ids({&token, 1});
+  persistent_->enqueue(0, pos, true);
+  const int32_t id = read_token();
+  if (id >= 0) profile_ = persistent_->profile();
+  return id;
 }
 
 void ClForward::set_debug(bool on) {

@@ -18,6 +18,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <span>
@@ -53,6 +54,9 @@ class ClForward final : public Backend {
   int32_t prefill(std::span<const int32_t> tokens, int pos) override;
   int32_t decode_argmax(int32_t token, int pos) override;
   std::span<const float> decode_logits(int32_t token, int pos) override;
+  // Waits for decode steps enqueued ahead (greedy lookahead on the persistent
+  // path) and forgets them; every other entry point does this itself.
+  void settle();
   // Batched prefill (ClPrefill) with the logits of positions first_out.. read
   // back; position by position when the chunk size is 1.
   void prefill_logits(std::span<const int32_t> tokens, int pos, int first_out,
@@ -98,6 +102,12 @@ class ClForward final : public Backend {
   void enqueue_token(int token_index, int pos, bool with_head);
   void enqueue(const Launch& l);
   void check_position(int pos, size_t n_tokens) const;
+  // One decode step; `lookahead`: on the persistent path, also enqueue the
+  // next k_lookahead greedy steps (each reading the id the one before chose),
+  // so the device never waits for the host between tokens.
+  int32_t decode_step(int32_t token, int pos, bool lookahead);
+  int32_t persistent_step(int32_t token, int pos, bool lookahead);
+  int32_t persistent_traced_step(int32_t token, int pos);
   void write_ids(std::span<const int32_t> ids);
   int32_t read_token();
   void collect_debug(int pos);
@@ -139,6 +149,9 @@ class ClForward final : public Backend {
   std::unique_ptr<PersistentDecode> persistent_;  // null: not eligible
   std::unique_ptr<ClPrefill> prefill_;            // batched prefill; null: chunk size 1
 
+  static constexpr size_t k_lookahead = 2;
+  const bool use_lookahead_ = !std::getenv("CLCHAT_NO_LOOKAHEAD");  // for A/B measurements
+  int32_t lookahead_token_ = -1;  // input of the oldest step in flight (the last id returned)
   int32_t device_token_ = -1;     // id known to be in ids_[0], or -1
   std::vector<cl_event> events_;  // profiling events of the current token
   std::vector<std::pair<const Launch*, size_t>> event_owner_;

@@ -148,11 +148,9 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
            cl_ulong(head_s), cl_ulong(out_norm), f_.rope_cs_, f_.k_cache_, f_.v_cache_, f_.x_,
            f_.q_, f_.att_out_, f_.h_, f_.logits_, part_val_, part_idx_, f_.ids_, cl_int(0),
            cl_int(0), bar_, cl_uint(0), abort_, ClMem());
-  if (env_flag("CLCHAT_PERSIST_TRACE")) {
-    trace_ = rt.alloc((barriers_per_token_ + 1) * 8, true);
-    set_arg(kernel_.get(), 23, trace_);
-    trace_sum_us_.assign(6, 0.0);
-  }
+  trace_ = rt.alloc((barriers_per_token_ + 1) * 8, true);
+  trace_all_ = env_flag("CLCHAT_PERSIST_TRACE");
+  trace_sum_us_.assign(6, 0.0);
   rt.finish();
   return true;
 }
@@ -195,7 +193,16 @@ bool PersistentDecode::barrier_self_test() {
   return true;
 }
 
-void PersistentDecode::enqueue(int token_index, int pos) {
+void PersistentDecode::enqueue(int token_index, int pos, bool traced) {
+  const bool trace = traced || trace_all_;
+  if (trace != trace_arg_) {
+    if (trace) {
+      set_arg(kernel_.get(), 23, trace_);
+    } else {
+      set_arg(kernel_.get(), 23, ClMem());
+    }
+    trace_arg_ = trace;
+  }
   set_arg(kernel_.get(), 18, cl_int(token_index));
   set_arg(kernel_.get(), 19, cl_int(pos));
   set_arg(kernel_.get(), 21, cl_uint(bar_base_));
@@ -204,20 +211,87 @@ void PersistentDecode::enqueue(int token_index, int pos) {
                                   nullptr, nullptr),
            "clEnqueueNDRangeKernel(decode_token)");
   bar_base_ += barriers_per_token_ * uint32_t(n_groups_);
-  if (trace_) {
-    std::vector<cl_ulong> t(barriers_per_token_ + 1);
-    cl_check(clEnqueueReadBuffer(f_.rt_.queue(), trace_.get(), CL_TRUE, 0, t.size() * 8, t.data(),
-                                 0, nullptr, nullptr),
-             "clEnqueueReadBuffer(trace)");
-    for (size_t k = 1; k < t.size(); ++k) {
-      const size_t stage = k == t.size() - 1 ? 5 : (k - 1) % 5;  // P1..P5, head
-      trace_sum_us_[stage] += double(t[k] - t[k - 1]) / 1000.0;
-    }
-    ++trace_tokens_;
+  if (trace) read_trace(traced);
+}
+
+// The GPU clock after each barrier (work-group 0): stage k of layer il ends
+// at t[5 * il + k + 1]; the head at the last entry.
+void PersistentDecode::read_trace(bool to_profile) {
+  std::vector<cl_ulong> t(barriers_per_token_ + 1);
+  cl_check(clEnqueueReadBuffer(f_.rt_.queue(), trace_.get(), CL_TRUE, 0, t.size() * 8, t.data(), 0,
+                               nullptr, nullptr),
+           "clEnqueueReadBuffer(trace)");
+  static const char* names[] = {"qkv", "attention", "wo", "gate_up", "down", "head"};
+  ProfileReport p;
+  p.layer_us.assign(f_.layers_.size(), 0.0);
+  p.n_launches = 1;
+  for (size_t k = 1; k < t.size(); ++k) {
+    const bool head = k == t.size() - 1;
+    const size_t stage = head ? 5 : (k - 1) % 5;
+    const double us = double(t[k] - t[k - 1]) / 1000.0;
+    if (trace_all_) trace_sum_us_[stage] += us;
+    p.kernel_us[names[stage]] += us;
+    if (!head) p.layer_us[(k - 1) / 5] += us;
+    p.total_us += us;
   }
+  if (trace_all_) ++trace_tokens_;
+  if (to_profile) profile_ = std::move(p);
+}
+
+void PersistentDecode::enqueue_ahead(int pos) {
+  if (ahead_.size() >= k_slots) throw std::logic_error("too many tokens in flight");
+  if (!ahead_ids_) {
+    ahead_buf_ = f_.rt_.alloc(k_slots * 4, true);
+    cl_int err = CL_SUCCESS;
+    void* p =
+        clEnqueueMapBuffer(f_.rt_.queue(), ahead_buf_.get(), CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
+                           k_slots * 4, 0, nullptr, nullptr, &err);
+    cl_check(err, "clEnqueueMapBuffer(token slots)");
+    ahead_ids_ = static_cast<int32_t*>(p);
+  }
+  enqueue(0, pos);
+  const size_t slot = next_slot_;
+  next_slot_ = (next_slot_ + 1) % k_slots;
+  cl_event ev = nullptr;
+  cl_check(clEnqueueReadBuffer(f_.rt_.queue(), f_.ids_.get(), CL_FALSE, 0, 4, &ahead_ids_[slot], 0,
+                               nullptr, &ev),
+           "clEnqueueReadBuffer(token)");
+  ahead_.push_back({pos, slot, ClEvent(ev)});
+  // NVIDIA's OpenCL may hold commands back until a flush.
+  cl_check(clFlush(f_.rt_.queue()), "clFlush");
+}
+
+int32_t PersistentDecode::take(int pos) {
+  if (!ahead_at(pos)) throw std::logic_error("take: no token in flight at this position");
+  const cl_event ev = ahead_.front().read.get();
+  cl_check(clWaitForEvents(1, &ev), "clWaitForEvents(token)");
+  const int32_t id = ahead_ids_[ahead_.front().slot];
+  ahead_.pop_front();
+  return id;
+}
+
+void PersistentDecode::drop_ahead() {
+  if (ahead_.empty()) return;
+  // The reads write into ahead_ids_: they must land before a slot is reused.
+  for (const Ahead& a : ahead_) {
+    const cl_event ev = a.read.get();
+    cl_check(clWaitForEvents(1, &ev), "clWaitForEvents(token)");
+  }
+  ahead_.clear();
 }
 
 PersistentDecode::~PersistentDecode() {
+  try {
+    drop_ahead();
+    if (ahead_ids_) {
+      cl_check(clEnqueueUnmapMemObject(f_.rt_.queue(), ahead_buf_.get(), ahead_ids_, 0, nullptr,
+                                       nullptr),
+               "clEnqueueUnmapMemObject(token slots)");
+      f_.rt_.finish();
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("persistent decode: {}", e.what());
+  }
   if (trace_tokens_ == 0) return;
   static const char* names[] = {"qkv", "attention", "wo", "gate_up", "down", "head"};
   std::string line;

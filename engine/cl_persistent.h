@@ -15,10 +15,12 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
 #include "engine/cl_runtime.h"
+#include "engine/forward_reports.h"
 
 namespace clchat {
 
@@ -31,25 +33,62 @@ class PersistentDecode {
   // Enqueues the token at ids[token_index], position `pos`; the argmax lands
   // in ids[0] (-2 there means the barrier gave up: work-groups were not all
   // resident; the caller must then stop using this path).
-  void enqueue(int token_index, int pos);
+  // traced: also record the GPU clock after every barrier and make profile()
+  // this token's per-stage and per-layer times (a blocking read; profiling
+  // samples a few tokens).
+  void enqueue(int token_index, int pos, bool traced = false);
+  const ProfileReport& profile() const { return profile_; }
   int n_groups() const { return int(n_groups_); }
+
+  // Lookahead for greedy decoding: the token at `pos` enqueued with the id in
+  // ids[0] as its input (what the kernel before it chose), followed by a
+  // non-blocking read of the id it chooses. Queued tokens run back to back on
+  // the device while the host handles the ones before.
+  void enqueue_ahead(int pos);
+  // The oldest token in flight is at `pos`.
+  bool ahead_at(int pos) const { return !ahead_.empty() && ahead_.front().pos == pos; }
+  size_t n_ahead() const { return ahead_.size(); }
+  // Waits for the oldest token in flight (at `pos`) and returns its id (-2:
+  // the barrier gave up, see enqueue).
+  int32_t take(int pos);
+  // Forgets the tokens in flight after they finish (their cache writes are
+  // past the last position the caller used: later steps overwrite them).
+  void drop_ahead();
   ~PersistentDecode();
 
  private:
   explicit PersistentDecode(ClForward& forward) : f_(forward) {}
   bool build(uint32_t groups_per_cu);
+  void read_trace(bool to_profile);
   bool barrier_self_test();
 
+  struct Ahead {
+    int pos;
+    size_t slot;
+    ClEvent read;
+  };
   ClForward& f_;
+  std::deque<Ahead> ahead_;
+  // Host slots the reads land in (a ring): a mapped CL_MEM_ALLOC_HOST_PTR
+  // buffer, i.e. pinned memory. NVIDIA's OpenCL completes a non-blocking read
+  // into ordinary (pageable) memory before returning from the enqueue, which
+  // stalls the host until the token before it is done.
+  static constexpr size_t k_slots = 4;
+  ClMem ahead_buf_;
+  int32_t* ahead_ids_ = nullptr;
+  size_t next_slot_ = 0;
   ClProgram program_;
   ClKernel kernel_;
   ClMem arena_, layer_off_, bar_, abort_, part_val_, part_idx_;
   size_t n_groups_ = 0;
   uint32_t barriers_per_token_ = 0;
   uint32_t bar_base_ = 0;  // arrivals counted so far (wraps)
-  // CLCHAT_PERSIST_TRACE=1: GPU clock after every barrier, summed per stage
-  // over the tokens and logged at the end.
+  // GPU clock after every barrier. CLCHAT_PERSIST_TRACE=1 traces every token
+  // and logs the per-stage sums at the end.
   ClMem trace_;
+  bool trace_all_ = false;
+  bool trace_arg_ = false;  // the kernel's trace argument is set
+  ProfileReport profile_;
   std::vector<double> trace_sum_us_;
   int trace_tokens_ = 0;
   double barrier_us_ = 0;

@@ -7,6 +7,7 @@
 // tests skip, saying so; the multi-kernel plan is covered by test_cl_forward.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -95,6 +96,79 @@ TEST(PersistentDecode, SwitchingPathsKeepsTheGreedyIds) {
     for (int pos = 0; pos < 60; ++pos) {
       if (switching) cl.set_debug(pos % 7 == 3);
       ids.push_back(cl.decode_argmax(ids.back(), pos));
+    }
+    return ids;
+  };
+  EXPECT_EQ(greedy(true), greedy(false));
+  std::filesystem::remove(path);
+}
+
+// Greedy decoding enqueues the next steps before the host asks for them
+// (lookahead). Feeding a token other than the device's choice, asking for the
+// logits, or a prefill in the middle must drop those steps and give the ids a
+// plan-only run gives.
+TEST(PersistentDecode, LookaheadKeepsIdsThroughInterruptions) {
+  if (!device_is_nvidia()) GTEST_SKIP() << "the persistent kernel runs on NVIDIA's OpenCL only";
+  const std::string path =
+      write_synthetic_model_tmp(spec_for({GgmlType::Q4_1, GgmlType::Q8_0, true}));
+  const Model model = load_model(path);
+  const int n_vocab = model.config.n_vocab;
+  auto run = [&](bool plan_only) {
+    ClForward cl(model, test::cl_test_runtime(), ClForwardOptions{96});
+    cl.set_debug(plan_only);  // debug mode always takes the plan
+    std::vector<int32_t> ids{1};
+    int pos = 0;
+    while (pos < 90) {
+      if (pos == 20) {
+        ids.push_back(cl.decode_argmax((ids.back() + 5) % n_vocab, pos++));  // not the greedy id
+      } else if (pos == 40) {
+        const auto logits = cl.decode_logits(ids.back(), pos++);
+        ids.push_back(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+      } else if (pos == 60) {
+        const std::vector<int32_t> turn{ids.back(), 7, 11, 13};
+        ids.push_back(cl.prefill(turn, pos));
+        pos += int(turn.size());
+      } else if (pos == 70) {
+        cl.settle();
+        ids.push_back(cl.decode_argmax(ids.back(), pos++));
+      } else {
+        ids.push_back(cl.decode_argmax(ids.back(), pos++));
+      }
+    }
+    return ids;
+  };
+  EXPECT_EQ(run(false), run(true));
+  std::filesystem::remove(path);
+}
+
+// Profiling on the persistent path reads the kernel's own clock: one launch,
+// per-stage and per-layer times that add up, and the same ids as without it.
+TEST(PersistentDecode, ProfilingTimesComeFromTheKernel) {
+  if (!device_is_nvidia()) GTEST_SKIP() << "the persistent kernel runs on NVIDIA's OpenCL only";
+  const std::string path =
+      write_synthetic_model_tmp(spec_for({GgmlType::Q4_0, GgmlType::Q8_0, true}));
+  const Model model = load_model(path);
+  ClRuntime rt(test::cl_test_runtime().device(), true);
+  auto greedy = [&](bool profiling) {
+    ClForward cl(model, rt, ClForwardOptions{64});
+    EXPECT_TRUE(cl.persistent_decode());
+    std::vector<int32_t> ids{3};
+    for (int pos = 0; pos < 24; ++pos) {
+      cl.set_profiling(profiling && pos % 4 == 1);
+      ids.push_back(cl.decode_argmax(ids.back(), pos));
+      if (!profiling || pos % 4 != 1) continue;
+      const ProfileReport& p = cl.profile();
+      EXPECT_EQ(p.n_launches, 1);
+      EXPECT_EQ(p.layer_us.size(), size_t(model.config.n_layer));
+      double stages = 0, layers = 0;
+      for (const auto& [name, us] : p.kernel_us) stages += us;
+      for (double us : p.layer_us) {
+        EXPECT_GT(us, 0.0);
+        layers += us;
+      }
+      EXPECT_NEAR(stages, p.total_us, 1e-6 * p.total_us);
+      EXPECT_GT(p.kernel_us.at("head"), 0.0);
+      EXPECT_NEAR(layers + p.kernel_us.at("head"), p.total_us, 1e-6 * p.total_us);
     }
     return ids;
   };

@@ -367,13 +367,13 @@ int32_t ClForward::decode_step(int32_t token, int pos, bool lookahead) {
     const int32_t id = profiling_ ? persistent_traced_step(token, pos)
                                   : persistent_step(token, pos, lookahead && use_lookahead_);
     if (id >= 0) return id;
-    settle();
     spdlog::warn(
         "persistent decode kernel timed out at a grid barrier; using the multi-kernel plan");
+    settle();
     persistent_.reset();
-  if (token < 0 || token != device_token_) write_ids({&token, 1});
     device_token_ = -1;
   }
+  if (token < 0 || token != device_token_) write_ids({&token, 1});
   enqueue_token(0, pos, true);
   const int32_t id = read_token();
   if (debug_) collect_debug(pos);

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "app/commands.h"
+#include "engine/cl_object_counts.h"
 #include "engine/engine.h"
 
 namespace clchat::app {
@@ -62,6 +63,12 @@ void wait_ready(Engine& engine, std::FILE* err, bool verbose) {
     if (auto* n = std::get_if<ev::Notice>(&e))
       std::fprintf(err, "clchat: %s\n", n->message.c_str());
   }
+}
+
+// "[cl objects <when>live buffers N ... | created N released N]" on `err`.
+void print_cl_object_counts(std::FILE* err, const char* when) {
+  std::fprintf(err, "[cl objects %s%s]\n", when,
+               format_cl_object_counts(cl_object_counts()).c_str());
 }
 
 // Streams one reply until TurnFinished.
@@ -139,6 +146,8 @@ void add_chat_options(CLI::App& app, ChatOptions& o) {
       ->capture_default_str()
       ->check(CLI::IsMember({"reference", "opencl"}));
   app.add_flag("--verbose", o.verbose, "A statistics line on stderr after every reply");
+  app.add_flag("--cl-object-counts", o.cl_object_counts,
+               "Line mode: live OpenCL objects by kind on stderr after every reply and at exit");
 }
 
 int run_line_chat(const ChatOptions& options, std::istream& in, std::FILE* out, std::FILE* err) {
@@ -147,15 +156,20 @@ int run_line_chat(const ChatOptions& options, std::istream& in, std::FILE* out, 
   if (!std::filesystem::exists(engine_options.model_path)) {
     throw UsageError("no model file '" + engine_options.model_path + "'");
   }
-  Engine engine(engine_options);
-  wait_ready(engine, err, options.verbose);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    engine.post(cmd::SubmitTurn{line});
-    print_reply(engine, out, err, options.verbose);
-  }
+  {
+    Engine engine(engine_options);
+    wait_ready(engine, err, options.verbose);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.find_first_not_of(" \t") == std::string::npos) continue;
+      engine.post(cmd::SubmitTurn{line});
+      print_reply(engine, out, err, options.verbose);
+      // After TurnFinished the engine thread is idle until the next turn.
+      if (options.cl_object_counts) print_cl_object_counts(err, "");
+    }
+  }  // the engine thread has stopped and released its OpenCL objects
+  if (options.cl_object_counts) print_cl_object_counts(err, "at exit ");
   return 0;
 }
 

@@ -16,6 +16,9 @@ namespace clchat::app {
 struct ChatOptions {
   EngineOptions engine;
   bool verbose = false;  // a statistics line on stderr after every reply
+  // Line mode: the live OpenCL objects on stderr after every reply and at
+  // exit (engine/cl_object_counts.h), for leak checks.
+  bool cl_object_counts = false;
 };
 
 // Registers the chat options (-m, --device, -c/--ctx, --system, --temp, ...)

@@ -91,9 +91,7 @@ void ClForward::start_persistent_decode() {
   spdlog::info("persistent decode kernel verified (relative error {:.3g})", rel);
 }
 
-ClForward::~ClForward() {
-  for (cl_event e : events_) clReleaseEvent(e);
-}
+ClForward::~ClForward() = default;
 
 std::string ClForward::name() const { return "opencl (" + rt_.device().name + ")"; }
 
@@ -247,7 +245,7 @@ void ClForward::enqueue(const Launch& l) {
                   err);
   }
   if (ev) {
-    events_.push_back(ev);
+    events_.emplace_back(ev);
     event_owner_.emplace_back(&l, 0);
   }
 }
@@ -451,15 +449,15 @@ void ClForward::collect_profile() {
   p.layer_us.assign(size_t(config_.n_layer), 0.0);
   for (size_t i = 0; i < events_.size(); ++i) {
     cl_ulong start = 0, end = 0;
-    clGetEventProfilingInfo(events_[i], CL_PROFILING_COMMAND_START, sizeof(start), &start, nullptr);
-    clGetEventProfilingInfo(events_[i], CL_PROFILING_COMMAND_END, sizeof(end), &end, nullptr);
+    const cl_event e = events_[i].get();
+    clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_START, sizeof(start), &start, nullptr);
+    clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_END, sizeof(end), &end, nullptr);
     const double us = double(end - start) / 1000.0;
     const Launch* l = event_owner_[i].first;
     p.kernel_us[l->label] += us;
     if (l->layer >= 0) p.layer_us[size_t(l->layer)] += us;
     p.total_us += us;
     ++p.n_launches;
-    clReleaseEvent(events_[i]);
   }
   events_.clear();
   event_owner_.clear();

@@ -153,7 +153,7 @@ class ClForward final : public Backend {
   const bool use_lookahead_ = !std::getenv("CLCHAT_NO_LOOKAHEAD");  // for A/B measurements
   int32_t lookahead_token_ = -1;  // input of the oldest step in flight (the last id returned)
   int32_t device_token_ = -1;     // id known to be in ids_[0], or -1
-  std::vector<cl_event> events_;  // profiling events of the current token
+  std::vector<ClEvent> events_;   // profiling events of the current token
   std::vector<std::pair<const Launch*, size_t>> event_owner_;
   std::vector<float> logits_host_;
   DebugReport debug_report_;

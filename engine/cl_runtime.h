@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/cl_object_counts.h"
+
 namespace clchat {
 
 class ClError : public std::runtime_error {
@@ -37,12 +39,16 @@ const char* cl_error_name(cl_int code);
 // Throws ClError("<call>: <error name>") unless code is CL_SUCCESS.
 void cl_check(cl_int code, const char* call);
 
-// A released-on-destruction OpenCL handle (cl_mem, cl_kernel, ...).
+// A released-on-destruction OpenCL handle (cl_mem, cl_kernel, ...). Taking
+// ownership of a non-null handle and releasing it are counted
+// (engine/cl_object_counts.h).
 template <typename T, cl_int (*Release)(T)>
 class ClHandle {
  public:
   ClHandle() = default;
-  explicit ClHandle(T h) : h_(h) {}
+  explicit ClHandle(T h) : h_(h) {
+    if (h_) note_cl_object_created(cl_object_kind(h_));
+  }
   ~ClHandle() { reset(); }
   ClHandle(ClHandle&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
   ClHandle& operator=(ClHandle&& o) noexcept {
@@ -57,7 +63,10 @@ class ClHandle {
   T get() const { return h_; }
   explicit operator bool() const { return h_ != nullptr; }
   void reset() {
-    if (h_) Release(h_);
+    if (h_) {
+      Release(h_);
+      note_cl_object_released(cl_object_kind(h_));
+    }
     h_ = nullptr;
   }
 

@@ -2,11 +2,14 @@
 """Soak test of clchat's line mode: many chat turns through one process.
 
 Feeds TURNS user lines one at a time to `clchat -m MODEL --device DEVICE -c CTX
--n MAX_TOKENS --verbose` and waits for each reply's statistics line on stderr,
-so with a small context the KV cache fills and the oldest turns are dropped
-again and again. Checks that every turn is answered (a statistics line, a
-reply on stdout, no error line), that the process exits 0 when stdin closes,
-and that resident memory does not grow: RSS is read after every turn, and its
+-n MAX_TOKENS --verbose --cl-object-counts` and waits for each reply's
+statistics line and OpenCL object counts on stderr, so with a small context
+the KV cache fills and the oldest turns are dropped again and again. Checks
+that every turn is answered (a statistics line, a reply on stdout, no error
+line), that the process exits 0 when stdin closes, that no OpenCL object
+leaks (the live buffers, kernels, programs, events, queues and contexts after
+the last turn are those after turn BASELINE, and none is left at exit), and
+that resident memory does not grow: RSS is read after every turn, and its
 peak over the last BASELINE turns must be within RSS_PCT percent of its peak
 over the BASELINE turns after turn BASELINE, so that a single reading taken
 while the driver compiles a kernel (PoCL runs LLVM in-process) does not
@@ -41,6 +44,43 @@ def rss_kib(pid):
     raise RuntimeError("no VmRSS")
 
 
+CL_COUNTS_RE = re.compile(r"^\[cl objects (at exit )?live (.*) \| created (\d+) released (\d+)\]")
+
+
+def parse_cl_counts(line):
+    """The fields of a --cl-object-counts line, or None for another line."""
+    m = CL_COUNTS_RE.match(line)
+    if not m:
+        return None
+    words = m.group(2).split()
+    live = {words[k]: int(words[k + 1]) for k in range(0, len(words), 2)}
+    return {"at_exit": bool(m.group(1)), "live": live,
+            "created": int(m.group(3)), "released": int(m.group(4))}
+
+
+def check_cl_counts(cl_counts, baseline, turns):
+    """Live objects after the last turn equal those after `baseline`; none at exit."""
+    failures = []
+    base, last, at_exit = cl_counts.get(baseline), cl_counts.get(turns), cl_counts.get(0)
+    if base is None or last is None:
+        return ["no OpenCL object counts after turns %d and %d" % (baseline, turns)]
+    print(f"soak: OpenCL objects live after turn {baseline}: {base['live']}; "
+          f"after turn {turns}: {last['live']}; created {last['created']}, "
+          f"released {last['released']} by then")
+    if last["live"] != base["live"]:
+        failures.append(f"OpenCL objects leaked: live {base['live']} after turn {baseline}, "
+                        f"{last['live']} after turn {turns}")
+    if at_exit is None:
+        failures.append("no OpenCL object counts at exit")
+    else:
+        print(f"soak: OpenCL objects at exit: created {at_exit['created']}, "
+              f"released {at_exit['released']}")
+        left = {k: v for k, v in at_exit["live"].items() if v != 0}
+        if left or at_exit["created"] != at_exit["released"]:
+            failures.append(f"OpenCL objects not released at exit: {left}")
+    return failures
+
+
 def reader(stream, q):
     for line in iter(stream.readline, b""):
         q.put(line.decode("utf-8", "replace"))
@@ -62,7 +102,7 @@ def main():
     a = ap.parse_args()
 
     cmd = [a.binary, "-m", a.model, "--device", a.device, "-c", str(a.ctx),
-           "-n", str(a.max_tokens), "--verbose"]
+           "-n", str(a.max_tokens), "--verbose", "--cl-object-counts"]
     print("soak:", " ".join(cmd), f"({a.turns} turns)", flush=True)
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -77,6 +117,7 @@ def main():
     rss = {}
     cache_full_turns = 0
     stats_re = re.compile(r"^\[prefill (\d+) tok .* decode (\d+) tok .* cache (\d+)/(\d+)\]")
+    cl_counts = {}  # turn (0: at exit) -> the counts line's fields
 
     def next_err(deadline):
         try:
@@ -113,6 +154,10 @@ def main():
                 decoded += int(m.group(2))
                 if int(m.group(3)) == int(m.group(4)):
                     cache_full_turns += 1
+                continue  # the object counts follow
+            counts = parse_cl_counts(line)
+            if counts is not None and not counts["at_exit"]:
+                cl_counts[i] = counts
                 break
             failures.append(f"turn {i}: {line.strip()}")
         if failures:
@@ -143,6 +188,10 @@ def main():
     if rc != 0:
         failures.append(f"exit status {rc}")
     seconds = time.monotonic() - t0
+    while (line := next_err(time.monotonic() + 5)) is not None:
+        counts = parse_cl_counts(line)
+        if counts is not None and counts["at_exit"]:
+            cl_counts[0] = counts
 
     print(f"soak: {a.turns} turns in {seconds:.0f} s, {decoded} tokens decoded, "
           f"context trimmed {trims} times, cache full after {cache_full_turns} turns")
@@ -163,6 +212,7 @@ def main():
             failures.append(f"RSS grew {growth:.2f}% (limit {a.rss_pct}%)")
     elif not failures:
         failures.append(f"too few turns ({a.turns}) for the RSS check (at least {3 * b})")
+    failures += check_cl_counts(cl_counts, b, a.turns)
     for f in failures:
         print("soak: FAILED:", f)
     print("soak:", "1 passed, 0 failed" if not failures else "0 passed, 1 failed")

@@ -10,6 +10,7 @@
 #include "app/commands.h"
 #include "engine/backend.h"
 #include "engine/cl_forward.h"
+#include "engine/device_fit.h"
 #include "engine/tokenizer.h"
 
 namespace clchat::app {
@@ -66,6 +67,50 @@ void print_profile(const ProfileReport& p) {
   }
 }
 
+// The greedy continuation of `prompt`, printed as it is made.
+void generate(const RunOptions& opt, Backend& backend, ClForward* cl, const Tokenizer& tokenizer,
+              const std::vector<int32_t>& prompt) {
+  auto print_debug = [&] {
+    if (cl && opt.debug) print_debug_report(*cl->debug_report(), tokenizer);
+  };
+
+  const auto t0 = Clock::now();
+  int32_t next = backend.prefill(prompt, 0);
+  const double t_prefill_s = seconds_since(t0);
+  print_debug();
+  int pos = int(prompt.size());
+  int n_generated = 0;
+  Utf8StreamDecoder utf8;
+  const auto t1 = Clock::now();
+  std::string ids_line;
+  while (n_generated < opt.n_predict) {
+    ++n_generated;
+    const bool eog = tokenizer.is_eog(next) && !opt.ignore_eos;
+    if (opt.ids) {
+      ids_line += (ids_line.empty() ? "" : " ") + std::to_string(next);
+    } else if (!tokenizer.is_control(next)) {
+      std::fputs(utf8.push(tokenizer.token_to_bytes(next)).c_str(), stdout);
+      std::fflush(stdout);
+    }
+    if (eog || n_generated == opt.n_predict || pos >= backend.n_ctx()) break;
+    next = backend.decode_argmax(next, pos++);
+    print_debug();
+  }
+  const double t_decode_s = seconds_since(t1);
+  if (opt.ids) {
+    std::printf("%s\n", ids_line.c_str());
+  } else {
+    std::fputs(utf8.finish().c_str(), stdout);
+    std::fputs("\n", stdout);
+  }
+  std::fflush(stdout);
+  if (cl && opt.profile) print_profile(cl->profile());
+  std::fprintf(stderr, "[%s | prefill %zu tok %.1f tok/s | decode %d tok %.1f tok/s]\n",
+               backend.name().c_str(), prompt.size(), double(prompt.size()) / t_prefill_s,
+               std::max(n_generated - 1, 0),
+               n_generated > 1 ? (n_generated - 1) / t_decode_s : 0.0);
+}
+
 void run(const RunOptions& opt) {
   const Model model = load_model(opt.model_path.empty() ? default_model_path() : opt.model_path);
   const auto tokenizer = Tokenizer::from_gguf(*model.file);
@@ -87,51 +132,24 @@ void run(const RunOptions& opt) {
   if (opt.backend == "reference") {
     backend = make_reference_backend(model, n_ctx);
   } else {
-    runtime = std::make_unique<ClRuntime>(select_device(opt.device), opt.profile);
-    auto forward = std::make_unique<ClForward>(model, *runtime, ClForwardOptions{n_ctx});
-    cl = forward.get();
-    cl->set_debug(opt.debug);
-    backend = std::move(forward);
-  }
-  auto print_debug = [&] {
-    if (cl && opt.debug) print_debug_report(*cl->debug_report(), *tokenizer);
-  };
-
-  const auto t0 = Clock::now();
-  int32_t next = backend->prefill(prompt, 0);
-  const double t_prefill_s = seconds_since(t0);
-  print_debug();
-  int pos = int(prompt.size());
-  int n_generated = 0;
-  Utf8StreamDecoder utf8;
-  const auto t1 = Clock::now();
-  std::string ids_line;
-  while (n_generated < opt.n_predict) {
-    ++n_generated;
-    const bool eog = tokenizer->is_eog(next) && !opt.ignore_eos;
-    if (opt.ids) {
-      ids_line += (ids_line.empty() ? "" : " ") + std::to_string(next);
-    } else if (!tokenizer->is_control(next)) {
-      std::fputs(utf8.push(tokenizer->token_to_bytes(next)).c_str(), stdout);
-      std::fflush(stdout);
+    const DeviceInfo device = select_device(opt.device);
+    try {
+      check_model_fits(model, device);
+      runtime = std::make_unique<ClRuntime>(device, opt.profile);
+      auto forward = std::make_unique<ClForward>(model, *runtime, ClForwardOptions{n_ctx});
+      cl = forward.get();
+      cl->set_debug(opt.debug);
+      backend = std::move(forward);
+    } catch (...) {
+      rethrow_with_device_hint(device);
     }
-    if (eog || n_generated == opt.n_predict || pos >= backend->n_ctx()) break;
-    next = backend->decode_argmax(next, pos++);
-    print_debug();
   }
-  const double t_decode_s = seconds_since(t1);
-  if (opt.ids) {
-    std::printf("%s\n", ids_line.c_str());
-  } else {
-    std::fputs(utf8.finish().c_str(), stdout);
-    std::fputs("\n", stdout);
+  try {
+    generate(opt, *backend, cl, *tokenizer, prompt);
+  } catch (...) {
+    if (runtime) rethrow_with_device_hint(runtime->device());
+    throw;
   }
-  std::fflush(stdout);
-  if (cl && opt.profile) print_profile(cl->profile());
-  std::fprintf(stderr, "[%s | prefill %zu tok %.1f tok/s | decode %d tok %.1f tok/s]\n",
-               backend->name().c_str(), prompt.size(), double(prompt.size()) / t_prefill_s,
-               std::max(n_generated - 1, 0),
-               n_generated > 1 ? (n_generated - 1) / t_decode_s : 0.0);
 }
 
 // `run --chat`: the same engine thread as `clchat` without a subcommand.

@@ -11,6 +11,8 @@
 #include "app/chat_screen.h"
 #include "app/cmd_chat.h"
 #include "app/commands.h"
+#include "config/logging.h"
+#include "engine/cl_build_error.h"
 #include "engine/cl_runtime.h"
 #include "engine/gguf.h"
 
@@ -53,6 +55,17 @@ int main(int argc, char** argv) {
   } catch (const clchat::GgufError& e) {
     std::fprintf(stderr, "clchat: %s\n", e.what());
     return 2;
+  } catch (const clchat::ClBuildError& e) {
+    // The whole compiler log goes to the log file, the first error to stderr.
+    const auto log_path = clchat::config::default_log_path();
+    if (clchat::config::start_file_log(log_path, "info")) {
+      spdlog::error("{}; build log:\n{}", e.what(), e.log());
+      spdlog::default_logger()->flush();
+      std::fprintf(stderr, "clchat: %s (build log in %s)\n", e.what(), log_path.c_str());
+    } else {
+      std::fprintf(stderr, "clchat: %s\n", e.what());
+    }
+    return 1;
   } catch (const clchat::NoDeviceError& e) {
     std::fprintf(stderr, "clchat: %s\n", e.what());
     return 1;

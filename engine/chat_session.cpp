@@ -65,12 +65,12 @@ std::vector<int32_t> ChatSession::tokenize_conversation(std::span<const Turn> tu
   // Cut where the incremental path cuts: before each reply, so a rebuilt
   // cache is tokenized the way the turns were first fed, replies aside.
   std::vector<int32_t> out;
-  std::string segment = template_.prefix(system_);
+  ChatText segment = template_.prefix(system_);
   bool first_user = true;
   auto flush = [&] {
-    const auto ids = tokenizer_.encode(segment, out.empty(), true);
+    const auto ids = tokenizer_.encode_chat(segment.text, segment.content, out.empty());
     out.insert(out.end(), ids.begin(), ids.end());
-    segment.clear();
+    segment = {};
   };
   for (const Turn& t : turns) {
     if (t.role == Role::User) {
@@ -78,10 +78,11 @@ std::vector<int32_t> ChatSession::tokenize_conversation(std::span<const Turn> tu
       first_user = false;
     } else if (t.role == Role::Assistant) {
       flush();
-      segment = t.text + template_.assistant_end();
+      segment.message(t.text);
+      segment += template_.assistant_end();
     }
   }
-  if (!segment.empty() || out.empty()) flush();
+  if (!segment.text.empty() || out.empty()) flush();
   return out;
 }
 
@@ -93,8 +94,9 @@ bool ChatSession::plan_prompt(std::vector<int32_t>& prompt, TurnResult& result,
   if (synced_) {
     prompt.clear();
     if (pending_ >= 0) prompt.push_back(pending_);
-    const auto ids = tokenizer_.encode(template_.next_turn(turns_.back().text, system_, first),
-                                       tokens_.empty() && pending_ < 0, true);
+    const ChatText turn = template_.next_turn(turns_.back().text, system_, first);
+    const auto ids =
+        tokenizer_.encode_chat(turn.text, turn.content, tokens_.empty() && pending_ < 0);
     prompt.insert(prompt.end(), ids.begin(), ids.end());
     if (n_past() + int(prompt.size()) + reserve <= n_ctx) return true;
   }

@@ -22,14 +22,35 @@ bool contains(std::string_view s, std::string_view what) {
   return s.find(what) != std::string_view::npos;
 }
 
-// Gemma has no system role and Llama-2 puts the system prompt inside the
-// first [INST]; both get it joined to the first user message.
-std::string with_system(std::string_view system, std::string_view text, bool first) {
-  if (!first || system.empty()) return std::string(text);
-  return std::string(system) + "\n\n" + std::string(text);
+// Gemma has no system role: the system prompt leads the first user message.
+ChatText with_system(std::string_view system, std::string_view text, bool first) {
+  ChatText out;
+  if (first && !system.empty()) out.message(system).markup("\n\n");
+  return out.message(text);
 }
 
+ChatText markup(std::string_view s) { return ChatText().markup(s); }
+
 }  // namespace
+
+ChatText& ChatText::markup(std::string_view s) {
+  text += s;
+  return *this;
+}
+
+ChatText& ChatText::message(std::string_view s) {
+  content.push_back({text.size(), text.size() + s.size()});
+  text += s;
+  return *this;
+}
+
+ChatText& ChatText::operator+=(const ChatText& more) {
+  for (const TextSpan& span : more.content) {
+    content.push_back({span.begin + text.size(), span.end + text.size()});
+  }
+  text += more.text;
+  return *this;
+}
 
 std::string_view template_style_name(TemplateStyle style) {
   switch (style) {
@@ -115,98 +136,104 @@ ChatTemplate ChatTemplate::from_gguf(const GgufFile& file, std::string_view over
   return ChatTemplate(s, same_style ? extract_default_system_prompt(jinja) : "");
 }
 
-std::string ChatTemplate::prefix(std::string_view system) const {
-  if (system.empty()) return "";
-  const std::string sys(system);
+ChatText ChatTemplate::prefix(std::string_view system) const {
+  ChatText out;
+  if (system.empty()) return out;
   switch (style_) {
     case TemplateStyle::ChatML:
       // SmolLM2-Instruct's tokenizer.chat_template (see above) and OpenAI's
       // ChatML description: <|im_start|>{role}\n{content}<|im_end|>\n
-      return "<|im_start|>system\n" + sys + "<|im_end|>\n";
+      return out.markup("<|im_start|>system\n").message(system).markup("<|im_end|>\n");
     case TemplateStyle::Llama3:
       // Meta's llama3 repo, llama/tokenizer.py ChatFormat: encode_header() is
       // <|start_header_id|>{role}<|end_header_id|>\n\n, encode_message() adds
       // the content and <|eot_id|>.
-      return "<|start_header_id|>system<|end_header_id|>\n\n" + sys + "<|eot_id|>";
+      return out.markup("<|start_header_id|>system<|end_header_id|>\n\n")
+          .message(system)
+          .markup("<|eot_id|>");
     case TemplateStyle::Zephyr:
       // HuggingFaceH4/zephyr-7b-beta tokenizer_config.json chat_template:
       // '<|system|>\n' + content + eos_token, one message per line.
-      return "<|system|>\n" + sys + "</s>\n";
+      return out.markup("<|system|>\n").message(system).markup("</s>\n");
     case TemplateStyle::Plain:
-      return sys + "\n\n";
+      return out.message(system).markup("\n\n");
     case TemplateStyle::Llama2:
     case TemplateStyle::Gemma:
-      return "";  // folded into the first user turn
+      return out;  // folded into the first user turn
   }
-  return "";
+  return out;
 }
 
-std::string ChatTemplate::user_turn(std::string_view text, std::string_view system,
-                                    bool first) const {
-  const std::string t(text);
+ChatText ChatTemplate::user_turn(std::string_view text, std::string_view system, bool first) const {
+  ChatText out;
   switch (style_) {
     case TemplateStyle::ChatML:
-      return "<|im_start|>user\n" + t + "<|im_end|>\n<|im_start|>assistant\n";
+      return out.markup("<|im_start|>user\n")
+          .message(text)
+          .markup("<|im_end|>\n<|im_start|>assistant\n");
     case TemplateStyle::Llama3:
-      return "<|start_header_id|>user<|end_header_id|>\n\n" + t +
-             "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
+      return out.markup("<|start_header_id|>user<|end_header_id|>\n\n")
+          .message(text)
+          .markup("<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
     case TemplateStyle::Zephyr:
-      return "<|user|>\n" + t + "</s>\n<|assistant|>\n";
+      return out.markup("<|user|>\n").message(text).markup("</s>\n<|assistant|>\n");
     case TemplateStyle::Gemma:
       // google/gemma-7b-it tokenizer_config.json chat_template:
       // '<start_of_turn>' + role + '\n' + content + '<end_of_turn>\n', the
       // assistant's role being "model"; it has no system role, so (as
       // llama.cpp's llama-chat does) the system prompt leads the first turn.
-      return "<start_of_turn>user\n" + with_system(system, text, first) +
-             "<end_of_turn>\n<start_of_turn>model\n";
-    case TemplateStyle::Llama2: {
+      out.markup("<start_of_turn>user\n");
+      out += with_system(system, text, first);
+      return out.markup("<end_of_turn>\n<start_of_turn>model\n");
+    case TemplateStyle::Llama2:
       // Meta's llama repo, llama/generation.py chat_completion():
       // B_INST/E_INST = "[INST]", "[/INST]"; B_SYS/E_SYS = "<<SYS>>\n",
       // "\n<</SYS>>\n\n" around the system prompt inside the first user
       // message; each exchange is "{bos}[INST] {user} [/INST] {answer} {eos}".
-      std::string out = first ? "" : "<s>";
-      out += "[INST] ";
-      if (first && !system.empty()) out += "<<SYS>>\n" + std::string(system) + "\n<</SYS>>\n\n";
-      return out + t + " [/INST]";
-    }
+      out.markup(first ? "[INST] " : "<s>[INST] ");
+      if (first && !system.empty())
+        out.markup("<<SYS>>\n").message(system).markup("\n<</SYS>>\n\n");
+      return out.message(text).markup(" [/INST]");
     case TemplateStyle::Plain:
-      return "User: " + t + "\nAssistant:";
+      return out.markup("User: ").message(text).markup("\nAssistant:");
   }
-  return t;
+  return out.message(text);
 }
 
-std::string ChatTemplate::assistant_end() const {
+ChatText ChatTemplate::assistant_end() const {
   switch (style_) {
     case TemplateStyle::ChatML:
-      return "<|im_end|>\n";
+      return markup("<|im_end|>\n");
     case TemplateStyle::Llama3:
-      return "<|eot_id|>";
+      return markup("<|eot_id|>");
     case TemplateStyle::Zephyr:
-      return "</s>\n";
+      return markup("</s>\n");
     case TemplateStyle::Gemma:
-      return "<end_of_turn>\n";
+      return markup("<end_of_turn>\n");
     case TemplateStyle::Llama2:
-      return " </s>";
+      return markup(" </s>");
     case TemplateStyle::Plain:
-      return "\n";
+      return markup("\n");
   }
-  return "";
+  return {};
 }
 
-std::string ChatTemplate::next_turn(std::string_view text, std::string_view system,
-                                    bool first) const {
-  return (first ? prefix(system) : assistant_end()) + user_turn(text, system, first);
+ChatText ChatTemplate::next_turn(std::string_view text, std::string_view system, bool first) const {
+  ChatText out = first ? prefix(system) : assistant_end();
+  out += user_turn(text, system, first);
+  return out;
 }
 
-std::string ChatTemplate::format(std::string_view system, std::span<const Turn> turns) const {
-  std::string out = prefix(system);
+ChatText ChatTemplate::format(std::string_view system, std::span<const Turn> turns) const {
+  ChatText out = prefix(system);
   bool first = true;
   for (const Turn& turn : turns) {
     if (turn.role == Role::User) {
       out += user_turn(turn.text, system, first);
       first = false;
     } else if (turn.role == Role::Assistant) {
-      out += turn.text + assistant_end();
+      out.message(turn.text);
+      out += assistant_end();
     }
   }
   return out;

@@ -26,8 +26,23 @@
 
 #include "engine/gguf.h"
 #include "engine/messages.h"
+#include "engine/tokenizer.h"
 
 namespace clchat {
+
+// What a template makes: the text, and where in it the conversation's own
+// words are (system prompt, user and assistant messages). Special tokens
+// come only from the rest, the markup: the session encodes it with
+// Tokenizer::encode_chat(text, content), so a user who types "<|im_end|>"
+// sends those characters, not the end of the turn.
+struct ChatText {
+  std::string text;
+  std::vector<TextSpan> content;  // in order, not overlapping
+
+  ChatText& markup(std::string_view s);
+  ChatText& message(std::string_view s);
+  ChatText& operator+=(const ChatText& more);
+};
 
 enum class TemplateStyle { Plain, ChatML, Llama2, Llama3, Zephyr, Gemma };
 
@@ -59,20 +74,20 @@ class ChatTemplate {
 
   // Text before the first user turn (the system message where the style has
   // one of its own; Llama-2 and Gemma fold it into the first user turn).
-  std::string prefix(std::string_view system) const;
+  ChatText prefix(std::string_view system) const;
   // A user turn followed by the assistant's header, ready for generation.
   // `first`: the first user turn of the kept conversation.
-  std::string user_turn(std::string_view text, std::string_view system, bool first) const;
+  ChatText user_turn(std::string_view text, std::string_view system, bool first) const;
   // What closes an assistant reply (its end marker and separator).
-  std::string assistant_end() const;
+  ChatText assistant_end() const;
   // The text to prefill for a new user turn: the previous reply's end (when
   // there is a previous reply) and the turn itself. The very first turn of a
   // conversation also carries prefix(system).
-  std::string next_turn(std::string_view text, std::string_view system, bool first) const;
+  ChatText next_turn(std::string_view text, std::string_view system, bool first) const;
   // The whole conversation. Turns alternate User/Assistant (System turns are
   // ignored: the system prompt is `system`). Ends with the assistant header
   // when the last turn is a user's, with assistant_end() otherwise.
-  std::string format(std::string_view system, std::span<const Turn> turns) const;
+  ChatText format(std::string_view system, std::span<const Turn> turns) const;
 
   // Markers that end a reply in this style ("<|im_end|>", ...), for the
   // session to look up in the vocabulary as extra stop tokens.

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "engine/cl_programs.h"
+#include "engine/fault_injection.h"
 #include "engine/quant.h"
 
 namespace clchat {
@@ -352,9 +353,11 @@ void ClPrefill::enqueue(Step& s, int n_tok, int pos0, int id_off, int row0) {
   const size_t global[2] = {s.global0, groups1 * std::max<size_t>(s.local1, 1)};
   const size_t local[2] = {s.local0, s.local1};
   cl_event ev = nullptr;
-  const cl_int err =
-      clEnqueueNDRangeKernel(rt_.queue(), s.kernel.get(), 2, nullptr, global,
-                             s.local0 ? local : nullptr, 0, nullptr, profile_ ? &ev : nullptr);
+  cl_int err = fault::enqueue_error();  // CLCHAT_FAULT=enqueue, a test hook
+  if (err == CL_SUCCESS) {
+    err = clEnqueueNDRangeKernel(rt_.queue(), s.kernel.get(), 2, nullptr, global,
+                                 s.local0 ? local : nullptr, 0, nullptr, profile_ ? &ev : nullptr);
+  }
   if (ev) events_.emplace_back(s.label, ClEvent(ev));
   if (err != CL_SUCCESS) {
     throw ClError(

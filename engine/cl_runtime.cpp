@@ -10,6 +10,9 @@
 #include <functional>
 #include <sstream>
 
+#include "engine/cl_build_error.h"
+#include "engine/fault_injection.h"
+
 namespace clchat {
 
 const char* cl_error_name(cl_int code) {
@@ -177,6 +180,9 @@ std::vector<DeviceInfo> list_devices() {
       info.local_mem_bytes = device_value<cl_ulong>(d, CL_DEVICE_LOCAL_MEM_SIZE);
       info.max_work_group_size = device_value<size_t>(d, CL_DEVICE_MAX_WORK_GROUP_SIZE);
       info.extensions = device_string(d, CL_DEVICE_EXTENSIONS);
+      if (const uint64_t limit = fault::active().device_mem) {
+        info.global_mem_bytes = info.max_alloc_bytes = limit;
+      }
       out.push_back(std::move(info));
     }
   }
@@ -266,9 +272,14 @@ std::string build_log(cl_program program, cl_device_id device) {
 
 }  // namespace
 
-ClProgram ClRuntime::build_program(const std::string& name, std::string_view source,
+ClProgram ClRuntime::build_program(const std::string& name, std::string_view source_in,
                                    const std::string& options) const {
   const DeviceInfo& d = device_;
+  // CLCHAT_FAULT=build (a test hook): a source no compiler accepts. It is
+  // another source, so no cached binary of the real one is found either.
+  std::string broken;
+  if (fault::active().build) broken = std::string(source_in) + std::string(fault::k_build_breaker);
+  const std::string_view source = broken.empty() ? source_in : std::string_view(broken);
   uint64_t key = fnv1a(source);
   for (const std::string* s : {&d.platform_name, &d.name, &d.driver_version, &options}) {
     key = fnv1a(*s, key ^ 0x9e3779b97f4a7c15ull);
@@ -304,12 +315,14 @@ ClProgram ClRuntime::build_program(const std::string& name, std::string_view sou
   cl_check(err, "clCreateProgramWithSource");
   err = clBuildProgram(program.get(), 1, &d.device, options.c_str(), nullptr, nullptr);
   if (err != CL_SUCCESS) {
+    // The whole log goes to the log file; the message carries its first error.
     const std::string log = build_log(program.get(), d.device);
-    spdlog::error("building OpenCL program '{}' for {} failed ({}):\n{}", name, d.name,
-                  cl_error_name(err), log);
-    throw ClError("building OpenCL program '" + name + "' for " + d.name + " failed (" +
-                      cl_error_name(err) + "): " + log,
-                  err);
+    spdlog::info("build log of OpenCL program '{}' for {} ({}):\n{}", name, d.name,
+                 cl_error_name(err), log);
+    const std::string first = first_build_error(log);
+    throw ClBuildError("building OpenCL program '" + name + "' for " + d.name + " failed (" +
+                           cl_error_name(err) + ")" + (first.empty() ? "" : ": " + first),
+                       err, log);
   }
   // Save the binary for the next start; failures here only cost time later.
   size_t bin_size = 0;
@@ -347,9 +360,12 @@ ClKernel ClRuntime::create_kernel(const ClProgram& program, const char* name) co
 }
 
 ClMem ClRuntime::alloc(size_t bytes, bool host_readable) const {
-  cl_int err = CL_SUCCESS;
+  cl_int err = fault::alloc_error();
   const cl_mem_flags flags = CL_MEM_READ_WRITE | (host_readable ? CL_MEM_ALLOC_HOST_PTR : 0);
-  ClMem m(clCreateBuffer(context_.get(), flags, std::max<size_t>(bytes, 4), nullptr, &err));
+  ClMem m;
+  if (err == CL_SUCCESS) {
+    m = ClMem(clCreateBuffer(context_.get(), flags, std::max<size_t>(bytes, 4), nullptr, &err));
+  }
   if (err != CL_SUCCESS) {
     throw ClError("allocating " + std::to_string(bytes) + " bytes on " + device_.name +
                       " failed: " + cl_error_name(err),
@@ -359,9 +375,12 @@ ClMem ClRuntime::alloc(size_t bytes, bool host_readable) const {
 }
 
 ClMem ClRuntime::upload(const void* data, size_t bytes) const {
-  cl_int err = CL_SUCCESS;
-  ClMem m(clCreateBuffer(context_.get(), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes,
-                         const_cast<void*>(data), &err));
+  cl_int err = fault::alloc_error();
+  ClMem m;
+  if (err == CL_SUCCESS) {
+    m = ClMem(clCreateBuffer(context_.get(), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes,
+                             const_cast<void*>(data), &err));
+  }
   if (err != CL_SUCCESS) {
     throw ClError("uploading " + std::to_string(bytes) + " bytes to " + device_.name +
                       " failed: " + cl_error_name(err),

@@ -17,6 +17,7 @@
 #include <thread>
 #include <utility>
 
+#include "engine/cl_build_error.h"
 #include "engine/engine_worker.h"
 #include "engine/gguf.h"
 
@@ -74,11 +75,15 @@ struct Engine::Impl : EventSink {
     try {
       worker = std::make_unique<Worker>(options, *this, cancelled_upto);
     } catch (const GgufError& e) {
-      emit(ev::LoadFailed{e.what(), true});
+      emit(ev::LoadFailed{e.what(), true, {}});
+      running = false;
+      return;
+    } catch (const ClBuildError& e) {
+      emit(ev::LoadFailed{e.what(), false, e.log()});
       running = false;
       return;
     } catch (const std::exception& e) {
-      emit(ev::LoadFailed{e.what()});
+      emit(ev::LoadFailed{e.what(), false, {}});
       running = false;
       return;
     }

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "engine/cl_forward.h"
+#include "engine/device_fit.h"
 
 namespace clchat {
 
@@ -48,13 +49,19 @@ Worker::Worker(const EngineOptions& options, EventSink& sink,
     }
     backend_ = make_reference_backend(model_, n_ctx);
   } else if (options.backend == "opencl") {
-    runtime_ = std::make_unique<ClRuntime>(select_device(options.device), options.profiling);
-    device_name = runtime_->device().name;
-    // ClForward caps the cache at what the device memory allows.
-    auto forward = std::make_unique<ClForward>(
-        model_, *runtime_, ClForwardOptions{n_ctx_wanted, std::max(options.prefill_chunk, 1)});
-    prefill_chunk = forward->prefill_chunk();
-    backend_ = std::move(forward);
+    const DeviceInfo device = select_device(options.device);
+    device_name = device.name;
+    try {
+      check_model_fits(model_, device);
+      runtime_ = std::make_unique<ClRuntime>(device, options.profiling);
+      // ClForward caps the cache at what the device memory allows.
+      auto forward = std::make_unique<ClForward>(
+          model_, *runtime_, ClForwardOptions{n_ctx_wanted, std::max(options.prefill_chunk, 1)});
+      prefill_chunk = forward->prefill_chunk();
+      backend_ = std::move(forward);
+    } catch (...) {
+      rethrow_with_device_hint(device);
+    }
     backend_->set_profiling(false);  // switched on for sampled steps only
   } else {
     throw std::invalid_argument("unknown backend '" + options.backend + "'");

@@ -102,6 +102,7 @@ struct Ready {
 struct LoadFailed {
   std::string message;
   bool bad_file = false;  // the model file is malformed (GgufError), not e.g. a device failure
+  std::string build_log;  // an OpenCL program failed to build: the compiler's whole log
 };
 // A command failed; the engine keeps running.
 struct Error {

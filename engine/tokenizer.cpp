@@ -186,7 +186,10 @@ struct Tokenizer::Tables {
   std::vector<std::string> bytes;  // per id: token_to_bytes()
 
   bool valid(int32_t id) const { return vocab->valid(id); }
-  std::vector<Fragment> partition(std::string_view text, bool parse_special) const;
+  std::vector<Fragment> partition(std::string_view text, bool parse_special,
+                                  std::span<const TextSpan> plain) const;
+  std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special,
+                              std::span<const TextSpan> plain) const;
   void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
   void encode_spm(std::string_view text, bool after_special, std::vector<int32_t>& out) const;
   std::string bytes_of(int32_t id) const;
@@ -233,13 +236,19 @@ void Tokenizer::Tables::init_special() {
   for (int32_t id = 0; id < n; ++id) bytes.push_back(bytes_of(id));
 }
 
-std::vector<Fragment> Tokenizer::Tables::partition(std::string_view text,
-                                                   bool parse_special) const {
+std::vector<Fragment> Tokenizer::Tables::partition(std::string_view text, bool parse_special,
+                                                   std::span<const TextSpan> plain) const {
+  // Whether bytes [at, at + n) of `text` touch a plain span.
+  auto in_plain = [&](size_t at, size_t n) {
+    return std::any_of(plain.begin(), plain.end(),
+                       [&](const TextSpan& s) { return at < s.end && s.begin < at + n; });
+  };
   std::vector<Fragment> fragments{{-1, text}}, next;
   for (int32_t id : special) {
     // Control and unknown tokens are text unless asked for; user-defined
     // tokens always match (llama.cpp, Hugging Face "added tokens").
-    if (!parse_special && vocab->type(id) != TokenType::UserDefined) continue;
+    const bool user_defined = vocab->type(id) == TokenType::UserDefined;
+    if (!parse_special && !user_defined) continue;
     const std::string& needle = vocab->text(id);
     if (text.find(needle) == std::string_view::npos) continue;  // cheap common case
     next.clear();
@@ -248,11 +257,16 @@ std::vector<Fragment> Tokenizer::Tables::partition(std::string_view text,
         next.push_back(f);
         continue;
       }
-      size_t pos = 0;
-      for (size_t hit; (hit = f.text.find(needle, pos)) != std::string_view::npos;
-           pos = hit + needle.size()) {
+      const size_t base = size_t(f.text.data() - text.data());
+      size_t pos = 0;  // start of the text not yet emitted
+      for (size_t from = 0, hit; (hit = f.text.find(needle, from)) != std::string_view::npos;) {
+        if (!user_defined && in_plain(base + hit, needle.size())) {
+          from = hit + 1;  // a message's text, not markup
+          continue;
+        }
         if (hit > pos) next.push_back({-1, f.text.substr(pos, hit - pos)});
         next.push_back({id, {}});
+        pos = from = hit + needle.size();
       }
       if (pos < f.text.size()) next.push_back({-1, f.text.substr(pos)});
     }
@@ -352,25 +366,36 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
 Tokenizer::Tokenizer(std::unique_ptr<const Tables> tables) : t_(std::move(tables)) {}
 Tokenizer::~Tokenizer() = default;
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
-                                       bool parse_special) const {
+std::vector<int32_t> Tokenizer::Tables::encode(std::string_view text, bool add_bos_token,
+                                               bool parse_special,
+                                               std::span<const TextSpan> plain) const {
   std::vector<int32_t> out;
-  if (add_bos && t_->add_bos && t_->bos >= 0) out.push_back(t_->bos);
+  if (add_bos_token && add_bos && bos >= 0) out.push_back(bos);
   if (text.empty()) return out;
   out.reserve(out.size() + text.size() / 3 + 1);
   bool after_special = true;
-  for (const Fragment& f : t_->partition(text, parse_special)) {
+  for (const Fragment& f : partition(text, parse_special, plain)) {
     if (f.token >= 0) {
       out.push_back(f.token);
       after_special = true;
-    } else if (t_->kind == Kind::Bpe) {
-      t_->encode_bpe(f.text, out);
+    } else if (kind == Kind::Bpe) {
+      encode_bpe(f.text, out);
     } else {
-      t_->encode_spm(f.text, after_special, out);
+      encode_spm(f.text, after_special, out);
       after_special = false;
     }
   }
   return out;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
+                                       bool parse_special) const {
+  return t_->encode(text, add_bos, parse_special, {});
+}
+
+std::vector<int32_t> Tokenizer::encode_chat(std::string_view text, std::span<const TextSpan> plain,
+                                            bool add_bos) const {
+  return t_->encode(text, add_bos, true, plain);
 }
 
 Tokenizer::Kind Tokenizer::kind() const { return t_->kind; }

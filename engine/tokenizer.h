@@ -33,6 +33,12 @@
 
 namespace clchat {
 
+// Bytes [begin, end) of a text.
+struct TextSpan {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
 class Tokenizer {
  public:
   enum class Kind { Bpe, Spm };
@@ -52,6 +58,13 @@ class Tokenizer {
   // Ill-formed UTF-8 is accepted: byte-level BPE encodes any byte, SPM uses its
   // byte tokens.
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
+  // Chat text: control tokens are matched only outside the `plain` spans
+  // (sorted, the conversation's messages), which are text as with
+  // parse_special = false, so a message holding "<|im_end|>" cannot end its
+  // turn. Neighbouring text inside and outside the spans is encoded as one
+  // piece, exactly as encode() would.
+  std::vector<int32_t> encode_chat(std::string_view text, std::span<const TextSpan> plain,
+                                   bool add_bos) const;
 
   Kind kind() const;
   // tokenizer.ggml.pre as read ("default" when missing, "" for SPM).

@@ -44,12 +44,12 @@ int fuzz_chat_template(const uint8_t* data, size_t size) {
 
   const ChatTemplate tmpl(style, default_system);
   require(template_style_from_name(tmpl.name()) == style, "style name round trip");
-  std::string incremental;
+  ChatText incremental;
   for (size_t i = 0; i < turns.size(); ++i) {
     if (turns[i].role == Role::User) {
       incremental += tmpl.next_turn(turns[i].text, system, i == 0);
     } else {
-      incremental += turns[i].text;
+      incremental.message(turns[i].text);
     }
   }
   if (turns.empty()) {
@@ -57,7 +57,15 @@ int fuzz_chat_template(const uint8_t* data, size_t size) {
   } else if (turns.back().role == Role::Assistant) {
     incremental += tmpl.assistant_end();
   }
-  require(tmpl.format(system, turns) == incremental, "format() != turn-by-turn pieces");
+  const ChatText whole = tmpl.format(system, turns);
+  require(whole.text == incremental.text, "format() != turn-by-turn pieces");
+  require(whole.content.size() == incremental.content.size(), "content spans differ");
+  size_t at = 0;
+  for (const TextSpan& span : whole.content) {
+    require(at <= span.begin && span.begin <= span.end && span.end <= whole.text.size(),
+            "content spans out of order or outside the text");
+    at = span.end;
+  }
   for (const std::string& marker : tmpl.stop_markers()) {
     require(!marker.empty(), "empty stop marker");
   }

@@ -51,7 +51,7 @@ const std::vector<StyleCase> k_cases = {
 TEST(ChatTemplate, FullConversationPerStyle) {
   for (const StyleCase& c : k_cases) {
     const ChatTemplate t(c.style);
-    EXPECT_EQ(t.format("S", k_turns), c.expected) << t.name();
+    EXPECT_EQ(t.format("S", k_turns).text, c.expected) << t.name();
   }
 }
 
@@ -62,12 +62,13 @@ TEST(ChatTemplate, IncrementalTurnsAddUpToTheFullText) {
       // What a session prefills: turn 1, the generated reply, then turn 2
       // (which starts by closing the reply).
       const std::string incremental =
-          t.next_turn("hi", system, true) + " Hello!" + t.next_turn("bye", system, false);
-      EXPECT_EQ(incremental, t.format(system, k_turns)) << t.name() << " system '" << system << "'";
+          t.next_turn("hi", system, true).text + " Hello!" + t.next_turn("bye", system, false).text;
+      EXPECT_EQ(incremental, t.format(system, k_turns).text)
+          << t.name() << " system '" << system << "'";
       // A finished conversation ends with the reply's end marker.
       const std::vector<Turn> two(k_turns.begin(), k_turns.begin() + 2);
-      EXPECT_EQ(t.next_turn("hi", system, true) + " Hello!" + t.assistant_end(),
-                t.format(system, two))
+      EXPECT_EQ(t.next_turn("hi", system, true).text + " Hello!" + t.assistant_end().text,
+                t.format(system, two).text)
           << t.name();
     }
   }
@@ -75,12 +76,12 @@ TEST(ChatTemplate, IncrementalTurnsAddUpToTheFullText) {
 
 TEST(ChatTemplate, NoSystemPrompt) {
   const std::vector<Turn> one = {{Role::User, "hi"}};
-  EXPECT_EQ(ChatTemplate(TemplateStyle::ChatML).format("", one),
+  EXPECT_EQ(ChatTemplate(TemplateStyle::ChatML).format("", one).text,
             "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(ChatTemplate(TemplateStyle::Llama2).format("", one), "[INST] hi [/INST]");
-  EXPECT_EQ(ChatTemplate(TemplateStyle::Gemma).format("", one),
+  EXPECT_EQ(ChatTemplate(TemplateStyle::Llama2).format("", one).text, "[INST] hi [/INST]");
+  EXPECT_EQ(ChatTemplate(TemplateStyle::Gemma).format("", one).text,
             "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n");
-  EXPECT_EQ(ChatTemplate(TemplateStyle::Plain).format("", one), "User: hi\nAssistant:");
+  EXPECT_EQ(ChatTemplate(TemplateStyle::Plain).format("", one).text, "User: hi\nAssistant:");
 }
 
 TEST(ChatTemplate, DetectsStylesByMarkers) {

@@ -14,6 +14,7 @@
 
 #include "app/commands.h"
 #include "engine/cl_build_error.h"
+#include "engine/cl_object_counts.h"
 #include "engine/engine.h"
 
 namespace clchat::app {
@@ -25,7 +26,7 @@ extern "C" void on_sigint(int) { g_interrupted = true; }
 
 // SIGINT cancels the reply while this lives; the default (quit) otherwise.
 class CancelOnSigint {
-public:
+ public:
   CancelOnSigint() {
     g_interrupted = false;
     struct sigaction sa {};
@@ -34,129 +35,116 @@ public:
     sigaction(SIGINT, &sa, &old_);
   }
   ~CancelOnSigint() { sigaction(SIGINT, &old_, nullptr); }
-  CancelOnSigint(const CancelOnSigint &) = delete;
-  CancelOnSigint &operator=(const CancelOnSigint &) = delete;
+  CancelOnSigint(const CancelOnSigint&) = delete;
+  CancelOnSigint& operator=(const CancelOnSigint&) = delete;
 
-private:
+ private:
   struct sigaction old_ {};
 };
 
 // Waits for Ready; prints notices. Throws the message when loading failed:
 // UsageError for a malformed model file, std::runtime_error otherwise.
-void wait_ready(Engine &engine, std::FILE *err, bool verbose) {
+void wait_ready(Engine& engine, std::FILE* err, bool verbose) {
   Event e;
   for (;;) {
-    if (!engine.wait(e, std::chrono::milliseconds(200)))
-      continue;
-    if (auto *r = std::get_if<ev::Ready>(&e)) {
+    if (!engine.wait(e, std::chrono::milliseconds(200))) continue;
+    if (auto* r = std::get_if<ev::Ready>(&e)) {
       if (verbose) {
-        std::fprintf(err, "[%s %s | %s | %s | ctx %d | template %s]\n",
-                     r->model_name.c_str(), r->quant.c_str(),
-                     r->backend.c_str(), r->device_name.c_str(), r->n_ctx,
+        std::fprintf(err, "[%s %s | %s | %s | ctx %d | template %s]\n", r->model_name.c_str(),
+                     r->quant.c_str(), r->backend.c_str(), r->device_name.c_str(), r->n_ctx,
                      r->chat_template.c_str());
       }
       return;
     }
-    if (auto *f = std::get_if<ev::LoadFailed>(&e)) {
+    if (auto* f = std::get_if<ev::LoadFailed>(&e)) {
       // A malformed model file is bad input (exit 2), like a missing one.
-      if (f->bad_file)
-        throw UsageError(f->message);
+      if (f->bad_file) throw UsageError(f->message);
       // main() puts the compiler's log in the log file.
       if (!f->build_log.empty()) {
         throw ClBuildError(f->message, CL_BUILD_PROGRAM_FAILURE, f->build_log);
       }
       throw std::runtime_error(f->message);
     }
-    if (auto *n = std::get_if<ev::Notice>(&e))
+    if (auto* n = std::get_if<ev::Notice>(&e))
       std::fprintf(err, "clchat: %s\n", n->message.c_str());
   }
 }
 
+// "[cl objects <when>live buffers N ... | created N released N]" on `err`.
+void print_cl_object_counts(std::FILE* err, const char* when) {
+  std::fprintf(err, "[cl objects %s%s]\n", when,
+               format_cl_object_counts(cl_object_counts()).c_str());
+}
+
 // Streams one reply until TurnFinished. Returns false when the turn failed
 // (its error is printed).
-bool print_reply(Engine &engine, std::FILE *out, std::FILE *err, bool verbose) {
+bool print_reply(Engine& engine, std::FILE* out, std::FILE* err, bool verbose) {
   CancelOnSigint sigint;
-  bool started = false; // a non-space character has been printed
+  bool started = false;  // a non-space character has been printed
   bool failed = false;
   ev::Stats stats;
   Event e;
   for (;;) {
-    if (g_interrupted.exchange(false))
-      engine.cancel();
-    if (!engine.wait(e, std::chrono::milliseconds(100)))
-      continue;
-    if (auto *t = std::get_if<ev::TokenText>(&e)) {
+    if (g_interrupted.exchange(false)) engine.cancel();
+    if (!engine.wait(e, std::chrono::milliseconds(100))) continue;
+    if (auto* t = std::get_if<ev::TokenText>(&e)) {
       std::string_view piece = t->piece;
       if (!started) {
         const size_t at = piece.find_first_not_of(" \t\r\n");
-        piece = at == std::string_view::npos ? std::string_view()
-                                             : piece.substr(at);
+        piece = at == std::string_view::npos ? std::string_view() : piece.substr(at);
         started = !piece.empty();
       }
       // (An empty view's data() may be null, which fwrite must not get.)
-      if (!piece.empty())
-        std::fwrite(piece.data(), 1, piece.size(), out);
+      if (!piece.empty()) std::fwrite(piece.data(), 1, piece.size(), out);
       std::fflush(out);
-    } else if (auto *s = std::get_if<ev::Stats>(&e)) {
-      if (!s->live)
-        stats = *s;
-    } else if (auto *x = std::get_if<ev::Error>(&e)) {
+    } else if (auto* s = std::get_if<ev::Stats>(&e)) {
+      if (!s->live) stats = *s;
+    } else if (auto* x = std::get_if<ev::Error>(&e)) {
       std::fprintf(err, "clchat: %s\n", x->message.c_str());
       failed = true;
-    } else if (auto *n = std::get_if<ev::Notice>(&e)) {
+    } else if (auto* n = std::get_if<ev::Notice>(&e)) {
       std::fprintf(err, "clchat: %s\n", n->message.c_str());
-    } else if (auto *c = std::get_if<ev::ContextTrimmed>(&e)) {
-      std::fprintf(
-          err,
-          "clchat: context full: dropped the %d oldest turns (%d tokens)\n",
-          c->turns_dropped, c->tokens_dropped);
+    } else if (auto* c = std::get_if<ev::ContextTrimmed>(&e)) {
+      std::fprintf(err, "clchat: context full: dropped the %d oldest turns (%d tokens)\n",
+                   c->turns_dropped, c->tokens_dropped);
     } else if (std::holds_alternative<ev::TurnFinished>(e)) {
       std::fputs("\n", out);
       std::fflush(out);
-      if (verbose)
-        std::fprintf(err, "%s\n", format_stats_line(stats).c_str());
+      if (verbose) std::fprintf(err, "%s\n", format_stats_line(stats).c_str());
       return !failed;
     }
   }
 }
 
-} // namespace
+}  // namespace
 
-std::string format_stats_line(const ev::Stats &s) {
+std::string format_stats_line(const ev::Stats& s) {
   char line[256];
   std::snprintf(line, sizeof line,
-                "[prefill %d tok %.1f tok/s | decode %d tok %.1f tok/s | ttft "
-                "%.1f ms | cache "
+                "[prefill %d tok %.1f tok/s | decode %d tok %.1f tok/s | ttft %.1f ms | cache "
                 "%d/%d]",
-                s.prefill_tokens, s.prefill_tok_s, s.decode_tokens,
-                s.decode_tok_s, s.ttft_ms, s.cache_used, s.cache_capacity);
+                s.prefill_tokens, s.prefill_tok_s, s.decode_tokens, s.decode_tok_s, s.ttft_ms,
+                s.cache_used, s.cache_capacity);
   return line;
 }
 
-void add_chat_options(CLI::App &app, ChatOptions &o) {
-  EngineOptions &e = o.engine;
-  SamplingParams &s = e.sampling;
-  app.add_option("-m,--model", e.model_path,
-                 "GGUF model file (default: the SmolLM2 model)");
-  app.add_option("--device", e.device,
-                 "OpenCL device: cpu, gpu, INDEX or NAME substring");
-  app.add_option("-c,--ctx", e.n_ctx,
-                 "KV cache size (default: the model's, capped by memory)")
+void add_chat_options(CLI::App& app, ChatOptions& o) {
+  EngineOptions& e = o.engine;
+  SamplingParams& s = e.sampling;
+  app.add_option("-m,--model", e.model_path, "GGUF model file (default: the SmolLM2 model)");
+  app.add_option("--device", e.device, "OpenCL device: cpu, gpu, INDEX or NAME substring");
+  app.add_option("-c,--ctx", e.n_ctx, "KV cache size (default: the model's, capped by memory)")
       ->check(CLI::Range(0, 1 << 24));
-  app.add_option("--system", e.system_prompt,
-                 "System prompt (default: the template's)");
+  app.add_option("--system", e.system_prompt, "System prompt (default: the template's)");
   app.add_option("--chat-template", e.chat_template,
-                 "plain, chatml, llama2, llama3, zephyr or gemma (default: "
-                 "from the model)");
-  app.add_option("--temp", s.temperature,
-                 "Temperature; 0 = greedy on the device")
+                 "plain, chatml, llama2, llama3, zephyr or gemma (default: from the model)");
+  app.add_option("--temp", s.temperature, "Temperature; 0 = greedy on the device")
       ->capture_default_str()
       ->check(CLI::Range(0.0f, 100.0f));
   app.add_option("--top-k", s.top_k, "Top-k (0: off)")->capture_default_str();
   app.add_option("--top-p", s.top_p, "Top-p (1: off)")->capture_default_str();
   app.add_option("--min-p", s.min_p, "Min-p (0: off)")->capture_default_str();
-  app.add_option("--repeat-penalty", s.repeat_penalty,
-                 "Repeat penalty (1: off)")
+  app.add_option("--repeat-penalty", s.repeat_penalty, "Repeat penalty (1: off)")
       ->capture_default_str();
   app.add_option("--seed", s.seed, "Sampling seed")->capture_default_str();
   app.add_option("-n,--max-tokens", s.max_tokens, "Reply length limit")
@@ -165,39 +153,40 @@ void add_chat_options(CLI::App &app, ChatOptions &o) {
   app.add_option("--backend", e.backend, "reference (CPU) or opencl")
       ->capture_default_str()
       ->check(CLI::IsMember({"reference", "opencl"}));
-  app.add_flag("--verbose", o.verbose,
-               "A statistics line on stderr after every reply");
+  app.add_flag("--verbose", o.verbose, "A statistics line on stderr after every reply");
+  app.add_flag("--cl-object-counts", o.cl_object_counts,
+               "Line mode: live OpenCL objects by kind on stderr after every reply and at exit");
 }
 
-int run_line_chat(const ChatOptions &options, std::istream &in, std::FILE *out,
-                  std::FILE *err) {
+int run_line_chat(const ChatOptions& options, std::istream& in, std::FILE* out, std::FILE* err) {
   EngineOptions engine_options = options.engine;
-  if (engine_options.model_path.empty())
-    engine_options.model_path = default_model_path();
+  if (engine_options.model_path.empty()) engine_options.model_path = default_model_path();
   if (!std::filesystem::exists(engine_options.model_path)) {
     throw UsageError("no model file '" + engine_options.model_path + "'");
   }
-  bool turns_failed = false; // exit status 1, after the remaining lines
-  Engine engine(engine_options);
-  wait_ready(engine, err, options.verbose);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r')
-      line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos)
-      continue;
-    engine.post(cmd::SubmitTurn{line});
-    if (!print_reply(engine, out, err, options.verbose))
-      turns_failed = true;
-  }
+  bool turns_failed = false;  // exit status 1, after the remaining lines
+  {
+    Engine engine(engine_options);
+    wait_ready(engine, err, options.verbose);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.find_first_not_of(" \t") == std::string::npos) continue;
+      engine.post(cmd::SubmitTurn{line});
+      if (!print_reply(engine, out, err, options.verbose)) turns_failed = true;
+      // After TurnFinished the engine thread is idle until the next turn.
+      if (options.cl_object_counts) print_cl_object_counts(err, "");
+    }
+  }  // the engine thread has stopped and released its OpenCL objects
+  if (options.cl_object_counts) print_cl_object_counts(err, "at exit ");
   return turns_failed ? 1 : 0;
 }
 
-int run_chat(const ChatOptions &options) {
+int run_chat(const ChatOptions& options) {
   // Line mode only: the chat screen for terminals is run_interactive()
   // (app/chat_screen.cpp), which main() calls and which falls back to this
   // when stdin or stdout is not a terminal.
   return run_line_chat(options, std::cin, stdout, stderr);
 }
 
-} // namespace clchat::app
+}  // namespace clchat::app

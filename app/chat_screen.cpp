@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 
 #include "app/commands.h"
 #include "config/logging.h"
 #include "ui/chat_ui.h"
+#include "ui/terminal_check.h"
 
 namespace clchat::app {
 
@@ -83,6 +85,8 @@ int run_interactive(const ChatOptions& chat, const ScreenOptions& screen) {
   if (!std::filesystem::exists(o.engine.model_path)) {
     throw UsageError("no model file '" + o.engine.model_path + "'");
   }
+  // Checked while stderr is still the terminal (the log file takes it next).
+  if (const auto problem = ui::terminal_problem()) throw std::runtime_error(*problem);
   o.log_path = config::default_log_path();
   config::start_file_log(o.log_path,
                          screen.log_level.empty() ? screen.config.log_level : screen.log_level);

@@ -93,3 +93,23 @@ TEST(UiInputView, CursorAndWrapping) {
   v = ui::layout_input("> ", "日本", 3, 20);  // byte offset 3 = before 本
   EXPECT_EQ(v.cursor_col, 4);
 }
+
+// Typed or pasted bytes: one U+FFFD per ill-formed piece, controls dropped,
+// newlines, tabs and well-formed text (CJK, emoji) kept.
+TEST(UiText, SanitizeInputReplacesBadUtf8AndDropsControls) {
+  const std::string fffd = "\xEF\xBF\xBD";
+  EXPECT_EQ(ui::sanitize_input("plain text, 你好 🙂\n\tindented"),
+            "plain text, 你好 🙂\n\tindented");
+  EXPECT_EQ(ui::sanitize_input("a\x01"
+                               "b\x1b[31mc\x7f"
+                               "d"),
+            "ab[31mcd");
+  EXPECT_EQ(ui::sanitize_input("x\x80y"), "x" + fffd + "y");          // lone continuation
+  EXPECT_EQ(ui::sanitize_input("\xC0\xAF"), fffd + fffd);             // overlong '/'
+  EXPECT_EQ(ui::sanitize_input("\xED\xA0\x80"), fffd + fffd + fffd);  // surrogate
+  EXPECT_EQ(ui::sanitize_input("cut \xE4\xBD"), "cut " + fffd);       // cut-off sequence
+  EXPECT_EQ(ui::sanitize_input("\xC2\x85next\xC2\x9B"), "next");      // C1 controls
+  EXPECT_EQ(ui::sanitize_input("\xC2\xA0nbsp"), "\xC2\xA0nbsp");      // U+00A0 is text
+  EXPECT_EQ(ui::sanitize_input(std::string("nul\0byte", 8)), "nulbyte");
+  EXPECT_EQ(ui::sanitize_input(""), "");
+}

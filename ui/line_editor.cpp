@@ -4,9 +4,12 @@
 #include <readline/history.h>
 #include <readline/readline.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "ui/text.h"
 
 namespace clchat::ui {
 
@@ -86,7 +89,7 @@ void LineEditor::on_line(char* line) {
   if (!line) {
     s.eof = true;
   } else {
-    s.text = line;
+    s.text = sanitize_input(line);
     s.starts_with_paste = self->pasted_at_start_;
     // One history entry per line in the file: multi-line messages stay out.
     if (*line && !std::strchr(line, '\n')) {
@@ -113,12 +116,28 @@ void LineEditor::on_line(char* line) {
 void LineEditor::feed(std::string_view bytes) {
   for (char c : bytes) g_keys.push_back(static_cast<unsigned char>(c));
   while (!g_keys.empty()) rl_callback_read_char();
+  scrub_line();
   dirty = true;
 }
 
+// Key bytes that readline inserts as they are (quoted-insert with Ctrl-V,
+// unbound escape sequences, a code point that is no character) must not stay
+// in the line: it is drawn on the screen and sent to the model.
+void LineEditor::scrub_line() {
+  if (!rl_line_buffer || rl_end <= 0) return;
+  const std::string_view line(rl_line_buffer, static_cast<size_t>(rl_end));
+  const std::string clean = sanitize_input(line);
+  if (clean == line) return;
+  const size_t point = sanitize_input(line.substr(0, static_cast<size_t>(rl_point))).size();
+  rl_replace_line(clean.c_str(), 0);
+  rl_point = static_cast<int>(std::min(point, clean.size()));
+}
+
 void LineEditor::paste(std::string_view text) {
+  const std::string clean = sanitize_input(text);
+  if (clean.empty()) return;
   if (rl_end == 0) pasted_at_start_ = true;
-  rl_insert_text(std::string(text).c_str());
+  rl_insert_text(clean.c_str());
   dirty = true;
 }
 

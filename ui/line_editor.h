@@ -31,9 +31,11 @@ class LineEditor {
   LineEditor(const LineEditor&) = delete;
   LineEditor& operator=(const LineEditor&) = delete;
 
-  // Key bytes (UTF-8 text, or an escape sequence such as "\x1b[A").
+  // Key bytes (UTF-8 text, or an escape sequence such as "\x1b[A"). Whatever
+  // they insert passes sanitize_input() (ui/text.h).
   void feed(std::string_view bytes);
-  // A bracketed paste: inserted as text, newlines kept, no key bindings run.
+  // A bracketed paste: inserted as text, newlines kept, no key bindings run;
+  // ill-formed UTF-8 becomes U+FFFD and control characters are dropped.
   void paste(std::string_view text);
   void insert_newline();
   // Drops the current line (Ctrl-C when idle) and any search in progress.
@@ -50,6 +52,7 @@ class LineEditor {
 
  private:
   static void on_line(char* line);
+  void scrub_line();
   void install();
 
   std::string prompt_;

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/utf8.h"
 #include "ui/perf.h"
 #include "ui/status.h"
 #include "ui/text.h"
@@ -93,17 +94,39 @@ void Screen::resize() {
   clearok(curscr, TRUE);  // repaint everything: the terminal may have reflowed
 }
 
+// One character from the bytes of the terminal, decoded here rather than by
+// wget_wch(), which drops the byte after an ill-formed sequence with it: a
+// sequence that is not a character becomes U+FFFD, and the byte that broke
+// it is read again as the start of the next key.
+int Screen::read_utf8(int lead) {
+  constexpr int k_replacement = 0xFFFD;
+  const int need = utf8_sequence_length(static_cast<uint8_t>(lead));
+  if (need == 0) return k_replacement;
+  std::string bytes(1, static_cast<char>(lead));
+  wtimeout(stdscr, 20);  // the rest of a character follows at once
+  while (static_cast<int>(bytes.size()) < need) {
+    const int c = wgetch(stdscr);
+    if (c < 0x80 || c > 0xBF) {
+      if (c != ERR) ungetch(c);
+      break;
+    }
+    bytes += static_cast<char>(c);
+  }
+  nodelay(stdscr, TRUE);
+  const Utf8Char ch = decode_utf8_char(bytes, 0);
+  if (ch.length != static_cast<int>(bytes.size())) return k_replacement;
+  return static_cast<int>(ch.code_point);
+}
+
 Key Screen::read_key() {
-  wint_t ch = 0;
-  const int r = wget_wch(stdscr, &ch);
+  const int code = wgetch(stdscr);
   Key k;
-  if (r == ERR) return k;
-  if (r == OK) {
+  if (code == ERR) return k;
+  if (code >= 0 && code <= 0xFF) {
     k.kind = Key::Char;
-    k.code = static_cast<int>(ch);
+    k.code = code < 0x80 ? code : read_utf8(code);
     return k;
   }
-  const int code = static_cast<int>(ch);
   if (code == paste_begin_code_) {
     k.kind = Key::PasteBegin;
   } else if (code == paste_end_code_) {

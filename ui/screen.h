@@ -17,7 +17,8 @@ namespace clchat::ui {
 // Keys beyond ncurses' own codes.
 struct Key {
   enum Kind { None, Char, Special, PasteBegin, PasteEnd, WheelUp, WheelDown } kind = None;
-  int code = 0;      // Char: the code point; Special: the ncurses KEY_* code
+  int code = 0;      // Char: the code point (U+FFFD for bytes that are not UTF-8);
+                     // Special: the ncurses KEY_* code
   std::string name;  // Special: keyname(), e.g. "kLFT5" for Ctrl-Left
 };
 
@@ -40,6 +41,7 @@ class Screen {
   void draw(const State& s, const Layout& l, const InputView& input);
 
  private:
+  int read_utf8(int lead);  // the code point that starts with byte `lead`
   void put_line(int y, int x, int w, const StyledLine& line);
   int attr_of(Style style) const;
 

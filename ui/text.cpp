@@ -3,6 +3,8 @@
 
 #include <cwchar>
 
+#include "engine/utf8.h"
+
 namespace clchat::ui {
 
 int codepoint_width(char32_t cp) {
@@ -221,6 +223,23 @@ std::string sanitize_for_display(std::string_view text) {
       // Tab stops count bytes of ASCII only; good enough for code indentation.
       if ((static_cast<unsigned char>(c) & 0xc0) != 0x80) ++col;
     }
+  }
+  return out;
+}
+
+std::string sanitize_input(std::string_view text) {
+  const std::string valid = sanitize_utf8(text);
+  std::string out;
+  out.reserve(valid.size());
+  for (size_t i = 0; i < valid.size(); ++i) {
+    const auto c = static_cast<unsigned char>(valid[i]);
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) continue;
+    // C1 controls are U+0080..U+009F: 0xC2 0x80..0x9F.
+    if (c == 0xc2 && i + 1 < valid.size() && static_cast<unsigned char>(valid[i + 1]) < 0xa0) {
+      ++i;
+      continue;
+    }
+    out += valid[i];
   }
   return out;
 }

@@ -38,4 +38,11 @@ std::vector<std::string> wrap_text(std::string_view text, int width);
 // so what is wrapped is what is drawn.
 std::string sanitize_for_display(std::string_view text);
 
+// Text typed or pasted into the input line, made fit for it: each ill-formed
+// UTF-8 piece (stray continuation bytes, overlong forms, surrogates, cut-off
+// sequences) becomes one U+FFFD, and control characters are dropped (C0 but
+// '\n' and '\t', DEL, C1 U+0080..U+009F), so no escape sequence or raw
+// control byte reaches the prompt, the screen or the model.
+std::string sanitize_input(std::string_view text);
+
 }  // namespace clchat::ui

@@ -190,13 +190,16 @@ void ClForward::build_plan() {
       row_base += m.rows;
       p.qkv.push_back(std::move(l));
     }
-    // attention over the cache
-    p.attention = {programs_.attention_kernel(), size_t(c.n_head) * size_t(tune.att_wg),
-                   size_t(tune.att_wg), "attention", il};
-    set_args(p.attention.kernel, q_, k_cache_, v_cache_,
-             cl_ulong(size_t(il) * size_t(n_ctx_) * size_t(c.n_embd_kv())), cl_int(1),
-             cl_int(c.n_head), cl_int(c.n_head_kv), cl_int(c.head_dim), scores_, cl_int(n_ctx_),
-             att_out_);
+    if (programs_.fused_qkv_attention() && w.qkv.size() == 1) {  // CPU: attention folded in
+      fuse_qkv_attention(w.qkv[0], w.attn_norm.q, p.qkv[0]);
+    } else {  // attention over the cache
+      p.attention = {programs_.attention_kernel(), size_t(c.n_head) * size_t(tune.att_wg),
+                     size_t(tune.att_wg), "attention", il};
+      set_args(p.attention.kernel, q_, k_cache_, v_cache_,
+               cl_ulong(size_t(il) * size_t(n_ctx_) * size_t(c.n_embd_kv())), cl_int(1),
+               cl_int(c.n_head), cl_int(c.n_head_kv), cl_int(c.head_dim), scores_, cl_int(n_ctx_),
+               att_out_);
+    }
     // output projection + residual
     p.wo = matvec_launch(w.wo, att_out_, nullptr, true, x_, "wo", il);
     // norm + gate/up + SiLU
@@ -215,6 +218,19 @@ void ClForward::build_plan() {
   // final norm + lm_head (the token embedding when tied)
   const DeviceMatrix& head = c.tied_embeddings ? token_embd_ : output_;
   lm_head_ = matvec_launch(head, x_, &output_norm_.q, false, logits_, "lm_head", -1);
+  if (programs_.fused_head_argmax()) {  // CPU devices: lm_head and argmax in one launch
+    const size_t n_groups = lm_head_.global / lm_head_.local;
+    lm_head_.kernel = programs_.head_argmax_kernel(head.type);
+    lm_head_.label = "lm_head+argmax";
+    head_part_val_ = rt_.alloc(n_groups * 4);
+    head_part_idx_ = rt_.alloc(n_groups * 4);
+    const cl_uint zero = 0;
+    head_n_done_ = rt_.upload(&zero, sizeof zero);
+    set_args(lm_head_.kernel, head.q, head.s, cl_int(head.n_in), cl_int(head.rows), x_,
+             output_norm_.q, c.rms_eps, logits_, head_part_val_, head_part_idx_, head_n_done_,
+             ids_);
+    return;
+  }
   // argmax in two stages, result into ids[0]
   const int chunk = (c.n_vocab + argmax_groups_ - 1) / argmax_groups_;
   argmax_partial_ = {programs_.argmax_kernel("argmax_partial"),
@@ -227,10 +243,27 @@ void ClForward::build_plan() {
   set_args(argmax_final_.kernel, argmax_val_, argmax_idx_, cl_int(argmax_groups_), ids_);
 }
 
+// Replaces launch l (qkv_rope over the stacked q;k;v rows m) by
+// qkv_rope_attention, which also writes att_out_; the per-token arguments
+// (pos, cache_off) keep their indices 13 and 17.
+void ClForward::fuse_qkv_attention(const DeviceMatrix& m, const ClMem& norm_w, Launch& l) {
+  const ModelConfig& c = config_;
+  if (!head_done_) {  // one set of counters: each head's last group resets its own
+    const std::vector<cl_uint> zeros(size_t(c.n_head), 0);
+    head_done_ = rt_.upload(zeros.data(), zeros.size() * sizeof(cl_uint));
+  }
+  l.kernel = programs_.qkv_attention_kernel(m.type);
+  l.label = "qkv_rope+attention";
+  set_args(l.kernel, m.q, m.s, cl_int(m.n_in), cl_int(m.rows), cl_int(0), x_, norm_w, c.rms_eps,
+           cl_int(c.n_embd), cl_int(c.n_embd_kv()), cl_int(c.head_dim), cl_int(c.n_rot), rope_cs_,
+           cl_int(0), q_, k_cache_, v_cache_, cl_ulong(0), cl_int(c.n_head), cl_int(c.n_head_kv),
+           scores_, cl_int(n_ctx_), att_out_, head_done_);
+}
+
 int ClForward::launches_per_token() const {
-  if (persistent_ && !debug_) return 1;  // profiling traces the same launch
-  size_t n = 1 + 3;  // embed, lm_head, argmax x2
-  for (const auto& p : plan_) n += p.qkv.size() + 4;
+  if (persistent_ && !debug_) return 1;               // profiling traces the same launch
+  size_t n = argmax_partial_.kernel ? 1 + 3 : 1 + 1;  // embed, lm_head, argmax x2 unless fused
+  for (const auto& p : plan_) n += p.qkv.size() + (p.attention.kernel ? 4 : 3);
   return int(n);
 }
 
@@ -264,8 +297,10 @@ void ClForward::enqueue_token(int token_index, int pos, bool with_head) {
       set_arg(l.kernel.get(), 17, cache_off);
       enqueue(l);
     }
-    set_arg(p.attention.kernel.get(), 4, cl_int(pos + 1));  // attention over 0..pos
-    enqueue(p.attention);
+    if (p.attention.kernel) {                                 // else folded into qkv (CPU devices)
+      set_arg(p.attention.kernel.get(), 4, cl_int(pos + 1));  // attention over 0..pos
+      enqueue(p.attention);
+    }
     enqueue(p.wo);  // x += Wo att
     if (debug_) {
       cl_check(
@@ -282,11 +317,15 @@ void ClForward::enqueue_token(int token_index, int pos, bool with_head) {
           "clEnqueueCopyBuffer");
     }
   }
-  if (with_head) {
-    enqueue(lm_head_);  // logits = head(rmsnorm(x))
-    enqueue(argmax_partial_);
-    enqueue(argmax_final_);  // ids[0] = argmax(logits)
-  }
+  if (with_head) enqueue_head();
+}
+
+// logits = head(rmsnorm(x)); ids[0] = argmax(logits)
+void ClForward::enqueue_head() {
+  enqueue(lm_head_);
+  if (!argmax_partial_.kernel) return;  // folded into lm_head_ (CPU devices)
+  enqueue(argmax_partial_);
+  enqueue(argmax_final_);
 }
 
 void ClForward::check_position(int pos, size_t n_tokens) const {
@@ -324,9 +363,7 @@ int32_t ClForward::prefill(std::span<const int32_t> tokens, int pos) {
   write_ids(tokens);
   if (prefill_ && tokens.size() > 1 && !debug_) {  // batched (ClPrefill): the last position
     prefill_->run(int(tokens.size()), pos, x_);    // leaves its hidden state in x_
-    enqueue(lm_head_);
-    enqueue(argmax_partial_);
-    enqueue(argmax_final_);
+    enqueue_head();
     const int32_t id = read_token();
     if (profiling_) collect_profile();
     return id;

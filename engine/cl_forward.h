@@ -8,7 +8,11 @@
 //   embed (get_row) -> per layer: [norm+QKV+RoPE+KV append] -> attention ->
 //   [Wo + residual] -> [norm+gate/up+SiLU] -> [down + residual]
 //   -> [final norm + lm_head] -> argmax (2 stages)
-// That is 5 launches per layer + 4, e.g. 154 for SmolLM2-135M.
+// That is 5 launches per layer + 4, e.g. 154 for SmolLM2-135M. On CPU
+// devices (PoCL) the attention runs inside the QKV launch and the argmax
+// inside the lm_head launch (KernelTuning::cpu_fuse): 4 per layer + 2, 122
+// for SmolLM2-135M; each launch saved spares PoCL ~20 us of waking its
+// worker threads.
 //
 // Debug readback mode (set_debug) adds device-side copies of the hidden state
 // after attention and after the FFN of every layer into a host-readable
@@ -101,6 +105,8 @@ class ClForward final : public Backend {
   // Enqueues one position; the token id is read from ids_[token_index].
   void enqueue_token(int token_index, int pos, bool with_head);
   void enqueue(const Launch& l);
+  void enqueue_head();  // lm_head and argmax
+  void fuse_qkv_attention(const DeviceMatrix& m, const ClMem& norm_w, Launch& l);
   void check_position(int pos, size_t n_tokens) const;
   // One decode step; `lookahead`: on the persistent path, also enqueue the
   // next k_lookahead greedy steps (each reading the id the one before chose),
@@ -144,7 +150,9 @@ class ClForward final : public Backend {
   // The plan.
   Launch embed_;
   std::vector<LayerPlan> plan_;
-  Launch lm_head_, argmax_partial_, argmax_final_;
+  Launch lm_head_, argmax_partial_, argmax_final_;     // argmax_* empty when folded into lm_head_
+  ClMem head_part_val_, head_part_idx_, head_n_done_;  // the folded argmax's partials, count
+  ClMem head_done_;  // (n_head) uint: q/k/v row blocks written per head (folded attention)
 
   std::unique_ptr<PersistentDecode> persistent_;  // null: not eligible
   std::unique_ptr<ClPrefill> prefill_;            // batched prefill; null: chunk size 1

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 #include <vector>
@@ -34,6 +35,7 @@ KernelTuning KernelTuning::for_device(const DeviceInfo& device) {
     t.argmax_wg = 64;
     t.cpu_kernels = env_int("CLCHAT_CPU_KERNELS", 1) != 0;
     t.cpu_nr = env_int("CLCHAT_NR", 4);  // 4 rows per item beat 2 (gate_up 213 -> 179 us)
+    t.cpu_fuse = env_int("CLCHAT_CPU_FUSE", 1) != 0;
   }
   t.tpr = env_int("CLCHAT_TPR", t.tpr);
   t.rows = env_int("CLCHAT_ROWS", t.rows);
@@ -110,20 +112,45 @@ const ClProgram& ClPrograms::program(const std::string& stem, const std::string&
   // Strict programs drop the fast-math flags: argmax must compare exactly
   // and keep its isnan tests, which -cl-fast-relaxed-math may remove.
   const std::string options = strict_math ? "-cl-std=CL1.2" : tuning_.build_options;
-  ClProgram p = rt_.build_program(stem, kernel_source(stem), options + defines);
+  // "a+b": the sources of a.cl and b.cl, in that order, as one program.
+  std::string source;
+  for (size_t begin = 0; begin <= stem.size();) {
+    const size_t end = std::min(stem.find('+', begin), stem.size());
+    source += kernel_source(stem.substr(begin, end - begin));
+    source += '\n';
+    begin = end + 1;
+  }
+  ClProgram p = rt_.build_program(stem, source, options + defines);
   return programs_.emplace(key, std::move(p)).first->second;
+}
+
+std::string ClPrograms::matvec_cpu_defines(GgmlType type) const {
+  return " -DWTYPE=" + std::to_string(int(type)) + " -DROWS=" + std::to_string(tuning_.rows) +
+         " -DNR=" + std::to_string(tuning_.cpu_nr) +
+         (tuning_.cpu_portable ? " -DCPU_PORTABLE=1" : "");
 }
 
 ClKernel ClPrograms::weight_kernel(GgmlType type, const char* name) {
   // get_row (once per token) always comes from matvec.cl.
   if (use_cpu_matvec() && std::string_view(name) != "get_row") {
-    const std::string defines = " -DWTYPE=" + std::to_string(int(type)) +
-                                " -DROWS=" + std::to_string(tuning_.rows) +
-                                " -DNR=" + std::to_string(tuning_.cpu_nr) +
-                                (tuning_.cpu_portable ? " -DCPU_PORTABLE=1" : "");
-    return rt_.create_kernel(program("matvec_cpu", defines), name);
+    return rt_.create_kernel(program("matvec_cpu", matvec_cpu_defines(type)), name);
   }
   return rt_.create_kernel(program("matvec", matvec_defines(type)), name);
+}
+
+ClKernel ClPrograms::head_argmax_kernel(GgmlType type) {
+  if (!fused_head_argmax()) throw std::logic_error("matvec_argmax needs the CPU kernels");
+  return rt_.create_kernel(
+      program("argmax_cpu+matvec_cpu", matvec_cpu_defines(type) + " -DWITH_ARGMAX=1"),
+      "matvec_argmax");
+}
+
+ClKernel ClPrograms::qkv_attention_kernel(GgmlType type) {
+  if (!fused_qkv_attention()) throw std::logic_error("qkv_rope_attention needs the CPU kernels");
+  return rt_.create_kernel(program("attention_cpu+matvec_cpu",
+                                   matvec_cpu_defines(type) + " -DATT_WG=" +
+                                       std::to_string(tuning_.att_wg) + " -DWITH_ATTENTION=1"),
+                           "qkv_rope_attention");
 }
 
 ClKernel ClPrograms::attention_kernel() {

@@ -31,6 +31,9 @@ struct KernelTuning {
   // selects the portable kernels, CLCHAT_NR sets cpu_nr (even, dividing rows).
   bool cpu_kernels = false;
   int cpu_nr = 2;
+  // CPU kernels: the attention folded into qkv_rope and the argmax into the
+  // lm_head (32 launches fewer per SmolLM2 token). CLCHAT_CPU_FUSE=0: apart.
+  bool cpu_fuse = true;
   // Tests: matvec_cpu.cl without its x86 builtin (F16C).
   bool cpu_portable = false;
 
@@ -51,11 +54,25 @@ class ClPrograms {
   ClKernel weight_kernel(GgmlType type, const char* name);
   ClKernel attention_kernel();               // "attention_decode"
   ClKernel argmax_kernel(const char* name);  // "argmax_partial", "argmax_final"
+  // CPU devices: the lm_head with the greedy argmax folded in
+  // ("matvec_argmax" of matvec_cpu.cl, built after argmax_cpu.cl): one
+  // launch instead of three, each saving PoCL's ~20 us of waking its worker
+  // threads between commands.
+  bool fused_head_argmax() const { return use_cpu_matvec() && tuning_.cpu_fuse; }
+  ClKernel head_argmax_kernel(GgmlType type);
+  // CPU devices: qkv_rope over the stacked [Wq; Wk; Wv] with the decode
+  // attention folded in ("qkv_rope_attention" of matvec_cpu.cl, built after
+  // attention_cpu.cl): each head runs as soon as its rows are written.
+  bool fused_qkv_attention() const { return use_cpu_matvec() && tuning_.cpu_fuse; }
+  ClKernel qkv_attention_kernel(GgmlType type);
 
  private:
+  // kernels/<stem>.cl built with defines (cached); stem "a+b" builds a.cl
+  // and b.cl as one program.
   const ClProgram& program(const std::string& stem, const std::string& defines,
                            bool strict_math = false);
   std::string matvec_defines(GgmlType type) const;
+  std::string matvec_cpu_defines(GgmlType type) const;
   bool use_cpu_matvec() const { return tuning_.cpu_kernels && tuning_.tpr == 1; }
   bool shfl_self_test();
   const ClRuntime& rt_;

@@ -13,18 +13,19 @@
 //   3. out = sum_t p_t v_t / sum, 16 dimensions at a time (four float4
 //      accumulators in registers), then the remaining float4s.
 // The other work-items return at once. Heads spread over the cores as
-// work-groups.
+// work-groups. attend_head is also called by matvec_cpu.cl's
+// qkv_rope_attention (built after this file), which runs a head as soon as
+// its q, k and v rows are written.
 
 #ifndef ATT_WG
 #define ATT_WG 64
 #endif
 
-__kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void attention_decode(
-    const __global float* q, const __global float* k_cache, const __global float* v_cache,
-    ulong layer_off, int n_pos, int n_head, int n_head_kv, int head_dim, __global float* scores,
-    int scores_stride, __global float* out) {
-  if (get_local_id(0) != 0) return;
-  const int h = get_group_id(0);
+// Attention of query head h over positions 0 .. n_pos - 1, by one work-item.
+inline void attend_head(int h, const __global float* q, const __global float* k_cache,
+                        const __global float* v_cache, ulong layer_off, int n_pos, int n_head,
+                        int n_head_kv, int head_dim, __global float* scores, int scores_stride,
+                        __global float* out) {
   const int n_kv4 = n_head_kv * head_dim / 4;  // cache row, in float4
   const int hd4 = head_dim / 4;
   const int kvh = h / (n_head / n_head_kv);
@@ -80,4 +81,13 @@ __kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void attention_deco
     for (int t = 0; t < n_pos; ++t) a = mad(s[t], vh[(size_t)t * n_kv4 + d], a);
     o[d] = a * inv_sum;
   }
+}
+
+__kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void attention_decode(
+    const __global float* q, const __global float* k_cache, const __global float* v_cache,
+    ulong layer_off, int n_pos, int n_head, int n_head_kv, int head_dim, __global float* scores,
+    int scores_stride, __global float* out) {
+  if (get_local_id(0) != 0) return;
+  attend_head(get_group_id(0), q, k_cache, v_cache, layer_off, n_pos, n_head, n_head_kv, head_dim,
+              scores, scores_stride, out);
 }

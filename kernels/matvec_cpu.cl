@@ -112,8 +112,8 @@ inline float rms_scale(const __global float* x, int n, float eps) {
 // row0 instead, so every load stays inside the matrix), x' = x or x * g.
 // use_g is a literal at every call: the compiler drops the unused path.
 inline void rows_dot(const __global wq_t* wq, const __global ws_t* ws, int n_in, int row0,
-                     int n_rows, const __global float* x, const __global float* g,
-                     const int use_g, float* dots) {
+                     int n_rows, const __global float* x, const __global float* g, const int use_g,
+                     float* dots) {
   size_t base[NR];
   FOR_ROWS(r) {
     const int row = row0 + r < n_rows ? row0 + r : row0;
@@ -205,12 +205,16 @@ inline void rows_dot(const __global wq_t* wq, const __global ws_t* ws, int n_in,
 #endif
 }
 
-// The first of this work-item's NR rows, or -1 when it computes none.
-inline int item_row0(int n_rows) {
+// The first of this work-item's NR rows in row block `block` (ROWS rows),
+// or -1 when it computes none.
+inline int block_row0(int block, int n_rows) {
   const int lid = get_local_id(0);
-  const int row0 = get_group_id(0) * ROWS + lid;
+  const int row0 = block * ROWS + lid;
   return lid % NR == 0 && row0 < n_rows ? row0 : -1;
 }
+
+// The same in the work-group's own block.
+inline int item_row0(int n_rows) { return block_row0(get_group_id(0), n_rows); }
 
 // NR row dot products from row0, with x * g * scale when norm_w is given.
 inline void norm_rows_dot(const __global wq_t* wq, const __global ws_t* ws, int n_in, int row0,
@@ -224,12 +228,10 @@ inline void norm_rows_dot(const __global wq_t* wq, const __global ws_t* ws, int 
   }
 }
 
-// out[r] = dot(W[r], x') for r < n_rows, where x' = x, or x * g * rms_scale
-// when norm_w is given; with accumulate != 0, out[r] += ... (residual add).
-__kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void matvec(
-    const __global wq_t* wq, const __global ws_t* ws, int n_in, int n_rows,
-    const __global float* x, const __global float* norm_w, float eps, int accumulate,
-    __global float* out) {
+// This work-item's rows of matvec (nothing when it has none).
+inline void matvec_item(const __global wq_t* wq, const __global ws_t* ws, int n_in, int n_rows,
+                        const __global float* x, const __global float* norm_w, float eps,
+                        int accumulate, __global float* out) {
   const int row0 = item_row0(n_rows);
   if (row0 < 0) return;
   float dots[NR];
@@ -239,6 +241,49 @@ __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void matvec(
     out[row0 + r] = accumulate ? out[row0 + r] + dots[r] : dots[r];
   }
 }
+
+// out[r] = dot(W[r], x') for r < n_rows, where x' = x, or x * g * rms_scale
+// when norm_w is given; with accumulate != 0, out[r] += ... (residual add).
+__kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void matvec(
+    const __global wq_t* wq, const __global ws_t* ws, int n_in, int n_rows, const __global float* x,
+    const __global float* norm_w, float eps, int accumulate, __global float* out) {
+  matvec_item(wq, ws, n_in, n_rows, x, norm_w, eps, accumulate, out);
+}
+
+#ifdef WITH_ARGMAX
+// lm_head and the greedy argmax in one launch (built after argmax_cpu.cl):
+// out = W x' as in matvec
+// (accumulate 0), then *token = argmax(out) with argmax_cpu.cl's rules. Each
+// group scans its own ROWS outputs into part_val/part_idx[group] and counts
+// itself done with an atomic increment; the group that finishes last (it
+// reads n_groups - 1) scans the partial results in group order, writes the
+// token and resets *n_done to 0 for the next launch. No group waits for
+// another, so any number of PoCL threads (one included) runs it; the atomic
+// orders each group's partial result before the last group's reads.
+__kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void matvec_argmax(
+    const __global wq_t* wq, const __global ws_t* ws, int n_in, int n_rows, const __global float* x,
+    const __global float* norm_w, float eps, __global float* out, __global float* part_val,
+    __global int* part_idx, volatile __global uint* n_done, __global int* token) {
+  matvec_item(wq, ws, n_in, n_rows, x, norm_w, eps, 0, out);
+  barrier(CLK_GLOBAL_MEM_FENCE);
+  if (get_local_id(0) != 0) return;
+  const int g = get_group_id(0);
+  const int n_groups = get_num_groups(0);
+  float bv = 0.0f;
+  int bi = -1;
+  for (int i = g * ROWS; i < min(n_rows, (g + 1) * ROWS); ++i) argmax_merge(out[i], i, &bv, &bi);
+  part_val[g] = bv;
+  part_idx[g] = bi;
+  mem_fence(CLK_GLOBAL_MEM_FENCE);
+  if (atomic_inc(n_done) != (uint)(n_groups - 1)) return;
+  mem_fence(CLK_GLOBAL_MEM_FENCE);
+  bv = 0.0f;
+  bi = -1;
+  for (int p = 0; p < n_groups; ++p) argmax_merge(part_val[p], part_idx[p], &bv, &bi);
+  *token = bi < 0 ? 0 : bi;
+  *n_done = 0;
+}
+#endif
 
 // h[r] = silu(dot(Wg[r], x')) * dot(Wu[r], x'), x' = x * g * rms_scale.
 __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void ffn_gate_up(
@@ -256,17 +301,13 @@ __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void ffn_gate_up(
   }
 }
 
-// RMSNorm + rows [row_base, row_base + n_rows) of the stacked [Wq; Wk; Wv]
-// projection, RoPE on q and k, k and v written into the KV cache at
-// cache_off (see kernels/matvec.cl). row_base and row0 are even, so each
-// rotated pair lies in one work-item.
-__kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void qkv_rope(
-    const __global wq_t* wq, const __global ws_t* ws, int n_in, int n_rows, int row_base,
-    const __global float* x, const __global float* norm_w, float eps, int n_embd, int n_embd_kv,
-    int head_dim, int n_rot, const __global float2* rope_cs, int pos, __global float* q,
-    __global float* k_cache, __global float* v_cache, ulong cache_off) {
-  const int row0 = item_row0(n_rows);
-  if (row0 < 0) return;
+// The rows of qkv_rope from row0 (see below): NR dot products, RoPE, stores.
+inline void qkv_rope_rows(const __global wq_t* wq, const __global ws_t* ws, int n_in, int n_rows,
+                          int row_base, int row0, const __global float* x,
+                          const __global float* norm_w, float eps, int n_embd, int n_embd_kv,
+                          int head_dim, int n_rot, const __global float2* rope_cs, int pos,
+                          __global float* q, __global float* k_cache, __global float* v_cache,
+                          ulong cache_off) {
   float dots[NR];
   norm_rows_dot(wq, ws, n_in, row0, n_rows, x, norm_w, rms_scale(x, n_in, eps), dots);
   for (int r = 0; r < NR && row0 + r < n_rows; r += 2) {
@@ -295,3 +336,77 @@ __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void qkv_rope(
     dst[off + 1] = b;
   }
 }
+
+// RMSNorm + rows [row_base, row_base + n_rows) of the stacked [Wq; Wk; Wv]
+// projection, RoPE on q and k, k and v written into the KV cache at
+// cache_off (see kernels/matvec.cl). row_base and row0 are even, so each
+// rotated pair lies in one work-item.
+__kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void qkv_rope(
+    const __global wq_t* wq, const __global ws_t* ws, int n_in, int n_rows, int row_base,
+    const __global float* x, const __global float* norm_w, float eps, int n_embd, int n_embd_kv,
+    int head_dim, int n_rot, const __global float2* rope_cs, int pos, __global float* q,
+    __global float* k_cache, __global float* v_cache, ulong cache_off) {
+  const int row0 = item_row0(n_rows);
+  if (row0 < 0) return;
+  qkv_rope_rows(wq, ws, n_in, n_rows, row_base, row0, x, norm_w, eps, n_embd, n_embd_kv, head_dim,
+                n_rot, rope_cs, pos, q, k_cache, v_cache, cache_off);
+}
+
+#ifdef WITH_ATTENTION
+// Whether row block `block` of the stacked q;k;v rows holds rows that query
+// head h reads: its q rows or its KV head's k or v rows.
+inline bool block_feeds_head(int block, int h, int n_rows, int n_embd, int n_embd_kv, int head_dim,
+                             int n_head, int n_head_kv) {
+  const int lo = block * ROWS, hi = min(n_rows, lo + ROWS);
+  const int kvh = h / (n_head / n_head_kv);
+  const int starts[3] = {h * head_dim, n_embd + kvh * head_dim,
+                         n_embd + n_embd_kv + kvh * head_dim};
+  bool feeds = false;
+  for (int i = 0; i < 3; ++i) feeds |= lo < starts[i] + head_dim && starts[i] < hi;
+  return feeds;
+}
+
+// qkv_rope over the whole stacked matrix (same arguments; row_base must be
+// 0) and the decode attention (attention_cpu.cl, built before this file) over positions
+// 0 .. pos in one launch. Work-group g computes row block n_groups - 1 - g
+// (k and v first, so heads become ready one by one as the q blocks finish),
+// then counts itself into head_done[h] of every head it feeds; the group
+// whose increment completes a head (the count of blocks feeding it) runs
+// that head's attention and resets its counter for the next layer. No
+// group waits for another, so any number of PoCL threads (one included)
+// runs it; the atomic orders the q, k and v stores of every feeding group
+// before the reads of the group that runs the head.
+__kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void qkv_rope_attention(
+    const __global wq_t* wq, const __global ws_t* ws, int n_in, int n_rows, int row_base,
+    const __global float* x, const __global float* norm_w, float eps, int n_embd, int n_embd_kv,
+    int head_dim, int n_rot, const __global float2* rope_cs, int pos, __global float* q,
+    __global float* k_cache, __global float* v_cache, ulong cache_off, int n_head, int n_head_kv,
+    __global float* scores, int scores_stride, __global float* att_out,
+    volatile __global uint* head_done) {
+  const int n_groups = get_num_groups(0);
+  const int block = n_groups - 1 - get_group_id(0);
+  const int row0 = block_row0(block, n_rows);
+  if (row0 >= 0) {
+    qkv_rope_rows(wq, ws, n_in, n_rows, row_base, row0, x, norm_w, eps, n_embd, n_embd_kv, head_dim,
+                  n_rot, rope_cs, pos, q, k_cache, v_cache, cache_off);
+  }
+  barrier(CLK_GLOBAL_MEM_FENCE);
+  if (get_local_id(0) != 0) return;
+  mem_fence(CLK_GLOBAL_MEM_FENCE);
+  const ulong layer_off = cache_off - (ulong)pos * (ulong)n_embd_kv;
+  for (int h = 0; h < n_head; ++h) {
+    if (!block_feeds_head(block, h, n_rows, n_embd, n_embd_kv, head_dim, n_head, n_head_kv)) {
+      continue;
+    }
+    uint n_feeding = 0;
+    for (int b = 0; b < n_groups; ++b) {
+      n_feeding += block_feeds_head(b, h, n_rows, n_embd, n_embd_kv, head_dim, n_head, n_head_kv);
+    }
+    if (atomic_inc(head_done + h) != n_feeding - 1) continue;
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    head_done[h] = 0;
+    attend_head(h, q, k_cache, v_cache, layer_off, pos + 1, n_head, n_head_kv, head_dim, scores,
+                scores_stride, att_out);
+  }
+}
+#endif

@@ -1,97 +1,20 @@
-// End-to-end tests of the chat screen in a real terminal: tmux runs clchat
-// on stories260K (PoCL, --device cpu), the tests type with send-keys and read
-// the screen with capture-pane. Each test has its own tmux server and a
-// temporary HOME/XDG tree, so nothing touches the user's files. Waits poll
-// the screen for up to 3 minutes (CI machines are slow and PoCL compiles the
-// kernels on first use); nothing asserts on timing.
+// End-to-end tests of the chat screen in a real terminal (tmux, see
+// tests/tmux_session.h): streaming and the panel, debug readback, Ctrl-C,
+// /save and /load, resizing, pastes, a clean exit and --resume.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <functional>
 #include <regex>
-#include <thread>
 
 #include "tests/test_support.h"
+#include "tests/tmux_session.h"
+
+using clchat::test::quote;
+using clchat::test::TmuxSession;
 
 namespace {
-
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-class TmuxSession {
- public:
-  // `prepare` runs on the temporary HOME before clchat starts.
-  TmuxSession(int cols, int rows, const std::string& extra_args = "",
-              const std::function<void(const std::filesystem::path&)>& prepare = {}) {
-    static int counter = 0;
-    socket_ = "clchat-tui-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-    dir_ = std::filesystem::temp_directory_path() / socket_;
-    std::filesystem::create_directories(dir_);
-    if (prepare) prepare(dir_);
-    const std::string model = clchat::test::shared_file("models/stories260K.gguf");
-    const std::string d = dir_.string();
-    const std::string env = "env -i PATH=/usr/bin:/bin HOME=" + d + " XDG_STATE_HOME=" + d +
-                            "/state XDG_CONFIG_HOME=" + d + "/config XDG_CACHE_HOME=" + d +
-                            "/cache LANG=C.UTF-8 TERM=tmux-256color";
-    const std::string cmd = env + " " + quote(CLCHAT_BINARY) + " -m " + quote(model) +
-                            " --device cpu " + extra_args + "; echo CLCHAT_EXIT=$?; sleep 600";
-    tmux("-f /dev/null new-session -d -x " + std::to_string(cols) + " -y " + std::to_string(rows) +
-         " -s t " + quote(cmd));
-  }
-  ~TmuxSession() {
-    tmux("kill-server");
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-
-  const std::filesystem::path& dir() const { return dir_; }
-
-  clchat::test::CommandResult tmux(const std::string& args) const {
-    return clchat::test::run_command("tmux -L " + socket_ + " " + args);
-  }
-  // Literal text (no key names), then optional keys such as "Enter".
-  void type(const std::string& text, const std::string& keys = "Enter") const {
-    tmux("send-keys -t t -l " + quote(text));
-    if (!keys.empty()) this->keys(keys);
-  }
-  void keys(const std::string& keys) const { tmux("send-keys -t t " + keys); }
-  std::string screen() const { return tmux("capture-pane -p -t t").out; }
-  std::string format(const std::string& f) const {
-    auto out = tmux("display-message -p -t t " + quote(f)).out;
-    while (!out.empty() && out.back() == '\n') out.pop_back();
-    return out;
-  }
-
-  // Polls the screen until `ok` holds; on timeout fails with the last screen.
-  bool wait_for(const std::function<bool(const std::string&)>& ok, const std::string& what,
-                int seconds = 180) const {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-    std::string s;
-    while (std::chrono::steady_clock::now() < end) {
-      s = screen();
-      if (ok(s)) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    ADD_FAILURE() << "timed out waiting for " << what << "; screen:\n" << s;
-    return false;
-  }
-  bool wait_text(const std::string& text, int seconds = 180) const {
-    return wait_for([&](const std::string& s) { return s.find(text) != std::string::npos; },
-                    "\"" + text + "\"", seconds);
-  }
-  // The status bar names the model once the engine is ready (stories260K: "llama").
-  bool wait_ready() const { return wait_text("clchat │ llama │"); }
-
- private:
-  std::string socket_;
-  std::filesystem::path dir_;
-};
 
 double number_after(const std::string& screen, const std::string& label) {
   std::smatch m;

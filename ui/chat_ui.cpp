@@ -92,8 +92,11 @@ class ChatLoop {
     if (o.resume) resume();
   }
 
+  // Returns the exit status: 0, or 128 + the signal (SIGTERM, SIGHUP,
+  // SIGQUIT) that ended the session.
   int run() {
     const int sig_fd = take_signals_fd_;
+    int quit_signal = 0;
     draw();  // "loading…" while the engine thread loads the model
     while (!state_.quit) {
       pollfd fds[3] = {
@@ -101,7 +104,10 @@ class ChatLoop {
       // Wake twice a second while a hint is up so it disappears on time.
       ::poll(fds, 3, state_.hint.empty() ? -1 : 500);
       const auto sig = take_signals();
-      if (sig.terminate) break;
+      if (sig.terminate) {
+        quit_signal = sig.terminate;
+        break;
+      }
       if (sig.resized) {
         screen_.resize();
         dirty_ = true;
@@ -118,9 +124,9 @@ class ChatLoop {
       }
       if (dirty_ || editor_.dirty) draw();
     }
-    if (state_.generating) engine_.cancel();
+    stop_reply();
     engine_.post(cmd::Shutdown{});
-    return 0;
+    return quit_signal ? 128 + quit_signal : 0;
   }
 
   int take_signals_fd_ = -1;
@@ -129,6 +135,18 @@ class ChatLoop {
   static std::filesystem::path history_path() {
     const auto dir = config::state_dir();
     return config::ensure_dir(dir) ? dir / "history" : std::filesystem::path();
+  }
+
+  // Leaving during a reply: stop it and wait (the engine checks between
+  // tokens) so that it is kept, marked stopped, and autosaved like any turn.
+  void stop_reply() {
+    if (!state_.generating) return;
+    engine_.cancel();
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    Event e;
+    while (state_.generating && std::chrono::steady_clock::now() < end) {
+      if (engine_.wait(e, std::chrono::milliseconds(100))) controller_.on_event(e);
+    }
   }
 
   void resume() {

@@ -18,7 +18,10 @@ struct ChatUiOptions {
   std::filesystem::path log_path;  // fd 2 goes here while the screen is up
 };
 
-// Returns the process exit code (0 after /quit, Ctrl-D or Ctrl-C twice).
+// Returns the process exit code: 0 after /quit, Ctrl-D or Ctrl-C twice; 128 +
+// the signal after SIGTERM (143), SIGHUP (129) or SIGQUIT (131). Either way a
+// running reply is stopped and kept, the conversation autosaved and the
+// terminal restored.
 int run_chat_ui(const ChatUiOptions& options);
 
 }  // namespace clchat::ui

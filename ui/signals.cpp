@@ -31,8 +31,8 @@ void on_winch(int) {
   wake();
 }
 
-void on_quit(int) {
-  g_terminate = 1;
+void on_quit(int sig) {
+  g_terminate = sig;
   wake();
 }
 
@@ -79,7 +79,7 @@ SignalFlags take_signals() {
   }
   SignalFlags f;
   f.resized = g_resized != 0;
-  f.terminate = g_terminate != 0;
+  f.terminate = g_terminate;
   g_resized = 0;
   g_terminate = 0;
   return f;

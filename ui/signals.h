@@ -10,7 +10,7 @@ namespace clchat::ui {
 
 struct SignalFlags {
   bool resized = false;
-  bool terminate = false;
+  int terminate = 0;  // SIGTERM, SIGHUP or SIGQUIT when one arrived, else 0
 };
 
 // Saves the terminal state and installs the handlers. Returns the read end of

@@ -353,17 +353,26 @@ __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void qkv_rope(
 }
 
 #ifdef WITH_ATTENTION
-// Whether row block `block` of the stacked q;k;v rows holds rows that query
-// head h reads: its q rows or its KV head's k or v rows.
-inline bool block_feeds_head(int block, int h, int n_rows, int n_embd, int n_embd_kv, int head_dim,
-                             int n_head, int n_head_kv) {
-  const int lo = block * ROWS, hi = min(n_rows, lo + ROWS);
+// The row blocks that query head h reads: those of its q rows and of its
+// KV head's k and v rows (three sorted, disjoint ranges of head_dim rows).
+// feeds: whether `block` is one of them; returns how many there are (a
+// block shared by two consecutive ranges counted once; O(1): this runs for
+// every head in every group).
+inline uint head_blocks(int block, int h, int n_embd, int n_embd_kv, int head_dim, int n_head,
+                        int n_head_kv, bool* feeds) {
   const int kvh = h / (n_head / n_head_kv);
   const int starts[3] = {h * head_dim, n_embd + kvh * head_dim,
                          n_embd + n_embd_kv + kvh * head_dim};
-  bool feeds = false;
-  for (int i = 0; i < 3; ++i) feeds |= lo < starts[i] + head_dim && starts[i] < hi;
-  return feeds;
+  uint n = 0;
+  int prev_last = -1;
+  *feeds = false;
+  for (int i = 0; i < 3; ++i) {
+    const int first = starts[i] / ROWS, last = (starts[i] + head_dim - 1) / ROWS;
+    n += last - first + 1 - (first == prev_last);
+    *feeds |= first <= block && block <= last;
+    prev_last = last;
+  }
+  return n;
 }
 
 // qkv_rope over the whole stacked matrix (same arguments; row_base must be
@@ -395,13 +404,10 @@ __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void qkv_rope_attenti
   mem_fence(CLK_GLOBAL_MEM_FENCE);
   const ulong layer_off = cache_off - (ulong)pos * (ulong)n_embd_kv;
   for (int h = 0; h < n_head; ++h) {
-    if (!block_feeds_head(block, h, n_rows, n_embd, n_embd_kv, head_dim, n_head, n_head_kv)) {
-      continue;
-    }
-    uint n_feeding = 0;
-    for (int b = 0; b < n_groups; ++b) {
-      n_feeding += block_feeds_head(b, h, n_rows, n_embd, n_embd_kv, head_dim, n_head, n_head_kv);
-    }
+    bool feeds;
+    const uint n_feeding =
+        head_blocks(block, h, n_embd, n_embd_kv, head_dim, n_head, n_head_kv, &feeds);
+    if (!feeds) continue;
     if (atomic_inc(head_done + h) != n_feeding - 1) continue;
     mem_fence(CLK_GLOBAL_MEM_FENCE);
     head_done[h] = 0;

@@ -7,12 +7,24 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
 namespace clchat {
 
 namespace {
 
 size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+// n zeroed uint counters the kernels count into (read-write: upload() makes
+// read-only buffers, which kernels must not write).
+ClMem zeroed_counters(const ClRuntime& rt, size_t n) {
+  ClMem m = rt.alloc(n * sizeof(cl_uint));
+  const std::vector<cl_uint> zeros(n, 0);
+  cl_check(clEnqueueWriteBuffer(rt.queue(), m.get(), CL_TRUE, 0, n * sizeof(cl_uint), zeros.data(),
+                                0, nullptr, nullptr),
+           "clEnqueueWriteBuffer(counters)");
+  return m;
+}
 
 DeviceMatrix upload_tensor(const ClRuntime& rt, const GgufTensor* t) {
   return upload_matrix(rt, repack_tensor(*t));
@@ -224,8 +236,7 @@ void ClForward::build_plan() {
     lm_head_.label = "lm_head+argmax";
     head_part_val_ = rt_.alloc(n_groups * 4);
     head_part_idx_ = rt_.alloc(n_groups * 4);
-    const cl_uint zero = 0;
-    head_n_done_ = rt_.upload(&zero, sizeof zero);
+    head_n_done_ = zeroed_counters(rt_, 1);
     set_args(lm_head_.kernel, head.q, head.s, cl_int(head.n_in), cl_int(head.rows), x_,
              output_norm_.q, c.rms_eps, logits_, head_part_val_, head_part_idx_, head_n_done_,
              ids_);
@@ -249,8 +260,7 @@ void ClForward::build_plan() {
 void ClForward::fuse_qkv_attention(const DeviceMatrix& m, const ClMem& norm_w, Launch& l) {
   const ModelConfig& c = config_;
   if (!head_done_) {  // one set of counters: each head's last group resets its own
-    const std::vector<cl_uint> zeros(size_t(c.n_head), 0);
-    head_done_ = rt_.upload(zeros.data(), zeros.size() * sizeof(cl_uint));
+    head_done_ = zeroed_counters(rt_, size_t(c.n_head));
   }
   l.kernel = programs_.qkv_attention_kernel(m.type);
   l.label = "qkv_rope+attention";
@@ -429,14 +439,14 @@ int32_t ClForward::persistent_step(int32_t token, int pos, bool lookahead) {
   const int32_t id = persistent_->take(pos);
   if (id < 0) return id;
   lookahead_token_ = id;
-  device_token_ = id;
+  device_token_ = -1;  // unknown while steps are queued (and if queueing one throws)
   if (lookahead) {
     for (int next = pos + 1 + int(persistent_->n_ahead());
          persistent_->n_ahead() < k_lookahead && next < n_ctx_; ++next) {
       persistent_->enqueue_ahead(next);
     }
   }
-  if (persistent_->n_ahead() > 0) device_token_ = -1;  // ids_[0] moves on
+  if (persistent_->n_ahead() == 0) device_token_ = id;
   return id;
 }
 

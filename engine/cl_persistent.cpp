@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/cl_forward.h"
@@ -272,12 +273,13 @@ int32_t PersistentDecode::take(int pos) {
 
 void PersistentDecode::drop_ahead() {
   if (ahead_.empty()) return;
+  // Forgotten even if a wait fails (the error still reaches the caller).
+  const std::deque<Ahead> pending = std::exchange(ahead_, {});
   // The reads write into ahead_ids_: they must land before a slot is reused.
-  for (const Ahead& a : ahead_) {
+  for (const Ahead& a : pending) {
     const cl_event ev = a.read.get();
     cl_check(clWaitForEvents(1, &ev), "clWaitForEvents(token)");
   }
-  ahead_.clear();
 }
 
 PersistentDecode::~PersistentDecode() {

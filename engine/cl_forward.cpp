@@ -360,6 +360,11 @@ void ClForward::write_ids(std::span<const int32_t> ids) {
   device_token_ = ids.size() == 1 ? ids[0] : -1;
 }
 
+void ClForward::feed_token(int32_t token) {
+  // device_token_ is -1 when unknown: token -1 must still reach the range check.
+  if (token < 0 || token != device_token_) write_ids({&token, 1});
+}
+
 int32_t ClForward::read_token() {
   int32_t id = -1;
   cl_check(clEnqueueReadBuffer(rt_.queue(), ids_.get(), CL_TRUE, 0, 4, &id, 0, nullptr, nullptr),
@@ -418,7 +423,7 @@ int32_t ClForward::decode_step(int32_t token, int pos, bool lookahead) {
     persistent_.reset();
     device_token_ = -1;
   }
-  if (token < 0 || token != device_token_) write_ids({&token, 1});
+  feed_token(token);
   enqueue_token(0, pos, true);
   const int32_t id = read_token();
   if (debug_) collect_debug(pos);
@@ -432,8 +437,7 @@ int32_t ClForward::persistent_step(int32_t token, int pos, bool lookahead) {
   const bool queued = lookahead && token == lookahead_token_ && persistent_->ahead_at(pos);
   if (!queued) {
     settle();
-    // device_token_ is -1 when unknown: token -1 must still reach the range check.
-    if (token < 0 || token != device_token_) write_ids({&token, 1});
+    feed_token(token);
     persistent_->enqueue_ahead(pos);
   }
   const int32_t id = persistent_->take(pos);
@@ -454,7 +458,7 @@ int32_t ClForward::persistent_step(int32_t token, int pos, bool lookahead) {
 // multi-kernel plan's events (the bars show what really runs).
 int32_t ClForward::persistent_traced_step(int32_t token, int pos) {
   settle();
-  if (token < 0 || token != device_token_) write_ids({&token, 1});
+  feed_token(token);
   persistent_->enqueue(0, pos, true);
   const int32_t id = read_token();
   if (id >= 0) profile_ = persistent_->profile();

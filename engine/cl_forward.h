@@ -115,6 +115,8 @@ class ClForward final : public Backend {
   int32_t persistent_step(int32_t token, int pos, bool lookahead);
   int32_t persistent_traced_step(int32_t token, int pos);
   void write_ids(std::span<const int32_t> ids);
+  // ids_[0] = token, unless it is known to hold it already.
+  void feed_token(int32_t token);
   int32_t read_token();
   void collect_debug(int pos);
   void collect_profile();

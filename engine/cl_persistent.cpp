@@ -18,6 +18,12 @@ namespace clchat {
 namespace {
 
 constexpr size_t k_layer_offsets = 12;  // LO_N in decode_persistent.cl
+// Stages per layer, each ended by a grid barrier (P1..P5 in
+// decode_persistent.cl), and the names the trace and the profile give them;
+// the last name is the head's stage.
+constexpr size_t k_stages = 5;
+constexpr const char* k_stage_names[k_stages + 1] = {"qkv",     "attention", "wo",
+                                                     "gate_up", "down",      "head"};
 constexpr size_t k_arena_align = 256;
 
 size_t mem_size(const ClMem& m) {
@@ -116,7 +122,7 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
   if (layer_off.size() != f_.layers_.size() * k_layer_offsets) throw std::logic_error("layer_off");
 
   n_groups_ = size_t(rt.device().compute_units) * groups_per_cu;
-  barriers_per_token_ = uint32_t(5 * c.n_layer + 1);
+  barriers_per_token_ = uint32_t(k_stages * size_t(c.n_layer) + 1);
   char eps[64];
   std::snprintf(eps, sizeof(eps), "%.9ef", double(c.rms_eps));
   std::string defines =
@@ -151,7 +157,7 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
            cl_int(0), bar_, cl_uint(0), abort_, ClMem());
   trace_ = rt.alloc((barriers_per_token_ + 1) * 8, true);
   trace_all_ = env_flag("CLCHAT_PERSIST_TRACE");
-  trace_sum_us_.assign(6, 0.0);
+  trace_sum_us_.assign(k_stages + 1, 0.0);
   rt.finish();
   return true;
 }
@@ -222,17 +228,16 @@ void PersistentDecode::read_trace(bool to_profile) {
   cl_check(clEnqueueReadBuffer(f_.rt_.queue(), trace_.get(), CL_TRUE, 0, t.size() * 8, t.data(), 0,
                                nullptr, nullptr),
            "clEnqueueReadBuffer(trace)");
-  static const char* names[] = {"qkv", "attention", "wo", "gate_up", "down", "head"};
   ProfileReport p;
   p.layer_us.assign(f_.layers_.size(), 0.0);
   p.n_launches = 1;
   for (size_t k = 1; k < t.size(); ++k) {
     const bool head = k == t.size() - 1;
-    const size_t stage = head ? 5 : (k - 1) % 5;
+    const size_t stage = head ? k_stages : (k - 1) % k_stages;
     const double us = double(t[k] - t[k - 1]) / 1000.0;
     if (trace_all_) trace_sum_us_[stage] += us;
-    p.kernel_us[names[stage]] += us;
-    if (!head) p.layer_us[(k - 1) / 5] += us;
+    p.kernel_us[k_stage_names[stage]] += us;
+    if (!head) p.layer_us[(k - 1) / k_stages] += us;
     p.total_us += us;
   }
   if (trace_all_) ++trace_tokens_;
@@ -295,13 +300,12 @@ PersistentDecode::~PersistentDecode() {
     spdlog::warn("persistent decode: {}", e.what());
   }
   if (trace_tokens_ == 0) return;
-  static const char* names[] = {"qkv", "attention", "wo", "gate_up", "down", "head"};
   std::string line;
   double total = 0;
   for (size_t i = 0; i < trace_sum_us_.size(); ++i) {
     const double us = trace_sum_us_[i] / trace_tokens_;
     total += us;
-    line += std::string(" ") + names[i] + " " + std::to_string(us) + " us;";
+    line += std::string(" ") + k_stage_names[i] + " " + std::to_string(us) + " us;";
   }
   spdlog::warn(
       "persistent trace over {} tokens (per token):{} total {:.1f} us; bare barrier {:.2f} us",

@@ -133,7 +133,7 @@ std::string ClPrograms::matvec_cpu_defines(GgmlType type) const {
 ClKernel ClPrograms::weight_kernel(GgmlType type, const char* name) {
   // get_row (once per token) always comes from matvec.cl.
   if (use_cpu_matvec() && std::string_view(name) != "get_row") {
-    return rt_.create_kernel(program("matvec_cpu", matvec_cpu_defines(type)), name);
+    return rt_.create_kernel(program("cpu_dot+matvec_cpu", matvec_cpu_defines(type)), name);
   }
   return rt_.create_kernel(program("matvec", matvec_defines(type)), name);
 }
@@ -141,13 +141,13 @@ ClKernel ClPrograms::weight_kernel(GgmlType type, const char* name) {
 ClKernel ClPrograms::head_argmax_kernel(GgmlType type) {
   if (!fused_head_argmax()) throw std::logic_error("matvec_argmax needs the CPU kernels");
   return rt_.create_kernel(
-      program("argmax_cpu+matvec_cpu", matvec_cpu_defines(type) + " -DWITH_ARGMAX=1"),
+      program("argmax_cpu+cpu_dot+matvec_cpu", matvec_cpu_defines(type) + " -DWITH_ARGMAX=1"),
       "matvec_argmax");
 }
 
 ClKernel ClPrograms::qkv_attention_kernel(GgmlType type) {
   if (!fused_qkv_attention()) throw std::logic_error("qkv_rope_attention needs the CPU kernels");
-  return rt_.create_kernel(program("attention_cpu+matvec_cpu",
+  return rt_.create_kernel(program("attention_cpu+cpu_dot+matvec_cpu",
                                    matvec_cpu_defines(type) + " -DATT_WG=" +
                                        std::to_string(tuning_.att_wg) + " -DWITH_ATTENTION=1"),
                            "qkv_rope_attention");

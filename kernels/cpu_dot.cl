@@ -1,0 +1,215 @@
+// Row dot products for CPU devices (PoCL), shared by kernels/matvec_cpu.cl
+// (one launch per matrix) and kernels/decode_persistent_cpu.cl (one launch
+// per token); built before either. No kernels here.
+//
+// Device weight layout (engine/cl_weights.h): per block of 32 values 16
+// nibble bytes (byte j holds value j in its low half, value j + 16 in its
+// high half) or 32 int8, and the fp16 scales in a separate array (Q4_1: a
+// (scale, min) pair per block); F32 and F16 rows as they are.
+//
+// Algorithm: a work-item computes NR whole rows with explicit 8-wide float
+// vectors (one AVX2 register) and no local memory, barriers or
+// cross-work-item reductions. Bytes 0..7 of a Q4 block hold values 0..7 (low
+// nibbles) and 16..23 (high), bytes 8..15 values 8..15 and 24..31: widening 8
+// bytes to int32 lanes (one vpmovzxbd from memory) and taking `& 15` and
+// `>> 4` gives two float8 of codes that line up with contiguous float8 loads
+// of x. Q4_0's offset 8 and Q4_1's minimum use the block sum of x, computed
+// once per block for all rows; Q8_0 widens 8 int8 at a time. The fp16 scale
+// is broadcast and converted with F16C. fma(), not mad(): PoCL did not
+// contract mad() into vfmadd. Per block the products go into a float8
+// accumulator per row, summed horizontally once per row. The NR rows (even:
+// RoPE needs the pair (2i, 2i + 1) in one work-item) share each load of x.
+// All arithmetic is float32 multiply-add, like matvec.cl (an int16-quantized
+// x with vpmaddwd was 1.3x faster but moved SmolLM2's logits by 1.8e-3
+// against the reference).
+//
+// The weight type is a parameter that is a literal at every call (GGML ids:
+// 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0), and rows_dot is always inlined, so
+// each call compiles to the loop of its type alone; one program can then
+// hold matrices of several types (the persistent kernel's).
+
+#ifndef NR
+#define NR 4
+#endif
+#ifndef CPU_PORTABLE
+#define CPU_PORTABLE 0
+#endif
+#if NR % 2 != 0
+#error "NR must be even"
+#endif
+
+// Loops over a work-item's NR rows, unrolled so the accumulators stay in
+// registers (PoCL's pipeline left a 2-trip loop rolled, accumulators on the stack).
+#define FOR_ROWS(r) __attribute__((opencl_unroll_hint)) for (int r = 0; r < NR; ++r)
+#define CPU_INLINE inline __attribute__((always_inline))
+
+inline float hsum8(float8 v) {
+  const float4 a = v.lo + v.hi;
+  const float2 b = a.lo + a.hi;
+  return b.x + b.y;
+}
+
+// F16C through clang's target builtin (PoCL compiles for the host CPU and
+// defines __F16C__ when it has it); -DCPU_PORTABLE=1 (tests) or another CPU
+// selects the portable conversion.
+#if defined(__F16C__) && !CPU_PORTABLE
+#define USE_F16C 1
+typedef short v8hi_t __attribute__((vector_size(16)));
+#else
+#define USE_F16C 0
+#endif
+
+// fp16 bits -> float, broadcast to 8 lanes; exact for every value (zero,
+// subnormals, inf, NaN). PoCL's vload_half is a branchy scalar routine that
+// cost more than the 32 multiply-adds of the block it scales; with F16C this
+// is vpbroadcastw + vcvtph2ps.
+inline float8 half_to_float8(ushort h) {
+#if USE_F16C
+  const short b = (short)h;
+  const v8hi_t v = {b, b, b, b, b, b, b, b};
+  return __builtin_ia32_vcvtph2ps256(v);
+#else
+  const uint em = h & 0x7fff;
+  const float sub = (float)em * 0x1p-24f;      // zero and subnormals
+  const uint norm = (em << 13) + 0x38000000u;  // exponent bias 15 -> 127
+  const uint inf_nan = (em << 13) | 0x7f800000u;
+  const uint bits = em < 0x400 ? as_uint(sub) : em >= 0x7c00 ? inf_nan : norm;
+  return (float8)as_float(bits | (h & 0x8000u) << 16);
+#endif
+}
+
+// 1/sqrt(mean(x^2) + eps) over n values.
+inline float rms_scale(const __global float* x, int n, float eps) {
+  float8 acc = 0.0f;
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const float8 v = vload8(0, x + i);
+    acc = mad(v, v, acc);
+  }
+  float ss = hsum8(acc);
+  for (; i < n; ++i) ss += x[i] * x[i];
+  return rsqrt(ss / n + eps);
+}
+
+// dots[r] = W[row0 + r] . x' for r < NR (rows past n_rows read row row0
+// instead, so every load stays inside the matrix), x' = x or x * g; W has
+// type wt. use_g and wt are literals at every call: the compiler drops the
+// unused paths.
+CPU_INLINE void rows_dot(const int wt, const __global uchar* wq, const __global ushort* ws,
+                         int n_in, int row0, int n_rows, const __global float* x,
+                         const __global float* g, const int use_g, float* dots) {
+  size_t row[NR];
+  FOR_ROWS(r) row[r] = (size_t)(row0 + r < n_rows ? row0 + r : row0);
+  float8 acc[NR];
+  FOR_ROWS(r) acc[r] = 0.0f;
+
+  if (wt == 0 || wt == 1) {
+    const __global float* wf = (const __global float*)wq;
+    const __global half* wh = (const __global half*)wq;
+    float tail[NR];
+    FOR_ROWS(r) tail[r] = 0.0f;
+    int i = 0;
+    for (; i + 8 <= n_in; i += 8) {
+      float8 xv = vload8(0, x + i);
+      if (use_g) xv *= vload8(0, g + i);
+      FOR_ROWS(r) {
+        const size_t at = row[r] * n_in + i;
+        const float8 wv = wt == 0 ? vload8(0, wf + at) : vload_half8(0, wh + at);  // F16: not tuned
+        acc[r] = fma(wv, xv, acc[r]);
+      }
+    }
+    for (; i < n_in; ++i) {
+      const float xv = use_g ? x[i] * g[i] : x[i];
+      FOR_ROWS(r) {
+        const size_t at = row[r] * n_in + i;
+        tail[r] += (wt == 0 ? wf[at] : vload_half(at, wh)) * xv;
+      }
+    }
+    FOR_ROWS(r) dots[r] = hsum8(acc[r]) + tail[r];
+    return;
+  }
+
+  // Blocks of x are 128-byte aligned (buffers are, and a block is 32
+  // floats): plain float8 loads. vload16 became 8-byte pieces on PoCL.
+  const __global float8* x8 = (const __global float8*)x;
+  const __global float8* g8 = (const __global float8*)g;
+  const int nb = n_in / 32;
+  size_t blk[NR];  // the row's first block
+  FOR_ROWS(r) blk[r] = row[r] * nb;
+  for (int b = 0; b < nb; ++b) {
+    float8 x0 = x8[4 * b], x1 = x8[4 * b + 1], x2 = x8[4 * b + 2], x3 = x8[4 * b + 3];
+    if (use_g) {
+      x0 *= g8[4 * b];
+      x1 *= g8[4 * b + 1];
+      x2 *= g8[4 * b + 2];
+      x3 *= g8[4 * b + 3];
+    }
+    const float8 xs = (x0 + x1) + (x2 + x3);  // Q4_0: the codes' offset 8; Q4_1: the min
+    FOR_ROWS(r) {
+      if (wt == 8) {
+        // Eight int8 at a time: one vpmovsxbd from memory each.
+        const __global char8* c = (const __global char8*)(wq + (blk[r] + b) * 32);
+        float8 t = convert_float8(convert_int8(c[0])) * x0;
+        t = fma(convert_float8(convert_int8(c[1])), x1, t);
+        t = fma(convert_float8(convert_int8(c[2])), x2, t);
+        t = fma(convert_float8(convert_int8(c[3])), x3, t);
+        acc[r] = fma(half_to_float8(ws[blk[r] + b]), t, acc[r]);
+      } else {
+        // Bytes 0..7 hold values 0..7 (low nibbles) and 16..23 (high), bytes
+        // 8..15 values 8..15 and 24..31: each group of 8 bytes widened to
+        // int32 lanes (one vpmovzxbd from memory) gives two float8 of codes.
+        const __global uchar8* qb = (const __global uchar8*)(wq + (blk[r] + b) * 16);
+        const int8 v0 = convert_int8(qb[0]), v1 = convert_int8(qb[1]);
+        float8 t = convert_float8(v0 & 15) * x0;
+        t = fma(convert_float8(v1 & 15), x1, t);
+        t = fma(convert_float8(v0 >> 4), x2, t);
+        t = fma(convert_float8(v1 >> 4), x3, t);
+        if (wt == 2) {
+          acc[r] = fma(half_to_float8(ws[blk[r] + b]), fma((float8)-8.0f, xs, t), acc[r]);
+        } else {
+          const ushort2 dm = ((const __global ushort2*)ws)[blk[r] + b];
+          acc[r] = fma(half_to_float8(dm.x), t, acc[r]);
+          acc[r] = fma(half_to_float8(dm.y), xs, acc[r]);
+        }
+      }
+    }
+  }
+  FOR_ROWS(r) dots[r] = hsum8(acc[r]);
+}
+
+// NR row dot products from row0, with x * g * scale when g is given.
+CPU_INLINE void norm_rows_dot(const int wt, const __global uchar* wq, const __global ushort* ws,
+                              int n_in, int row0, int n_rows, const __global float* x,
+                              const __global float* g, float scale, float* dots) {
+  if (g) {
+    rows_dot(wt, wq, ws, n_in, row0, n_rows, x, g, 1, dots);
+    FOR_ROWS(r) dots[r] *= scale;
+  } else {
+    rows_dot(wt, wq, ws, n_in, row0, n_rows, x, 0, 0, dots);
+  }
+}
+
+// Rows gr and gr + 1 (gr even) of the stacked [q; k; v] projection: RoPE on
+// q and k pairs (the first n_rot dimensions of each head), then q -> q,
+// k and v -> the cache at cache_off (floats; this layer and position).
+inline void rope_store_pair(int gr, float a, float b, int n_embd, int n_embd_kv, int head_dim,
+                            int n_rot, const __global float2* rope_cs, int pos, __global float* q,
+                            __global float* k_cache, __global float* v_cache, ulong cache_off) {
+  const int in_head = (gr < n_embd ? gr : gr - n_embd) % head_dim;
+  if (gr < n_embd + n_embd_kv && in_head < n_rot) {
+    const float2 cs = rope_cs[pos * (n_rot / 2) + in_head / 2];
+    const float ra = a * cs.x - b * cs.y;
+    b = a * cs.y + b * cs.x;
+    a = ra;
+  }
+  __global float* dst;
+  if (gr < n_embd) {
+    dst = q + gr;
+  } else if (gr < n_embd + n_embd_kv) {
+    dst = k_cache + cache_off + (gr - n_embd);
+  } else {
+    dst = v_cache + cache_off + (gr - n_embd - n_embd_kv);
+  }
+  dst[0] = a;
+  dst[1] = b;
+}

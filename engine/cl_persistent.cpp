@@ -1,4 +1,4 @@
-// Host side of the persistent decode kernel: eligibility, the weight arena,
+// Host side of the persistent decode kernels: eligibility, the weight arena,
 // the barrier self-test and the per-token launch.
 #include "engine/cl_persistent.h"
 
@@ -8,19 +8,25 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "engine/cl_forward.h"
+#include "engine/fault_injection.h"
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 namespace clchat {
 
 namespace {
 
-constexpr size_t k_layer_offsets = 12;  // LO_N in decode_persistent.cl
+constexpr size_t k_layer_offsets = 12;  // LO_N in persistent_layout.cl
 // Stages per layer, each ended by a grid barrier (P1..P5 in
-// decode_persistent.cl), and the names the trace and the profile give them;
-// the last name is the head's stage.
+// decode_persistent.cl and decode_persistent_cpu.cl), and the names the
+// trace and the profile give them; the last name is the head's stage.
 constexpr size_t k_stages = 5;
 constexpr const char* k_stage_names[k_stages + 1] = {"qkv",     "attention", "wo",
                                                      "gate_up", "down",      "head"};
@@ -38,6 +44,24 @@ bool env_flag(const char* name) {
   return v && *v && std::string(v) != "0";
 }
 
+bool is_block_type(GgmlType t) { return t != GgmlType::F32 && t != GgmlType::F16; }
+
+// TSC ticks per microsecond, measured against the steady clock over 20 ms
+// (x86-64 hosts; the CPU kernel's trace is in TSC ticks).
+double tsc_ticks_per_us() {
+#if defined(__x86_64__)
+  const auto t0 = std::chrono::steady_clock::now();
+  const unsigned long long c0 = __rdtsc();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const unsigned long long c1 = __rdtsc();
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  return double(c1 - c0) / us;
+#else
+  return 1.0;
+#endif
+}
+
 }  // namespace
 
 std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
@@ -48,11 +72,20 @@ std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
     return nullptr;
   };
   if (env_flag("CLCHAT_NO_PERSISTENT")) return no("CLCHAT_NO_PERSISTENT is set");
-  if (dev.platform_name.find("NVIDIA") == std::string::npos) return no("not NVIDIA's OpenCL");
-  if (!f.programs_.tuning().nv_shfl) return no("warp shuffles unavailable");
-  if (c.head_dim % 32 != 0 || c.head_dim > 256) return no("head size not a multiple of 32");
-  if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0) return no("row lengths not multiples of 32");
+  const bool cpu = dev.is_cpu;
+  if (cpu) {
+#if !defined(__x86_64__)
+    return no("the CPU kernel needs an x86-64 host");
+#endif
+    if (!f.programs_.tuning().cpu_kernels) return no("CPU kernels off (CLCHAT_CPU_KERNELS=0)");
+    if (c.head_dim % 4 != 0) return no("head size not a multiple of 4");
+  } else {
+    if (dev.platform_name.find("NVIDIA") == std::string::npos) return no("not NVIDIA's OpenCL");
+    if (!f.programs_.tuning().nv_shfl) return no("warp shuffles unavailable");
+    if (c.head_dim % 32 != 0 || c.head_dim > 256) return no("head size not a multiple of 32");
+  }
   if (c.n_head % c.n_head_kv != 0) return no("query heads not a multiple of KV heads");
+  if (c.n_rot % 2 != 0) return no("odd rotary dimension count");
   const auto& l0 = f.layers_.front();
   for (const auto& l : f.layers_) {
     if (l.qkv.size() != 1 || l.qkv[0].type != l0.qkv[0].type || l.wo.type != l0.wo.type ||
@@ -61,20 +94,30 @@ std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
       return no("layers differ in weight types");
     }
   }
-  const size_t local_bytes =
-      size_t(std::max(c.n_embd, c.n_ff)) / 32 * 36 * 4 + 8 * size_t(c.head_dim + 40) * 4 + 256;
-  if (local_bytes > dev.local_mem_bytes) return no("activations do not fit local memory");
+  const bool blocks = is_block_type(l0.qkv[0].type) || is_block_type(l0.wo.type) ||
+                      is_block_type(l0.ffn_gate.type) || is_block_type(l0.ffn_down.type);
+  if ((!cpu || blocks) && (c.n_embd % 32 != 0 || c.n_ff % 32 != 0)) {
+    return no("row lengths not multiples of 32");
+  }
+  if (!cpu) {
+    const size_t local_bytes =
+        size_t(std::max(c.n_embd, c.n_ff)) / 32 * 36 * 4 + 8 * size_t(c.head_dim + 40) * 4 + 256;
+    if (local_bytes > dev.local_mem_bytes) return no("activations do not fit local memory");
+  }
 
   std::unique_ptr<PersistentDecode> p(new PersistentDecode(f));
+  p->cpu_ = cpu;
   const char* wgs = std::getenv("CLCHAT_PERSIST_WGS");
-  const uint32_t per_cu = wgs && *wgs ? uint32_t(std::max(1, std::atoi(wgs))) : 2u;
+  // CPU: one work-group per core (PoCL runs one per worker thread); more
+  // cannot all be resident, which the barrier self-test then reports.
+  const uint32_t per_cu = wgs && *wgs ? uint32_t(std::max(1, std::atoi(wgs))) : cpu ? 1u : 2u;
   try {
     if (!p->build(per_cu)) return nullptr;
   } catch (const std::exception& e) {
     return no(e.what());
   }
-  spdlog::info("persistent decode kernel: {} work-groups of 256, {} barriers per token",
-               p->n_groups_, p->barriers_per_token_);
+  spdlog::info("persistent decode kernel{}: {} work-groups of {}, {} barriers per token",
+               cpu ? " (CPU)" : "", p->n_groups_, p->local_size_, p->barriers_per_token_);
   return p;
 }
 
@@ -122,11 +165,13 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
   if (layer_off.size() != f_.layers_.size() * k_layer_offsets) throw std::logic_error("layer_off");
 
   n_groups_ = size_t(rt.device().compute_units) * groups_per_cu;
-  barriers_per_token_ = uint32_t(k_stages * size_t(c.n_layer) + 1);
+  local_size_ = cpu_ ? 2 : 256;  // decode_persistent_cpu.cl: CPU_WG
+  lead_barriers_ = cpu_ ? 1 : 0;
+  barriers_per_token_ = uint32_t(k_stages * size_t(c.n_layer) + 1 + lead_barriers_);
   char eps[64];
   std::snprintf(eps, sizeof(eps), "%.9ef", double(c.rms_eps));
   std::string defines =
-      " -DPWG=256 -DN_EMBD=" + std::to_string(c.n_embd) + " -DN_FF=" + std::to_string(c.n_ff) +
+      " -DN_EMBD=" + std::to_string(c.n_embd) + " -DN_FF=" + std::to_string(c.n_ff) +
       " -DN_HEAD=" + std::to_string(c.n_head) + " -DN_HEAD_KV=" + std::to_string(c.n_head_kv) +
       " -DHEAD_DIM=" + std::to_string(c.head_dim) + " -DN_ROT=" + std::to_string(c.n_rot) +
       " -DN_LAYER=" + std::to_string(c.n_layer) + " -DN_VOCAB=" + std::to_string(c.n_vocab) +
@@ -136,8 +181,25 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
   defines += " -DWT_QKV=" + wt(l0.qkv[0].type) + " -DWT_WO=" + wt(l0.wo.type) +
              " -DWT_FFN=" + wt(l0.ffn_gate.type) + " -DWT_DOWN=" + wt(l0.ffn_down.type) +
              " -DWT_HEAD=" + wt(head.type) + " -DWT_EMBD=" + wt(f_.token_embd_.type);
-  program_ = rt.build_program("decode_persistent", kernel_source("decode_persistent"),
-                              f_.programs_.tuning().build_options + defines);
+  const KernelTuning& tuning = f_.programs_.tuning();
+  std::string source;
+  auto add = [&source](const char* stem) {
+    source += kernel_source(stem);
+    source += '\n';
+  };
+  add("persistent_layout");
+  if (cpu_) {
+    defines +=
+        " -DNR=" + std::to_string(tuning.cpu_nr) + (tuning.cpu_portable ? " -DCPU_PORTABLE=1" : "");
+    add("cpu_dot");
+    add("attention_cpu");
+    add("decode_persistent_cpu");
+  } else {
+    defines += " -DPWG=256";
+    add("decode_persistent");
+  }
+  program_ = rt.build_program(cpu_ ? "decode_persistent_cpu" : "decode_persistent", source,
+                              tuning.build_options + defines);
 
   const cl_uint zero = 0;
   bar_ = rt.alloc(4);
@@ -148,6 +210,11 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
            "clEnqueueFillBuffer");
   part_val_ = rt.alloc(n_groups_ * 4);
   part_idx_ = rt.alloc(n_groups_ * 4);
+  if (cpu_) {
+    work_ = rt.alloc(4);
+    cl_check(clEnqueueFillBuffer(rt.queue(), work_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
+             "clEnqueueFillBuffer");
+  }
   if (!barrier_self_test()) return false;
 
   kernel_ = rt.create_kernel(program_, "decode_token");
@@ -155,9 +222,14 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
            cl_ulong(head_s), cl_ulong(out_norm), f_.rope_cs_, f_.k_cache_, f_.v_cache_, f_.x_,
            f_.q_, f_.att_out_, f_.h_, f_.logits_, part_val_, part_idx_, f_.ids_, cl_int(0),
            cl_int(0), bar_, cl_uint(0), abort_, ClMem());
+  if (cpu_) {
+    set_arg(kernel_.get(), 24, work_);
+    set_arg(kernel_.get(), 25, f_.scores_);
+  }
   trace_ = rt.alloc((barriers_per_token_ + 1) * 8, true);
   trace_all_ = env_flag("CLCHAT_PERSIST_TRACE");
   trace_sum_us_.assign(k_stages + 1, 0.0);
+  if (cpu_) trace_ticks_per_us_ = tsc_ticks_per_us();
   rt.finish();
   return true;
 }
@@ -174,7 +246,7 @@ bool PersistentDecode::barrier_self_test() {
   cl_check(clEnqueueFillBuffer(rt.queue(), errors.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
            "clEnqueueFillBuffer");
   set_args(k, bar_, cl_uint(bar_base_), rounds, data, errors, abort_);
-  const size_t local = 256, global = n_groups_ * local;
+  const size_t local = local_size_, global = n_groups_ * local;
   rt.finish();
   const auto t0 = std::chrono::steady_clock::now();
   cl_check(
@@ -213,7 +285,12 @@ void PersistentDecode::enqueue(int token_index, int pos, bool traced) {
   set_arg(kernel_.get(), 18, cl_int(token_index));
   set_arg(kernel_.get(), 19, cl_int(pos));
   set_arg(kernel_.get(), 21, cl_uint(bar_base_));
-  const size_t local = 256, global = n_groups_ * local;
+  if (++n_enqueued_ == fault::active().barrier_timeout) {  // test hook: a barrier gave up
+    const cl_uint one = 1;
+    cl_check(clEnqueueFillBuffer(f_.rt_.queue(), abort_.get(), &one, 4, 0, 4, 0, nullptr, nullptr),
+             "clEnqueueFillBuffer");
+  }
+  const size_t local = local_size_, global = n_groups_ * local;
   cl_check(clEnqueueNDRangeKernel(f_.rt_.queue(), kernel_.get(), 1, nullptr, &global, &local, 0,
                                   nullptr, nullptr),
            "clEnqueueNDRangeKernel(decode_token)");
@@ -221,8 +298,10 @@ void PersistentDecode::enqueue(int token_index, int pos, bool traced) {
   if (trace) read_trace(traced);
 }
 
-// The GPU clock after each barrier (work-group 0): stage k of layer il ends
-// at t[5 * il + k + 1]; the head at the last entry.
+// The device clock after each barrier (work-group 0): after the lead
+// barriers (the CPU kernel's embedding, counted into layer 0's first stage),
+// stage k of layer il ends at t[lead + 5 * il + k + 1]; the head at the last
+// entry.
 void PersistentDecode::read_trace(bool to_profile) {
   std::vector<cl_ulong> t(barriers_per_token_ + 1);
   cl_check(clEnqueueReadBuffer(f_.rt_.queue(), trace_.get(), CL_TRUE, 0, t.size() * 8, t.data(), 0,
@@ -233,11 +312,12 @@ void PersistentDecode::read_trace(bool to_profile) {
   p.n_launches = 1;
   for (size_t k = 1; k < t.size(); ++k) {
     const bool head = k == t.size() - 1;
-    const size_t stage = head ? k_stages : (k - 1) % k_stages;
-    const double us = double(t[k] - t[k - 1]) / 1000.0;
+    const size_t in_layers = k <= lead_barriers_ ? 0 : k - 1 - lead_barriers_;
+    const size_t stage = head ? k_stages : in_layers % k_stages;
+    const double us = double(t[k] - t[k - 1]) / trace_ticks_per_us_;
     if (trace_all_) trace_sum_us_[stage] += us;
     p.kernel_us[k_stage_names[stage]] += us;
-    if (!head) p.layer_us[(k - 1) / k_stages] += us;
+    if (!head) p.layer_us[in_layers / k_stages] += us;
     p.total_us += us;
   }
   if (trace_all_) ++trace_tokens_;

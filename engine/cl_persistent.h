@@ -1,17 +1,22 @@
-// The NVIDIA fast path of a decode step: the whole token as ONE launch of the
-// persistent kernel in kernels/decode_persistent.cl, whose work-groups meet at
-// grid-wide barriers (5 per layer + 1). ClForward uses it for plain decode
-// steps when create() succeeds; debug readback, profiling and prefill keep the
+// The fast path of a decode step: the whole token as ONE launch of a
+// persistent kernel whose work-groups meet at grid-wide barriers (5 per layer
+// + 1 or 2): kernels/decode_persistent.cl on NVIDIA (warps, inline PTX),
+// kernels/decode_persistent_cpu.cl on CPU devices (one work-group per core,
+// spin barriers; PoCL wakes a sleeping worker thread for every launch, which
+// cost ~35 us each on the 2-core VM). ClForward uses it for plain decode
+// steps when create() succeeds; debug readback and prefill keep the
 // multi-kernel plan.
 //
 // Eligibility (otherwise create() returns null and says why in the log):
-// NVIDIA platform with the warp-shuffle self-test passed (inline PTX), head
-// size a multiple of 32, all layers sharing their weight types with Q/K/V
-// stacked, the weights fitting one extra allocation (they are copied into an
-// arena so the kernel can address every layer through offsets: OpenCL 1.2 has
-// no device pointers), and a start-up barrier test showing every work-group
-// resident. CLCHAT_NO_PERSISTENT=1 turns the path off; CLCHAT_PERSIST_WGS sets
-// work-groups per compute unit (default 2).
+// NVIDIA with the warp-shuffle self-test passed (inline PTX) and head size a
+// multiple of 32, or a CPU device of an x86-64 host with the CPU kernels on
+// (CLCHAT_CPU_KERNELS) and head size a multiple of 4; all layers sharing
+// their weight types with Q/K/V stacked, the weights fitting one extra
+// allocation (they are copied into an arena so the kernel can address every
+// layer through offsets: OpenCL 1.2 has no device pointers), and a start-up
+// barrier test showing every work-group resident. CLCHAT_NO_PERSISTENT=1
+// turns the path off; CLCHAT_PERSIST_WGS sets work-groups per compute unit
+// (default 2 on NVIDIA, 1 on CPU devices: one per PoCL worker thread).
 #pragma once
 
 #include <cstdint>
@@ -33,7 +38,7 @@ class PersistentDecode {
   // Enqueues the token at ids[token_index], position `pos`; the argmax lands
   // in ids[0] (-2 there means the barrier gave up: work-groups were not all
   // resident; the caller must then stop using this path).
-  // traced: also record the GPU clock after every barrier and make profile()
+  // traced: also record the device clock after every barrier and make profile()
   // this token's per-stage and per-layer times (a blocking read; profiling
   // samples a few tokens).
   void enqueue(int token_index, int pos, bool traced = false);
@@ -80,10 +85,16 @@ class PersistentDecode {
   ClProgram program_;
   ClKernel kernel_;
   ClMem arena_, layer_off_, bar_, abort_, part_val_, part_idx_;
+  ClMem work_;  // CPU: the chunk-claim counter (decode_persistent_cpu.cl)
+  bool cpu_ = false;
   size_t n_groups_ = 0;
+  size_t local_size_ = 256;
+  uint32_t lead_barriers_ = 0;  // barriers before layer 0 (CPU: after the embedding)
   uint32_t barriers_per_token_ = 0;
-  uint32_t bar_base_ = 0;  // arrivals counted so far (wraps)
-  // GPU clock after every barrier. CLCHAT_PERSIST_TRACE=1 traces every token
+  uint32_t bar_base_ = 0;    // arrivals counted so far (wraps)
+  uint64_t n_enqueued_ = 0;  // tokens launched (CLCHAT_FAULT=barrier_timeout)
+  // Clock after every barrier: the GPU's in ns, the CPU's TSC in ticks.
+  // CLCHAT_PERSIST_TRACE=1 traces every token
   // and logs the per-stage sums at the end.
   ClMem trace_;
   bool trace_all_ = false;
@@ -92,6 +103,7 @@ class PersistentDecode {
   std::vector<double> trace_sum_us_;
   int trace_tokens_ = 0;
   double barrier_us_ = 0;
+  double trace_ticks_per_us_ = 1000.0;
 };
 
 }  // namespace clchat

@@ -120,10 +120,22 @@ constexpr const char* k_no_platform_help =
     "`apt-get install pocl-opencl-icd` runs on the CPU; for NVIDIA GPUs install the NVIDIA "
     "driver's OpenCL ICD (libnvidia-compute / nvidia-opencl-icd)";
 
+// Before the first OpenCL call: PoCL's CPU driver pins worker thread i to
+// core i when POCL_AFFINITY=1 (unless the user set it otherwise). Unpinned,
+// Linux wakes the second worker on the core of the first one, where it waits
+// ~3.5 ms for a time slice: the persistent decode kernel's work-groups
+// (one per worker) then meet at their first barrier milliseconds late.
+// PoCL reads the variable when it starts its workers; other drivers ignore it.
+void prepare_opencl_environment() {
+  static const bool done = [] { return setenv("POCL_AFFINITY", "1", /*overwrite=*/0) == 0; }();
+  (void)done;
+}
+
 // No device at all: no platform (no driver installed), or platforms whose
 // devices failed to start. PoCL, for one, offers no device when it cannot
 // create its kernel cache directory.
 std::string no_device_help() {
+  prepare_opencl_environment();
   cl_uint n_platforms = 0;
   if (clGetPlatformIDs(0, nullptr, &n_platforms) != CL_SUCCESS || n_platforms == 0) {
     return k_no_platform_help;
@@ -151,6 +163,7 @@ bool DeviceInfo::has_extension(const std::string& ext) const {
 }
 
 std::vector<DeviceInfo> list_devices() {
+  prepare_opencl_environment();
   std::vector<DeviceInfo> out;
   cl_uint n_platforms = 0;
   if (clGetPlatformIDs(0, nullptr, &n_platforms) != CL_SUCCESS || n_platforms == 0) return out;

@@ -10,6 +10,10 @@
 //   CLCHAT_FAULT=enqueue       kernel launches report CL_OUT_OF_RESOURCES
 //   CLCHAT_FAULT=device_mem=N  every device reports N bytes of global memory
 //                              and of largest allocation
+//   CLCHAT_FAULT=barrier_timeout=N
+//                              the persistent decode kernel's N-th token
+//                              (counted from 1, start-up check included)
+//                              finds the barrier given up, as after a timeout
 //
 // Several faults are separated by commas. An unknown name throws
 // std::invalid_argument at first use.
@@ -28,7 +32,8 @@ struct Faults {
   bool build = false;
   bool alloc = false;
   bool enqueue = false;
-  uint64_t device_mem = 0;  // 0: the device's own figures
+  uint64_t device_mem = 0;       // 0: the device's own figures
+  uint64_t barrier_timeout = 0;  // 0: none
 };
 
 // Parses a CLCHAT_FAULT value; throws std::invalid_argument naming the bad part.

@@ -24,9 +24,10 @@
 // (other work-groups wrote them during this launch).
 //
 // Weights live in one arena buffer; `layer_off` holds byte offsets per layer
-// (see LO_* below). Types are compile-time: WT_QKV, WT_WO, WT_FFN (gate and
-// up), WT_DOWN, WT_HEAD, WT_EMBD (GGML type ids 0 F32, 1 F16, 2 Q4_0, 3 Q4_1,
-// 8 Q8_0); layouts are the repacked ones of engine/cl_weights.h.
+// (LO_* in kernels/persistent_layout.cl, built before this file). Types are
+// compile-time: WT_QKV, WT_WO, WT_FFN (gate and up), WT_DOWN, WT_HEAD,
+// WT_EMBD (GGML type ids 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0); layouts are
+// the repacked ones of engine/cl_weights.h.
 //
 // The barrier counts arrivals on a counter that is never reset: barrier k of
 // this launch waits until counter - (bar_base + k * n_groups) >= 0 in wrapping
@@ -43,23 +44,7 @@
 #define SPIN_LIMIT 20000000
 #endif
 
-// Byte offsets per layer in layer_off[il * LO_N + ...].
-#define LO_QKV_Q 0
-#define LO_QKV_S 1
-#define LO_WO_Q 2
-#define LO_WO_S 3
-#define LO_GATE_Q 4
-#define LO_GATE_S 5
-#define LO_UP_Q 6
-#define LO_UP_S 7
-#define LO_DOWN_Q 8
-#define LO_DOWN_S 9
-#define LO_ATTN_NORM 10
-#define LO_FFN_NORM 11
-#define LO_N 12
-
-#define N_QKV (N_EMBD + 2 * N_EMBD_KV)
-#define N_EMBD_KV (N_HEAD_KV * HEAD_DIM)
+// Layer offsets (LO_*), N_EMBD_KV and N_QKV: kernels/persistent_layout.cl.
 #define LOCAL_X (N_FF > N_EMBD ? N_FF : N_EMBD)
 // Matrix inputs sit in local memory with each block of 32 values padded to 36
 // floats: a lane per block then reads at a stride of 36 floats, so the eight
@@ -306,14 +291,6 @@ inline void rms_norm_local(__local float* xl, const __global float* g, __local f
     vstore4(vload4(0, xl + XP(4 * i)) * scale * vload4(i, g), 0, xl + XP(4 * i));
   }
   barrier(CLK_LOCAL_MEM_FENCE);
-}
-
-inline bool is_nan_bits(float v) { return (as_uint(v) & 0x7fffffffu) > 0x7f800000u; }
-// Does candidate (v, i) beat (bv, bi)? NaN never wins; ties go to the lower id.
-inline bool beats(float v, int i, float bv, int bi) {
-  if (is_nan_bits(v) || i < 0) return false;
-  if (bi < 0) return true;
-  return v > bv || (v == bv && i < bi);
 }
 
 // ---- the token ----------------------------------------------------------------

@@ -1,13 +1,19 @@
-// The one-launch persistent decode kernel (engine/cl_persistent.*): on a device
-// where it is eligible (NVIDIA's OpenCL; run with CLCHAT_TEST_DEVICE=gpu), the
-// logits of every position against the CPU reference for every weight type,
-// tied and untied, over more positions than 8 attention chunks of 32 (so the
-// chunks grow); and the ids staying the same when debug mode switches to the
-// multi-kernel plan and back. On other devices the path is not used and these
-// tests skip, saying so; the multi-kernel plan is covered by test_cl_forward.
+// The one-launch persistent decode kernels (engine/cl_persistent.*): on a
+// device where one is eligible (NVIDIA's OpenCL, run with
+// CLCHAT_TEST_DEVICE=gpu: kernels/decode_persistent.cl; a CPU device of an
+// x86-64 host, PoCL here: decode_persistent_cpu.cl), the logits of every
+// position against the CPU reference for every weight type, tied and untied,
+// over more positions than 8 attention chunks of 32 (so the NVIDIA kernel's
+// chunks grow); the ids staying the same when debug mode switches to the
+// multi-kernel plan and back, through lookahead interruptions and with
+// profiling; and, on CPU devices, more work-groups than worker threads
+// failing the start-up barrier test (a timeout) so the plan is used. On other
+// devices the path is not used and these tests skip, saying so; the
+// multi-kernel plan is covered by test_cl_forward.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -21,9 +27,19 @@
 namespace clchat {
 namespace {
 
-bool device_is_nvidia() {
-  return test::cl_test_runtime().device().platform_name.find("NVIDIA") != std::string::npos;
+bool device_is_cpu() { return test::cl_test_runtime().device().is_cpu; }
+
+// Where create() takes the path (given the default environment).
+bool persistent_expected() {
+  const bool nvidia =
+      test::cl_test_runtime().device().platform_name.find("NVIDIA") != std::string::npos;
+#if defined(__x86_64__)
+  return nvidia || device_is_cpu();
+#else
+  return nvidia;
+#endif
 }
+constexpr const char* k_not_here = "no persistent decode kernel for this device";
 
 struct PersistentCase {
   GgmlType layer_type, embd_type;
@@ -56,7 +72,7 @@ SyntheticSpec spec_for(const PersistentCase& c) {
 class PersistentDecodeTypes : public testing::TestWithParam<PersistentCase> {};
 
 TEST_P(PersistentDecodeTypes, LogitsMatchCpuAtEveryPosition) {
-  if (!device_is_nvidia()) GTEST_SKIP() << "the persistent kernel runs on NVIDIA's OpenCL only";
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
   const std::string path = write_synthetic_model_tmp(spec_for(GetParam()));
   const Model model = load_model(path);
   const int n_ctx = 300;  // > 8 chunks of 32: longer attention chunks too
@@ -85,7 +101,7 @@ INSTANTIATE_TEST_SUITE_P(Types, PersistentDecodeTypes,
 // plan (debug mode) every few tokens: the ids must equal a run without the
 // persistent path.
 TEST(PersistentDecode, SwitchingPathsKeepsTheGreedyIds) {
-  if (!device_is_nvidia()) GTEST_SKIP() << "the persistent kernel runs on NVIDIA's OpenCL only";
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
   const std::string path =
       write_synthetic_model_tmp(spec_for({GgmlType::Q4_0, GgmlType::Q8_0, true}));
   const Model model = load_model(path);
@@ -108,7 +124,7 @@ TEST(PersistentDecode, SwitchingPathsKeepsTheGreedyIds) {
 // logits, or a prefill in the middle must drop those steps and give the ids a
 // plan-only run gives.
 TEST(PersistentDecode, LookaheadKeepsIdsThroughInterruptions) {
-  if (!device_is_nvidia()) GTEST_SKIP() << "the persistent kernel runs on NVIDIA's OpenCL only";
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
   const std::string path =
       write_synthetic_model_tmp(spec_for({GgmlType::Q4_1, GgmlType::Q8_0, true}));
   const Model model = load_model(path);
@@ -144,7 +160,7 @@ TEST(PersistentDecode, LookaheadKeepsIdsThroughInterruptions) {
 // Profiling on the persistent path reads the kernel's own clock: one launch,
 // per-stage and per-layer times that add up, and the same ids as without it.
 TEST(PersistentDecode, ProfilingTimesComeFromTheKernel) {
-  if (!device_is_nvidia()) GTEST_SKIP() << "the persistent kernel runs on NVIDIA's OpenCL only";
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
   const std::string path =
       write_synthetic_model_tmp(spec_for({GgmlType::Q4_0, GgmlType::Q8_0, true}));
   const Model model = load_model(path);
@@ -152,6 +168,7 @@ TEST(PersistentDecode, ProfilingTimesComeFromTheKernel) {
   auto greedy = [&](bool profiling) {
     ClForward cl(model, rt, ClForwardOptions{64});
     EXPECT_TRUE(cl.persistent_decode());
+    EXPECT_EQ(cl.launches_per_token(), 1);
     std::vector<int32_t> ids{3};
     for (int pos = 0; pos < 24; ++pos) {
       cl.set_profiling(profiling && pos % 4 == 1);
@@ -173,6 +190,58 @@ TEST(PersistentDecode, ProfilingTimesComeFromTheKernel) {
     return ids;
   };
   EXPECT_EQ(greedy(true), greedy(false));
+  std::filesystem::remove(path);
+}
+
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    if (old) old_ = old;
+    had_ = old != nullptr;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+// Two work-groups per core on a CPU device: PoCL runs one per worker thread
+// at a time, so the others never reach the start-up test's first barrier;
+// the waiting groups give up after ~0.1 s and the forward pass keeps the
+// multi-kernel plan, with the ids of a run that never tried.
+TEST(PersistentDecode, CpuGroupsThatCannotAllRunKeepThePlan) {
+  if (!persistent_expected() || !device_is_cpu()) GTEST_SKIP() << "CPU devices of x86-64 hosts";
+  const std::string path =
+      write_synthetic_model_tmp(spec_for({GgmlType::Q4_0, GgmlType::Q8_0, true}));
+  const Model model = load_model(path);
+  auto greedy = [&](ClForward& cl) {
+    std::vector<int32_t> ids{1};
+    for (int pos = 0; pos < 20; ++pos) ids.push_back(cl.decode_argmax(ids.back(), pos));
+    return ids;
+  };
+  ClForward fast(model, test::cl_test_runtime(), ClForwardOptions{64});
+  ASSERT_TRUE(fast.persistent_decode());
+  const std::vector<int32_t> want = greedy(fast);
+  {
+    ScopedEnv wgs("CLCHAT_PERSIST_WGS", "2");
+    ClForward cl(model, test::cl_test_runtime(), ClForwardOptions{64});
+    EXPECT_FALSE(cl.persistent_decode());
+    EXPECT_GT(cl.launches_per_token(), 1);
+    EXPECT_EQ(greedy(cl), want);
+  }
   std::filesystem::remove(path);
 }
 

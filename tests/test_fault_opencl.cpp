@@ -123,6 +123,28 @@ TEST(FaultOpenCL, EnqueueFailure) {
   EXPECT_EQ(chat.exit_code, 1) << chat.err;
 }
 
+// The persistent decode kernel (one launch per token, work-groups meeting at
+// spin barriers; used on PoCL and NVIDIA) gives a token up when a barrier
+// waits too long. `run` must then say so once on stderr, finish the reply on
+// the multi-kernel plan and print the same text as a run without the fault
+// (the 12th launch: the start-up check is the first, so mid-reply).
+TEST(FaultOpenCL, BarrierTimeoutFinishesTheReplyOnThePlan) {
+  const std::string args = "run -m '" + test::shared_file("models/stories260K.gguf") +
+                           "' --device " + device() + " -c 64 -n 40 -p 'Once upon a time'";
+  test::TempDir state;
+  const auto plain = clchat_with_fault("", state, args);
+  const auto faulty = clchat_with_fault("barrier_timeout=12", state, args);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.err.find("timed out"), std::string::npos) << plain.err;
+  EXPECT_EQ(faulty.exit_code, 0) << faulty.err;
+  EXPECT_NE(faulty.err.find("persistent decode kernel timed out at a grid barrier; using the "
+                            "multi-kernel plan"),
+            std::string::npos)
+      << faulty.err;
+  EXPECT_GT(plain.out.size(), 40u);
+  EXPECT_EQ(faulty.out, plain.out);
+}
+
 TEST(FaultInjection, ParsesTheHook) {
   const fault::Faults f = fault::parse("build,enqueue,device_mem=4096");
   EXPECT_TRUE(f.build);
@@ -134,6 +156,10 @@ TEST(FaultInjection, ParsesTheHook) {
   EXPECT_THROW(fault::parse("bulid"), std::invalid_argument);
   EXPECT_THROW(fault::parse("device_mem=lots"), std::invalid_argument);
   EXPECT_THROW(fault::parse("device_mem=0"), std::invalid_argument);
+  EXPECT_EQ(fault::parse("barrier_timeout=12").barrier_timeout, 12u);
+  EXPECT_EQ(fault::parse("build").barrier_timeout, 0u);
+  EXPECT_THROW(fault::parse("barrier_timeout=0"), std::invalid_argument);
+  EXPECT_THROW(fault::parse("barrier_timeout=-1"), std::invalid_argument);
 }
 
 DeviceInfo device_info(int index, const std::string& name, bool gpu) {

@@ -1,0 +1,263 @@
+// One decode token in ONE launch on CPU devices (PoCL on x86-64), built
+// after kernels/persistent_layout.cl, cpu_dot.cl and attention_cpu.cl.
+//
+// Why: PoCL's worker threads sleep between commands, and waking one costs
+// 20-35 us per launch on the 2-core VM we measured (a 30-launch chain of
+// matvecs ran at 11 G weights/s, the same rows as one launch at 19.4). The
+// multi-kernel plan's 122 launches per token thus cost ~4 ms of a ~17 ms
+// token. Here one work-group per core (n_groups = compute units) stays in
+// the kernel for the whole token and the groups meet at spin barriers
+// (~0.1 us each) between the stages that read each other's results:
+//   embed                     x = embedding row of ids[token_index]
+//   per layer il:
+//   P1  q; k; v = Wqkv (x * attn_norm * rms), RoPE, k and v -> cache at pos
+//   P2  attention of each head over cache positions 0..pos -> att
+//   P3  x += Wo att
+//   P4  h = silu(Wg x') * (Wu x'), x' = x * ffn_norm * rms
+//   P5  x += Wd h
+//   head: logits = Whead (x * output_norm * rms), each group's argmax
+//   candidate -> barrier -> group 0 writes the token to ids[0] (NaN never
+//   wins, ties go to the lowest id).
+// 5 barriers per layer + 2.
+//
+// Work split: each stage's rows (heads in P2) are claimed in chunks from a
+// shared counter, so a core that runs slower (another process, a noisy VM)
+// takes fewer chunks instead of holding the others at the barrier. Every
+// group makes exactly one failing claim per stage, so stage s's claims start
+// at the sum over earlier stages of (chunks + n_groups), known to all groups
+// without further communication; group 0 resets the counter at the end.
+// Results do not depend on which group computes a row (same code, same order
+// of operations per row).
+//
+// Memory ordering: PoCL's mem_fence() compiles to nothing, so the barrier
+// orders memory with atomics: the arrival (atomic_inc, acq_rel) publishes
+// this group's writes, and an atomic read-modify-write after the wait keeps
+// the next stage's loads below it. x86's coherent caches do the rest.
+//
+// The barrier counts arrivals on a counter that is never reset, like
+// decode_persistent.cl's: barrier k of this launch waits until counter -
+// (bar_base + k * n_groups) >= 0 in wrapping 32-bit arithmetic. A group that
+// waits longer than ~0.1 s (the TSC, __builtin_ia32_rdtsc) sets *abort_flag;
+// all groups then stop waiting, the token's id becomes -2, and launches
+// that find the flag set write -2 and return at once. The host enables this
+// kernel only after grid_barrier_selftest passes and falls back to the
+// multi-kernel plan when a token comes back as -2.
+//
+// Work-groups have 2 work-items of which only the first works: the size is
+// a compile-time constant for PoCL, and newer PoCL schedulers weigh a
+// group's cost by log2 of its size, which is 0 for a single work-item.
+
+#if !defined(__x86_64__)
+#error "decode_persistent_cpu.cl needs an x86-64 device (rdtsc, pause)"
+#endif
+
+#define CPU_WG 2
+#ifndef SPIN_TICKS
+#define SPIN_TICKS 300000000ul  // TSC ticks, ~0.1 s at 3 GHz
+#endif
+// Rows per claim in the matrix stages (a multiple of NR), and in the head.
+#define CHUNK_ROWS 64
+#define HEAD_CHUNK_ROWS 512
+#define N_CHUNKS(n, c) (((n) + (c)-1) / (c))
+
+// ---- barrier and work claims --------------------------------------------------
+
+// Arrives at barrier `target` and waits for all groups; false when the wait
+// was given up (now or by another group).
+inline bool cpu_grid_sync(volatile __global uint* bar, uint target,
+                          volatile __global uint* abort_flag) {
+  atomic_inc(bar);
+  const ulong t0 = __builtin_ia32_rdtsc();
+  uint spins = 0;
+  while ((int)(*bar - target) < 0) {
+    __builtin_ia32_pause();
+    if (*abort_flag) return false;
+    if ((++spins & 255) == 0 && __builtin_ia32_rdtsc() - t0 > SPIN_TICKS) {
+      *abort_flag = 1;
+      return false;
+    }
+  }
+  atomic_add(bar, 0u);  // the next stage's loads stay after the wait
+  return true;
+}
+
+// The next chunk of the current stage, counted from 0 (>= the stage's
+// chunk count: none left).
+inline uint claim(volatile __global uint* work, uint stage_base) {
+  return atomic_inc(work) - stage_base;
+}
+
+// ---- small helpers --------------------------------------------------------------
+
+// Value i of row `row` of a matrix of type wt in the device layout.
+inline float weight_value(const int wt, const __global uchar* wq, const __global ushort* ws,
+                          int n_in, int row, int i) {
+  const size_t at = (size_t)row * n_in + i;
+  if (wt == 0) return ((const __global float*)wq)[at];
+  if (wt == 1) return vload_half(at, (const __global half*)wq);
+  const size_t blk = at / 32;
+  const int j = i % 32;
+  if (wt == 8) return half_to_float8(ws[blk]).s0 * (float)((const __global char*)wq)[blk * 32 + j];
+  const uchar byte = wq[blk * 16 + j % 16];
+  const float code = (float)(j < 16 ? (byte & 15) : (byte >> 4));
+  if (wt == 2) return half_to_float8(ws[blk]).s0 * (code - 8.0f);
+  return half_to_float8(ws[2 * blk]).s0 * code + half_to_float8(ws[2 * blk + 1]).s0;
+}
+
+#define Q_OF(name) (arena + lo[LO_##name##_Q])
+#define S_OF(name) ((const __global ushort*)(arena + lo[LO_##name##_S]))
+
+// ---- the token ----------------------------------------------------------------
+
+__kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
+    const __global uchar* arena, const __global ulong* layer_off, ulong embd_q, ulong embd_s,
+    ulong head_q, ulong head_s, ulong out_norm, const __global float2* rope_cs,
+    __global float* k_cache, __global float* v_cache, __global float* x, __global float* q,
+    __global float* att, __global float* h, __global float* logits, __global float* part_val,
+    __global int* part_idx, __global int* ids, int token_index, int pos,
+    volatile __global uint* bar, uint bar_base, volatile __global uint* abort_flag,
+    __global ulong* trace, volatile __global uint* work, __global float* scores) {
+  if (get_local_id(0) != 0) return;
+  const int group = get_group_id(0);
+  const int n_groups = get_num_groups(0);
+  if (*abort_flag) {  // an earlier token gave up: this path is being abandoned
+    if (group == 0) ids[0] = -2;
+    return;
+  }
+  uint n_bar = 0;
+  uint stage_base = 0;  // claims made in earlier stages
+  // With a trace buffer, group 0 records the TSC after each barrier.
+#define SYNC()                                                                 \
+  do {                                                                         \
+    cpu_grid_sync(bar, bar_base + (++n_bar) * (uint)n_groups, abort_flag);     \
+    if (trace && group == 0) trace[n_bar] = __builtin_ia32_rdtsc();            \
+  } while (0)
+  // Rows [CHUNK_ROWS * c, ...) of n_rows, in blocks of NR, for each claimed c.
+#define FOR_CHUNK_ROWS(row0, n_rows, chunk)                                         \
+  for (uint c_, n_c_ = N_CHUNKS(n_rows, chunk); (c_ = claim(work, stage_base)) < n_c_ ||    \
+                                                 ((stage_base += n_c_ + n_groups), 0);) \
+    for (int row0 = c_ * (chunk); row0 < min((int)(n_rows), (int)(c_ + 1) * (chunk)); row0 += NR)
+  if (trace && group == 0) trace[0] = __builtin_ia32_rdtsc();
+
+  const int token = ids[token_index];
+  if (group == 0) {
+    const int row = token >= 0 && token < N_VOCAB ? token : 0;
+    for (int i = 0; i < N_EMBD; ++i) {
+      x[i] = weight_value(WT_EMBD, arena + embd_q, (const __global ushort*)(arena + embd_s),
+                          N_EMBD, row, i);
+    }
+  }
+  SYNC();
+
+  for (int il = 0; il < N_LAYER; ++il) {
+    const __global ulong* lo = layer_off + il * LO_N;
+    const ulong layer_cache = (ulong)il * N_CTX * N_EMBD_KV;
+    float dots[NR];
+
+    // P1: norm, q/k/v rows in pairs, RoPE, KV append.
+    {
+      const __global float* g = (const __global float*)(arena + lo[LO_ATTN_NORM]);
+      const float scale = rms_scale(x, N_EMBD, RMS_EPS);
+      FOR_CHUNK_ROWS(row0, N_QKV, CHUNK_ROWS) {
+        norm_rows_dot(WT_QKV, Q_OF(QKV), S_OF(QKV), N_EMBD, row0, N_QKV, x, g, scale, dots);
+        for (int r = 0; r < NR && row0 + r < N_QKV; r += 2) {
+          rope_store_pair(row0 + r, dots[r], dots[r + 1], N_EMBD, N_EMBD_KV, HEAD_DIM, N_ROT,
+                          rope_cs, pos, q, k_cache, v_cache,
+                          layer_cache + (ulong)pos * N_EMBD_KV);
+        }
+      }
+    }
+    SYNC();
+
+    // P2: attention, a head per claim.
+    for (uint n_c = N_HEAD, hd; (hd = claim(work, stage_base)) < n_c ||
+                                ((stage_base += n_c + n_groups), 0);) {
+      attend_head(hd, q, k_cache, v_cache, layer_cache, pos + 1, N_HEAD, N_HEAD_KV, HEAD_DIM,
+                  scores, N_CTX, att);
+    }
+    SYNC();
+
+    // P3: x += Wo att.
+    FOR_CHUNK_ROWS(row0, N_EMBD, CHUNK_ROWS) {
+      rows_dot(WT_WO, Q_OF(WO), S_OF(WO), N_EMBD, row0, N_EMBD, att, 0, 0, dots);
+      for (int r = 0; r < NR && row0 + r < N_EMBD; ++r) x[row0 + r] += dots[r];
+    }
+    SYNC();
+
+    // P4: norm, gate and up, SwiGLU.
+    {
+      const __global float* g = (const __global float*)(arena + lo[LO_FFN_NORM]);
+      const float scale = rms_scale(x, N_EMBD, RMS_EPS);
+      float up[NR];
+      FOR_CHUNK_ROWS(row0, N_FF, CHUNK_ROWS) {
+        norm_rows_dot(WT_FFN, Q_OF(GATE), S_OF(GATE), N_EMBD, row0, N_FF, x, g, scale, dots);
+        norm_rows_dot(WT_FFN, Q_OF(UP), S_OF(UP), N_EMBD, row0, N_FF, x, g, scale, up);
+        for (int r = 0; r < NR && row0 + r < N_FF; ++r) {
+          h[row0 + r] = dots[r] / (1.0f + exp(-dots[r])) * up[r];
+        }
+      }
+    }
+    SYNC();
+
+    // P5: x += Wd h.
+    FOR_CHUNK_ROWS(row0, N_EMBD, CHUNK_ROWS) {
+      rows_dot(WT_DOWN, Q_OF(DOWN), S_OF(DOWN), N_FF, row0, N_EMBD, h, 0, 0, dots);
+      for (int r = 0; r < NR && row0 + r < N_EMBD; ++r) x[row0 + r] += dots[r];
+    }
+    SYNC();
+  }
+
+  // Head: final norm, logits, this group's argmax candidate.
+  {
+    const __global float* g = (const __global float*)(arena + out_norm);
+    const float scale = rms_scale(x, N_EMBD, RMS_EPS);
+    float best = 0.0f;
+    int best_i = -1;
+    float dots[NR];
+    FOR_CHUNK_ROWS(row0, N_VOCAB, HEAD_CHUNK_ROWS) {
+      norm_rows_dot(WT_HEAD, arena + head_q, (const __global ushort*)(arena + head_s), N_EMBD,
+                    row0, N_VOCAB, x, g, scale, dots);
+      for (int r = 0; r < NR && row0 + r < N_VOCAB; ++r) {
+        logits[row0 + r] = dots[r];
+        if (beats(dots[r], row0 + r, best, best_i)) {
+          best = dots[r];
+          best_i = row0 + r;
+        }
+      }
+    }
+    part_val[group] = best;
+    part_idx[group] = best_i;
+  }
+  SYNC();
+  if (group == 0) {
+    float best = 0.0f;
+    int best_i = -1;
+    for (int gi = 0; gi < n_groups; ++gi) {
+      if (beats(part_val[gi], part_idx[gi], best, best_i)) {
+        best = part_val[gi];
+        best_i = part_idx[gi];
+      }
+    }
+    ids[0] = *abort_flag ? -2 : (best_i < 0 ? 0 : best_i);
+    *work = 0;  // every claim of this launch is made: the next starts from 0
+  }
+#undef SYNC
+#undef FOR_CHUNK_ROWS
+}
+
+// Start-up check that all n_groups work-groups run at once and that data
+// written before a barrier is seen after it: errors[0] counts mismatches.
+// Same arguments as decode_persistent.cl's.
+__kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void grid_barrier_selftest(
+    volatile __global uint* counter, uint bar_base, int rounds, volatile __global int* data,
+    volatile __global uint* errors, volatile __global uint* abort_flag) {
+  if (get_local_id(0) != 0) return;
+  const int g = get_group_id(0);
+  const int n = get_num_groups(0);
+  for (int r = 0; r < rounds; ++r) {
+    data[(r & 1) * n + g] = r * n + g;
+    if (!cpu_grid_sync(counter, bar_base + (uint)(r + 1) * (uint)n, abort_flag)) return;
+    const int other = (g + 1 + r) % n;
+    if (data[(r & 1) * n + other] != r * n + other) atomic_inc(errors);
+  }
+}

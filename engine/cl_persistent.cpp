@@ -30,6 +30,7 @@ constexpr size_t k_layer_offsets = 12;  // LO_N in persistent_layout.cl
 constexpr size_t k_stages = 5;
 constexpr const char* k_stage_names[k_stages + 1] = {"qkv",     "attention", "wo",
                                                      "gate_up", "down",      "head"};
+constexpr const char* k_start_name = "start";  // the CPU kernel's lead stage
 constexpr size_t k_arena_align = 256;
 
 size_t mem_size(const ClMem& m) {
@@ -211,6 +212,7 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
   part_val_ = rt.alloc(n_groups_ * 4);
   part_idx_ = rt.alloc(n_groups_ * 4);
   if (cpu_) {
+    xn_ = rt.alloc(n_groups_ * (size_t(c.n_embd + 31) / 32 * 32) * 4);  // XN_STRIDE per group
     work_ = rt.alloc(4);
     cl_check(clEnqueueFillBuffer(rt.queue(), work_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
              "clEnqueueFillBuffer");
@@ -225,6 +227,7 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
   if (cpu_) {
     set_arg(kernel_.get(), 24, work_);
     set_arg(kernel_.get(), 25, f_.scores_);
+    set_arg(kernel_.get(), 26, xn_);
   }
   trace_ = rt.alloc((barriers_per_token_ + 1) * 8, true);
   trace_all_ = env_flag("CLCHAT_PERSIST_TRACE");
@@ -298,10 +301,11 @@ void PersistentDecode::enqueue(int token_index, int pos, bool traced) {
   if (trace) read_trace(traced);
 }
 
-// The device clock after each barrier (work-group 0): after the lead
-// barriers (the CPU kernel's embedding, counted into layer 0's first stage),
-// stage k of layer il ends at t[lead + 5 * il + k + 1]; the head at the last
-// entry.
+// The device clock after each barrier (work-group 0): t[0] at the start,
+// then the lead barriers (the CPU kernel's embedding; with it the wait for
+// the last work-group to start, i.e. for PoCL to wake its other workers:
+// the "start" entry, outside the layers), then stage k of layer il ends at
+// t[lead + 5 * il + k + 1]; the head at the last entry.
 void PersistentDecode::read_trace(bool to_profile) {
   std::vector<cl_ulong> t(barriers_per_token_ + 1);
   cl_check(clEnqueueReadBuffer(f_.rt_.queue(), trace_.get(), CL_TRUE, 0, t.size() * 8, t.data(), 0,
@@ -311,14 +315,19 @@ void PersistentDecode::read_trace(bool to_profile) {
   p.layer_us.assign(f_.layers_.size(), 0.0);
   p.n_launches = 1;
   for (size_t k = 1; k < t.size(); ++k) {
-    const bool head = k == t.size() - 1;
-    const size_t in_layers = k <= lead_barriers_ ? 0 : k - 1 - lead_barriers_;
-    const size_t stage = head ? k_stages : in_layers % k_stages;
     const double us = double(t[k] - t[k - 1]) / trace_ticks_per_us_;
+    p.total_us += us;
+    if (k <= lead_barriers_) {
+      p.kernel_us[k_start_name] += us;
+      if (trace_all_) trace_start_us_ += us;
+      continue;
+    }
+    const bool head = k == t.size() - 1;
+    const size_t in_layers = k - 1 - lead_barriers_;
+    const size_t stage = head ? k_stages : in_layers % k_stages;
     if (trace_all_) trace_sum_us_[stage] += us;
     p.kernel_us[k_stage_names[stage]] += us;
     if (!head) p.layer_us[in_layers / k_stages] += us;
-    p.total_us += us;
   }
   if (trace_all_) ++trace_tokens_;
   if (to_profile) profile_ = std::move(p);
@@ -380,8 +389,11 @@ PersistentDecode::~PersistentDecode() {
     spdlog::warn("persistent decode: {}", e.what());
   }
   if (trace_tokens_ == 0) return;
-  std::string line;
-  double total = 0;
+  std::string line = lead_barriers_ > 0
+                         ? std::string(" ") + k_start_name + " " +
+                               std::to_string(trace_start_us_ / trace_tokens_) + " us;"
+                         : std::string();
+  double total = trace_start_us_ / trace_tokens_;
   for (size_t i = 0; i < trace_sum_us_.size(); ++i) {
     const double us = trace_sum_us_[i] / trace_tokens_;
     total += us;

@@ -85,7 +85,9 @@ class PersistentDecode {
   ClProgram program_;
   ClKernel kernel_;
   ClMem arena_, layer_off_, bar_, abort_, part_val_, part_idx_;
-  ClMem work_;  // CPU: the chunk-claim counter (decode_persistent_cpu.cl)
+  // CPU (decode_persistent_cpu.cl): the chunk-claim counter and each
+  // work-group's normed stage input.
+  ClMem work_, xn_;
   bool cpu_ = false;
   size_t n_groups_ = 0;
   size_t local_size_ = 256;
@@ -101,6 +103,7 @@ class PersistentDecode {
   bool trace_arg_ = false;  // the kernel's trace argument is set
   ProfileReport profile_;
   std::vector<double> trace_sum_us_;
+  double trace_start_us_ = 0;
   int trace_tokens_ = 0;
   double barrier_us_ = 0;
   double trace_ticks_per_us_ = 1000.0;

@@ -21,13 +21,18 @@
 // 5 barriers per layer + 2.
 //
 // Work split: each stage's rows (heads in P2) are claimed in chunks from a
-// shared counter, so a core that runs slower (another process, a noisy VM)
+// shared counter (CHUNKS_PER_GROUP chunks per group, so each chunk is a long
+// run of rows), so a core that runs slower (another process, a noisy VM)
 // takes fewer chunks instead of holding the others at the barrier. Every
 // group makes exactly one failing claim per stage, so stage s's claims start
 // at the sum over earlier stages of (chunks + n_groups), known to all groups
 // without further communication; group 0 resets the counter at the end.
 // Results do not depend on which group computes a row (same code, same order
-// of operations per row).
+// of operations per row). A normed stage's input x * g / rms(x) is made
+// once per stage by each group into its own slot of xn. Rows are computed
+// by cpu_dot.cl's rows_dot (with its software prefetch); attention by
+// attend_head8 below (8-wide), or attention_cpu.cl's attend_head when the
+// head size is not a multiple of 8.
 //
 // Memory ordering: PoCL's mem_fence() compiles to nothing, so the barrier
 // orders memory with atomics: the arrival (atomic_inc, acq_rel) publishes
@@ -56,9 +61,18 @@
 #define SPIN_TICKS 300000000ul  // TSC ticks, ~0.1 s at 3 GHz
 #endif
 // Rows per claim in the matrix stages (a multiple of NR), and in the head.
-#define CHUNK_ROWS 64
-#define HEAD_CHUNK_ROWS 512
+// Rows per claim: n_rows split into CHUNKS_PER_GROUP chunks per group, a
+// multiple of NR rows each (1 to 8 measured alike within the VM's noise,
+// 16 slower; 64-row chunks, the first version, were slower too).
+#ifndef CHUNKS_PER_GROUP
+#define CHUNKS_PER_GROUP 2
+#endif
+#define CHUNK_ROWS(n)                                                              \
+  ((((n) + n_groups * CHUNKS_PER_GROUP - 1) / (n_groups * CHUNKS_PER_GROUP) + NR - 1) / NR * \
+   NR)
 #define N_CHUNKS(n, c) (((n) + (c)-1) / (c))
+// Floats per group in xn: N_EMBD rounded up to 32 (128-byte aligned slots).
+#define XN_STRIDE ((N_EMBD + 31) / 32 * 32)
 
 // ---- barrier and work claims --------------------------------------------------
 
@@ -104,6 +118,53 @@ inline float weight_value(const int wt, const __global uchar* wq, const __global
   return half_to_float8(ws[2 * blk]).s0 * code + half_to_float8(ws[2 * blk + 1]).s0;
 }
 
+// xg = x * g / rms(x) over N_EMBD values: the input of a normed stage, made
+// once per stage by each group into its own slot (multiplying by g inside
+// the row loop cost 27% of a matvec's speed).
+inline void norm_into(const __global float* x, const __global float* g, __global float* xg) {
+  const float scale = rms_scale(x, N_EMBD, RMS_EPS);
+  for (int i = 0; i < N_EMBD; ++i) xg[i] = x[i] * scale * g[i];
+}
+
+#if HEAD_DIM % 8 == 0
+#define HD8 (HEAD_DIM / 8)
+// Attention of query head hd over cache positions 0 .. n_pos - 1 with 8-wide
+// vectors (attention_cpu.cl's attend_head works in float4, in three passes):
+// scores and their max, then exp and the weighted sum of V in one sweep, the
+// head's output in HD8 float8 registers.
+inline void attend_head8(int hd, const __global float* q, const __global float* k_cache,
+                         const __global float* v_cache, ulong layer_cache, int n_pos,
+                         __global float* scores, __global float* att) {
+  const int kvh = hd / (N_HEAD / N_HEAD_KV);
+  const __global float* kh = k_cache + layer_cache + kvh * HEAD_DIM;
+  const __global float* vh = v_cache + layer_cache + kvh * HEAD_DIM;
+  __global float* s = scores + (size_t)hd * N_CTX;
+  float8 qv[HD8];
+  const float kq_scale = rsqrt((float)HEAD_DIM);
+  for (int d = 0; d < HD8; ++d) qv[d] = vload8(d, q + hd * HEAD_DIM) * kq_scale;
+  float m = -INFINITY;
+  for (int t = 0; t < n_pos; ++t) {
+    const __global float* k = kh + (size_t)t * N_EMBD_KV;
+    float8 a = qv[0] * vload8(0, k);
+    for (int d = 1; d < HD8; ++d) a = fma(qv[d], vload8(d, k), a);
+    const float st = hsum8(a);
+    s[t] = st;
+    m = fmax(m, st);
+  }
+  float8 acc[HD8];
+  for (int d = 0; d < HD8; ++d) acc[d] = 0.0f;
+  float l = 0.0f;
+  for (int t = 0; t < n_pos; ++t) {
+    const float p = exp(s[t] - m);
+    l += p;
+    const __global float* v = vh + (size_t)t * N_EMBD_KV;
+    for (int d = 0; d < HD8; ++d) acc[d] = fma((float8)p, vload8(d, v), acc[d]);
+  }
+  const float inv = 1.0f / l;
+  for (int d = 0; d < HD8; ++d) vstore8(acc[d] * inv, d, att + hd * HEAD_DIM);
+}
+#endif
+
 #define Q_OF(name) (arena + lo[LO_##name##_Q])
 #define S_OF(name) ((const __global ushort*)(arena + lo[LO_##name##_S]))
 
@@ -116,7 +177,8 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
     __global float* att, __global float* h, __global float* logits, __global float* part_val,
     __global int* part_idx, __global int* ids, int token_index, int pos,
     volatile __global uint* bar, uint bar_base, volatile __global uint* abort_flag,
-    __global ulong* trace, volatile __global uint* work, __global float* scores) {
+    __global ulong* trace, volatile __global uint* work, __global float* scores,
+    __global float* xn) {
   if (get_local_id(0) != 0) return;
   const int group = get_group_id(0);
   const int n_groups = get_num_groups(0);
@@ -126,13 +188,14 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
   }
   uint n_bar = 0;
   uint stage_base = 0;  // claims made in earlier stages
+  __global float* xg = xn + (size_t)group * XN_STRIDE;  // this group's normed input
   // With a trace buffer, group 0 records the TSC after each barrier.
 #define SYNC()                                                                 \
   do {                                                                         \
     cpu_grid_sync(bar, bar_base + (++n_bar) * (uint)n_groups, abort_flag);     \
     if (trace && group == 0) trace[n_bar] = __builtin_ia32_rdtsc();            \
   } while (0)
-  // Rows [CHUNK_ROWS * c, ...) of n_rows, in blocks of NR, for each claimed c.
+  // Rows [chunk * c, ...) of n_rows, in blocks of NR, for each claimed c.
 #define FOR_CHUNK_ROWS(row0, n_rows, chunk)                                         \
   for (uint c_, n_c_ = N_CHUNKS(n_rows, chunk); (c_ = claim(work, stage_base)) < n_c_ ||    \
                                                  ((stage_base += n_c_ + n_groups), 0);) \
@@ -155,11 +218,10 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
     float dots[NR];
 
     // P1: norm, q/k/v rows in pairs, RoPE, KV append.
+    norm_into(x, (const __global float*)(arena + lo[LO_ATTN_NORM]), xg);
     {
-      const __global float* g = (const __global float*)(arena + lo[LO_ATTN_NORM]);
-      const float scale = rms_scale(x, N_EMBD, RMS_EPS);
-      FOR_CHUNK_ROWS(row0, N_QKV, CHUNK_ROWS) {
-        norm_rows_dot(WT_QKV, Q_OF(QKV), S_OF(QKV), N_EMBD, row0, N_QKV, x, g, scale, dots);
+      FOR_CHUNK_ROWS(row0, N_QKV, CHUNK_ROWS(N_QKV)) {
+        rows_dot(WT_QKV, Q_OF(QKV), S_OF(QKV), N_EMBD, row0, N_QKV, xg, 0, 0, dots);
         for (int r = 0; r < NR && row0 + r < N_QKV; r += 2) {
           rope_store_pair(row0 + r, dots[r], dots[r + 1], N_EMBD, N_EMBD_KV, HEAD_DIM, N_ROT,
                           rope_cs, pos, q, k_cache, v_cache,
@@ -172,26 +234,29 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
     // P2: attention, a head per claim.
     for (uint n_c = N_HEAD, hd; (hd = claim(work, stage_base)) < n_c ||
                                 ((stage_base += n_c + n_groups), 0);) {
+#if HEAD_DIM % 8 == 0
+      attend_head8(hd, q, k_cache, v_cache, layer_cache, pos + 1, scores, att);
+#else
       attend_head(hd, q, k_cache, v_cache, layer_cache, pos + 1, N_HEAD, N_HEAD_KV, HEAD_DIM,
                   scores, N_CTX, att);
+#endif
     }
     SYNC();
 
     // P3: x += Wo att.
-    FOR_CHUNK_ROWS(row0, N_EMBD, CHUNK_ROWS) {
+    FOR_CHUNK_ROWS(row0, N_EMBD, CHUNK_ROWS(N_EMBD)) {
       rows_dot(WT_WO, Q_OF(WO), S_OF(WO), N_EMBD, row0, N_EMBD, att, 0, 0, dots);
       for (int r = 0; r < NR && row0 + r < N_EMBD; ++r) x[row0 + r] += dots[r];
     }
     SYNC();
 
     // P4: norm, gate and up, SwiGLU.
+    norm_into(x, (const __global float*)(arena + lo[LO_FFN_NORM]), xg);
     {
-      const __global float* g = (const __global float*)(arena + lo[LO_FFN_NORM]);
-      const float scale = rms_scale(x, N_EMBD, RMS_EPS);
       float up[NR];
-      FOR_CHUNK_ROWS(row0, N_FF, CHUNK_ROWS) {
-        norm_rows_dot(WT_FFN, Q_OF(GATE), S_OF(GATE), N_EMBD, row0, N_FF, x, g, scale, dots);
-        norm_rows_dot(WT_FFN, Q_OF(UP), S_OF(UP), N_EMBD, row0, N_FF, x, g, scale, up);
+      FOR_CHUNK_ROWS(row0, N_FF, CHUNK_ROWS(N_FF)) {
+        rows_dot(WT_FFN, Q_OF(GATE), S_OF(GATE), N_EMBD, row0, N_FF, xg, 0, 0, dots);
+        rows_dot(WT_FFN, Q_OF(UP), S_OF(UP), N_EMBD, row0, N_FF, xg, 0, 0, up);
         for (int r = 0; r < NR && row0 + r < N_FF; ++r) {
           h[row0 + r] = dots[r] / (1.0f + exp(-dots[r])) * up[r];
         }
@@ -200,7 +265,7 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
     SYNC();
 
     // P5: x += Wd h.
-    FOR_CHUNK_ROWS(row0, N_EMBD, CHUNK_ROWS) {
+    FOR_CHUNK_ROWS(row0, N_EMBD, CHUNK_ROWS(N_EMBD)) {
       rows_dot(WT_DOWN, Q_OF(DOWN), S_OF(DOWN), N_FF, row0, N_EMBD, h, 0, 0, dots);
       for (int r = 0; r < NR && row0 + r < N_EMBD; ++r) x[row0 + r] += dots[r];
     }
@@ -208,15 +273,14 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
   }
 
   // Head: final norm, logits, this group's argmax candidate.
+  norm_into(x, (const __global float*)(arena + out_norm), xg);
   {
-    const __global float* g = (const __global float*)(arena + out_norm);
-    const float scale = rms_scale(x, N_EMBD, RMS_EPS);
     float best = 0.0f;
     int best_i = -1;
     float dots[NR];
-    FOR_CHUNK_ROWS(row0, N_VOCAB, HEAD_CHUNK_ROWS) {
-      norm_rows_dot(WT_HEAD, arena + head_q, (const __global ushort*)(arena + head_s), N_EMBD,
-                    row0, N_VOCAB, x, g, scale, dots);
+    FOR_CHUNK_ROWS(row0, N_VOCAB, CHUNK_ROWS(N_VOCAB)) {
+      rows_dot(WT_HEAD, arena + head_q, (const __global ushort*)(arena + head_s), N_EMBD, row0,
+               N_VOCAB, xg, 0, 0, dots);
       for (int r = 0; r < NR && row0 + r < N_VOCAB; ++r) {
         logits[row0 + r] = dots[r];
         if (beats(dots[r], row0 + r, best, best_i)) {

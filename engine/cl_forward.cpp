@@ -92,6 +92,11 @@ void ClForward::start_persistent_decode() {
     den += double(want[i]) * want[i];
   }
   const double rel = std::sqrt(num / std::max(den, 1e-30));
+  if (!persistent_ || persistent_->n_timeouts() > 0) {
+    spdlog::warn("persistent decode kernel timed out on its first token; not used");
+    persistent_.reset();
+    return;
+  }
   if (!(rel <= 1e-3) || device_token_ < 0) {
     spdlog::warn(
         "persistent decode kernel disagrees with the multi-kernel plan (relative error "
@@ -417,11 +422,19 @@ int32_t ClForward::decode_step(int32_t token, int pos, bool lookahead) {
     const int32_t id = profiling_ ? persistent_traced_step(token, pos)
                                   : persistent_step(token, pos, lookahead && use_lookahead_);
     if (id >= 0) return id;
-    spdlog::warn(
-        "persistent decode kernel timed out at a grid barrier; using the multi-kernel plan");
     settle();
-    persistent_.reset();
     device_token_ = -1;
+    if (persistent_->rearm()) {
+      spdlog::warn(
+          "persistent decode kernel timed out at a grid barrier; this token runs on the "
+          "multi-kernel plan");
+    } else {
+      spdlog::warn(
+          "persistent decode kernel timed out at a grid barrier {} times; using the "
+          "multi-kernel plan",
+          PersistentDecode::k_max_timeouts);
+      persistent_.reset();
+    }
   }
   feed_token(token);
   enqueue_token(0, pos, true);

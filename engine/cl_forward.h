@@ -12,7 +12,9 @@
 // devices (PoCL) the attention runs inside the QKV launch and the argmax
 // inside the lm_head launch (KernelTuning::cpu_fuse): 4 per layer + 2, 122
 // for SmolLM2-135M; each launch saved spares PoCL ~20 us of waking its
-// worker threads.
+// worker threads. Where engine/cl_persistent.* is eligible (NVIDIA, x86-64
+// CPU devices), plain decode steps are one launch instead; the plan then
+// serves debug readback and recomputes a token whose barrier gave up.
 //
 // Debug readback mode (set_debug) adds device-side copies of the hidden state
 // after attention and after the FFN of every layer into a host-readable
@@ -77,8 +79,8 @@ class ClForward final : public Backend {
   const ProfileReport& profile() const { return profile_; }
 
   uint64_t weight_bytes() const { return weight_bytes_; }
-  // Plain decode steps run as one persistent-kernel launch (NVIDIA, after
-  // self-tests); false: the multi-kernel plan.
+  // Plain decode steps run as one persistent-kernel launch (NVIDIA, or a CPU
+  // device of an x86-64 host; after self-tests); false: the multi-kernel plan.
   bool persistent_decode() const { return persistent_ != nullptr; }
   int launches_per_token() const;
   const ClRuntime& runtime() const { return rt_; }

@@ -190,6 +190,10 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
   };
   add("persistent_layout");
   if (cpu_) {
+    // The barrier's timeout in TSC ticks (0.1 s; 1 ms: the thread did not run).
+    trace_ticks_per_us_ = tsc_ticks_per_us();
+    defines += " -DSPIN_TICKS=" + std::to_string(uint64_t(trace_ticks_per_us_ * 1e5)) +
+               "ul -DSPIN_JUMP_TICKS=" + std::to_string(uint64_t(trace_ticks_per_us_ * 1e3)) + "ul";
     defines +=
         " -DNR=" + std::to_string(tuning.cpu_nr) + (tuning.cpu_portable ? " -DCPU_PORTABLE=1" : "");
     add("cpu_dot");
@@ -232,7 +236,6 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
   trace_ = rt.alloc((barriers_per_token_ + 1) * 8, true);
   trace_all_ = env_flag("CLCHAT_PERSIST_TRACE");
   trace_sum_us_.assign(k_stages + 1, 0.0);
-  if (cpu_) trace_ticks_per_us_ = tsc_ticks_per_us();
   rt.finish();
   return true;
 }
@@ -331,6 +334,27 @@ void PersistentDecode::read_trace(bool to_profile) {
   }
   if (trace_all_) ++trace_tokens_;
   if (to_profile) profile_ = std::move(p);
+}
+
+bool PersistentDecode::rearm() {
+  if (!ahead_.empty()) throw std::logic_error("rearm: tokens in flight");
+  ++n_timeouts_;
+  if (n_timeouts_ >= k_max_timeouts) return false;
+  // Every work-group has left the aborted launch (the host read its id
+  // after it finished): the arrival count is final.
+  cl_uint arrivals = 0;
+  cl_check(clEnqueueReadBuffer(f_.rt_.queue(), bar_.get(), CL_TRUE, 0, 4, &arrivals, 0, nullptr,
+                               nullptr),
+           "clEnqueueReadBuffer(barrier)");
+  bar_base_ = arrivals;
+  const cl_uint zero = 0;
+  cl_check(clEnqueueFillBuffer(f_.rt_.queue(), abort_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
+           "clEnqueueFillBuffer");
+  if (work_) {
+    cl_check(clEnqueueFillBuffer(f_.rt_.queue(), work_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
+             "clEnqueueFillBuffer");
+  }
+  return true;
 }
 
 void PersistentDecode::enqueue_ahead(int pos) {

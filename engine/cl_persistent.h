@@ -59,6 +59,13 @@ class PersistentDecode {
   // Forgets the tokens in flight after they finish (their cache writes are
   // past the last position the caller used: later steps overwrite them).
   void drop_ahead();
+  // After a token came back as -2 (a barrier gave up: a work-group did not
+  // run for ~0.1 s) and the tokens in flight were dropped: clears the abort
+  // flag and counts from the barrier's current arrivals, so the next token
+  // can use the kernel again. False after k_max_timeouts: stop using it.
+  bool rearm();
+  int n_timeouts() const { return n_timeouts_; }
+  static constexpr int k_max_timeouts = 3;
   ~PersistentDecode();
 
  private:
@@ -95,6 +102,7 @@ class PersistentDecode {
   uint32_t barriers_per_token_ = 0;
   uint32_t bar_base_ = 0;    // arrivals counted so far (wraps)
   uint64_t n_enqueued_ = 0;  // tokens launched (CLCHAT_FAULT=barrier_timeout)
+  int n_timeouts_ = 0;
   // Clock after every barrier: the GPU's in ns, the CPU's TSC in ticks.
   // CLCHAT_PERSIST_TRACE=1 traces every token
   // and logs the per-stage sums at the end.

@@ -1,6 +1,7 @@
 // OpenCL discovery, selection, context/queue, program cache.
 #include "engine/cl_runtime.h"
 
+#include <sched.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -121,13 +122,25 @@ constexpr const char* k_no_platform_help =
     "driver's OpenCL ICD (libnvidia-compute / nvidia-opencl-icd)";
 
 // Before the first OpenCL call: PoCL's CPU driver pins worker thread i to
-// core i when POCL_AFFINITY=1 (unless the user set it otherwise). Unpinned,
-// Linux wakes the second worker on the core of the first one, where it waits
-// ~3.5 ms for a time slice: the persistent decode kernel's work-groups
-// (one per worker) then meet at their first barrier milliseconds late.
-// PoCL reads the variable when it starts its workers; other drivers ignore it.
+// core i when POCL_AFFINITY=1. Unpinned, Linux wakes the second worker on
+// the core of the first one, where it waits ~3.5 ms for a time slice: the
+// persistent decode kernel's work-groups (one per worker) then meet at their
+// first barrier milliseconds late. Set only when the user has not set it and
+// this process may run on exactly CPUs 0..n-1 (PoCL pins to index i whatever
+// the process's CPU set is, and newer versions abort when that fails, e.g.
+// under `taskset -c 2,3` or a container's cpuset). PoCL reads the variable
+// when it starts its workers; other drivers ignore it.
 void prepare_opencl_environment() {
-  static const bool done = [] { return setenv("POCL_AFFINITY", "1", /*overwrite=*/0) == 0; }();
+  static const bool done = [] {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return false;
+    const int n = CPU_COUNT(&allowed);
+    for (int i = 0; i < n; ++i) {
+      if (!CPU_ISSET(i, &allowed)) return false;
+    }
+    return setenv("POCL_AFFINITY", "1", /*overwrite=*/0) == 0;
+  }();
   (void)done;
 }
 

@@ -42,11 +42,12 @@
 // The barrier counts arrivals on a counter that is never reset, like
 // decode_persistent.cl's: barrier k of this launch waits until counter -
 // (bar_base + k * n_groups) >= 0 in wrapping 32-bit arithmetic. A group that
-// waits longer than ~0.1 s (the TSC, __builtin_ia32_rdtsc) sets *abort_flag;
+// spins longer than ~0.1 s (the TSC, __builtin_ia32_rdtsc) sets *abort_flag;
 // all groups then stop waiting, the token's id becomes -2, and launches
 // that find the flag set write -2 and return at once. The host enables this
-// kernel only after grid_barrier_selftest passes and falls back to the
-// multi-kernel plan when a token comes back as -2.
+// kernel only after grid_barrier_selftest passes, recomputes a token that
+// comes back as -2 on the multi-kernel plan, and re-arms the kernel (a few
+// times; then the plan stays).
 //
 // Work-groups have 2 work-items of which only the first works: the size is
 // a compile-time constant for PoCL, and newer PoCL schedulers weigh a
@@ -57,10 +58,14 @@
 #endif
 
 #define CPU_WG 2
+// TSC ticks of spinning before a barrier gives up (the host passes 0.1 s)
+// and the gap between two clock reads taken as the thread not running (1 ms).
 #ifndef SPIN_TICKS
-#define SPIN_TICKS 300000000ul  // TSC ticks, ~0.1 s at 3 GHz
+#define SPIN_TICKS 300000000ul
 #endif
-// Rows per claim in the matrix stages (a multiple of NR), and in the head.
+#ifndef SPIN_JUMP_TICKS
+#define SPIN_JUMP_TICKS 3000000ul
+#endif
 // Rows per claim: n_rows split into CHUNKS_PER_GROUP chunks per group, a
 // multiple of NR rows each (1 to 8 measured alike within the VM's noise,
 // 16 slower; 64-row chunks, the first version, were slower too).
@@ -77,18 +82,27 @@
 // ---- barrier and work claims --------------------------------------------------
 
 // Arrives at barrier `target` and waits for all groups; false when the wait
-// was given up (now or by another group).
+// was given up (now or by another group). Only time this thread spent
+// spinning counts: a jump between two clock reads means it (or the whole
+// process: Ctrl-Z, a debugger, a VM pause) did not run, not that the others
+// are late. The barrier is checked once more before giving up.
 inline bool cpu_grid_sync(volatile __global uint* bar, uint target,
                           volatile __global uint* abort_flag) {
   atomic_inc(bar);
-  const ulong t0 = __builtin_ia32_rdtsc();
+  ulong last = __builtin_ia32_rdtsc();
+  ulong waited = 0;
   uint spins = 0;
   while ((int)(*bar - target) < 0) {
     __builtin_ia32_pause();
     if (*abort_flag) return false;
-    if ((++spins & 255) == 0 && __builtin_ia32_rdtsc() - t0 > SPIN_TICKS) {
-      *abort_flag = 1;
-      return false;
+    if ((++spins & 255) == 0) {
+      const ulong now = __builtin_ia32_rdtsc();
+      if (now - last < SPIN_JUMP_TICKS) waited += now - last;
+      last = now;
+      if (waited > SPIN_TICKS && (int)(*bar - target) < 0) {
+        *abort_flag = 1;
+        return false;
+      }
     }
   }
   atomic_add(bar, 0u);  // the next stage's loads stay after the wait
@@ -142,7 +156,7 @@ inline void attend_head8(int hd, const __global float* q, const __global float* 
   float8 qv[HD8];
   const float kq_scale = rsqrt((float)HEAD_DIM);
   for (int d = 0; d < HD8; ++d) qv[d] = vload8(d, q + hd * HEAD_DIM) * kq_scale;
-  float m = -INFINITY;
+  float m = -FLT_MAX;  // finite: built with -cl-fast-relaxed-math
   for (int t = 0; t < n_pos; ++t) {
     const __global float* k = kh + (size_t)t * N_EMBD_KV;
     float8 a = qv[0] * vload8(0, k);

@@ -86,6 +86,7 @@ TEST_P(PersistentDecodeTypes, LogitsMatchCpuAtEveryPosition) {
     EXPECT_LE(test::relative_error(std::vector<float>(got.begin(), got.end()), ref), 1e-3)
         << "position " << pos;
   }
+  EXPECT_TRUE(cl.persistent_decode()) << "the path was dropped on the way (see the log)";
   std::filesystem::remove(path);
 }
 
@@ -112,6 +113,9 @@ TEST(PersistentDecode, SwitchingPathsKeepsTheGreedyIds) {
     for (int pos = 0; pos < 60; ++pos) {
       if (switching) cl.set_debug(pos % 7 == 3);
       ids.push_back(cl.decode_argmax(ids.back(), pos));
+    }
+    if (switching) {
+      EXPECT_TRUE(cl.persistent_decode()) << "the path was dropped (see the log)";
     }
     return ids;
   };
@@ -150,6 +154,9 @@ TEST(PersistentDecode, LookaheadKeepsIdsThroughInterruptions) {
       } else {
         ids.push_back(cl.decode_argmax(ids.back(), pos++));
       }
+    }
+    if (!plan_only) {
+      EXPECT_TRUE(cl.persistent_decode()) << "the path was dropped (see the log)";
     }
     return ids;
   };

@@ -67,7 +67,8 @@ ClPrograms::ClPrograms(const ClRuntime& rt, KernelTuning tuning) : rt_(rt), tuni
 }
 
 // Builds the shuffle path and checks its lane sums; any failure (the driver
-// rejecting inline PTX included) selects the portable path.
+// rejecting inline PTX included) selects the portable path, except the
+// device running out of memory, which is rethrown.
 bool ClPrograms::shfl_self_test() {
   try {
     ClKernel k =
@@ -93,6 +94,15 @@ bool ClPrograms::shfl_self_test() {
     }
     spdlog::info("warp-shuffle reductions enabled (self-test passed)");
     return true;
+  } catch (const ClError& e) {
+    // Out of memory is the device's state, not the shuffles': the load that
+    // follows would fail too, so report it once, from here.
+    if (e.code() == CL_MEM_OBJECT_ALLOCATION_FAILURE || e.code() == CL_OUT_OF_RESOURCES ||
+        e.code() == CL_OUT_OF_HOST_MEMORY) {
+      throw;
+    }
+    spdlog::warn("warp-shuffle path unavailable ({}); using the portable path", e.what());
+    return false;
   } catch (const std::exception& e) {
     spdlog::warn("warp-shuffle path unavailable ({}); using the portable path", e.what());
     return false;

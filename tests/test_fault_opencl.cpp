@@ -31,12 +31,14 @@ std::string model_args() {
          " -c 64 -n 4";
 }
 
-// `clchat ARGS` with CLCHAT_FAULT=fault, its state (log file) in `state`.
+// `clchat ARGS` with CLCHAT_FAULT=fault (and `extra_env`, NAME=VALUE words),
+// its state (log file) in `state`.
 test::CommandResult clchat_with_fault(const std::string& fault, const test::TempDir& state,
-                                      const std::string& args, const std::string& input = "") {
-  return test::run_command("( printf '" + input + "' | env CLCHAT_FAULT=" + fault +
-                           " XDG_STATE_HOME=" + state.path() + " " + test::clchat_binary() + " " +
-                           args + " )");
+                                      const std::string& args, const std::string& input = "",
+                                      const std::string& extra_env = "") {
+  return test::run_command("( printf '" + input + "' | env CLCHAT_FAULT=" + fault + " " +
+                           extra_env + " XDG_STATE_HOME=" + state.path() + " " +
+                           test::clchat_binary() + " " + args + " )");
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -103,7 +105,11 @@ TEST(FaultOpenCL, BuildLogGoesToTheLogFile) {
     EXPECT_NE(r.err.find("(build log in " + log_path + ")"), std::string::npos) << r.err;
     const std::string log = test::read_file(log_path);
     EXPECT_NE(log.find("build log:"), std::string::npos) << log;
-    EXPECT_NE(log.find("clchat-fault-injection"), std::string::npos) << log;
+    // PoCL names the injected line's file ("clchat-fault-injection:1:13");
+    // NVIDIA's compiler ignores #line names but quotes the line.
+    EXPECT_TRUE(log.find("clchat-fault-injection") != std::string::npos ||
+                log.find("clchat fault injection: not OpenCL C") != std::string::npos)
+        << log;
   }
 }
 
@@ -137,8 +143,20 @@ TEST(FaultOpenCL, BarrierTimeoutRecomputesTheTokenOnThePlan) {
                            "' --device " + device() + " -c 64 -n 40 -p 'Once upon a time'";
   test::TempDir state;
   const auto plain = clchat_with_fault("", state, args);
-  const auto faulty = clchat_with_fault("barrier_timeout=12", state, args);
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  // Is the kernel used here? With CLCHAT_PERSIST_TRACE=1 it says so at exit.
+  // NVIDIA's kernel wants heads of 32 or more (stories260K's are 8): there
+  // the plan runs and the hook has nothing to break. CPU devices of x86-64
+  // hosts always take the kernel.
+  const auto probe = clchat_with_fault("", state, args, "", "CLCHAT_PERSIST_TRACE=1");
+  const bool used = probe.err.find("persistent trace over") != std::string::npos;
+#if defined(__x86_64__)
+  if (device() == "cpu") {
+    EXPECT_TRUE(used) << probe.err;
+  }
+#endif
+  if (!used) GTEST_SKIP() << "the persistent decode kernel is not used for this model here";
+  const auto faulty = clchat_with_fault("barrier_timeout=12", state, args);
   EXPECT_EQ(plain.err.find("timed out"), std::string::npos) << plain.err;
   EXPECT_EQ(faulty.exit_code, 0) << faulty.err;
   const std::string warning = "persistent decode kernel timed out at a grid barrier";

@@ -190,10 +190,7 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
   };
   add("persistent_layout");
   if (cpu_) {
-    // The barrier's timeout in TSC ticks (0.1 s; 1 ms: the thread did not run).
     trace_ticks_per_us_ = tsc_ticks_per_us();
-    defines += " -DSPIN_TICKS=" + std::to_string(uint64_t(trace_ticks_per_us_ * 1e5)) +
-               "ul -DSPIN_JUMP_TICKS=" + std::to_string(uint64_t(trace_ticks_per_us_ * 1e3)) + "ul";
     defines +=
         " -DNR=" + std::to_string(tuning.cpu_nr) + (tuning.cpu_portable ? " -DCPU_PORTABLE=1" : "");
     add("cpu_dot");
@@ -232,6 +229,7 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
     set_arg(kernel_.get(), 24, work_);
     set_arg(kernel_.get(), 25, f_.scores_);
     set_arg(kernel_.get(), 26, xn_);
+    set_arg(kernel_.get(), 27, spin_ticks());
   }
   trace_ = rt.alloc((barriers_per_token_ + 1) * 8, true);
   trace_all_ = env_flag("CLCHAT_PERSIST_TRACE");
@@ -252,6 +250,7 @@ bool PersistentDecode::barrier_self_test() {
   cl_check(clEnqueueFillBuffer(rt.queue(), errors.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
            "clEnqueueFillBuffer");
   set_args(k, bar_, cl_uint(bar_base_), rounds, data, errors, abort_);
+  if (cpu_) set_arg(k.get(), 6, spin_ticks());
   const size_t local = local_size_, global = n_groups_ * local;
   rt.finish();
   const auto t0 = std::chrono::steady_clock::now();
@@ -335,6 +334,9 @@ void PersistentDecode::read_trace(bool to_profile) {
   if (trace_all_) ++trace_tokens_;
   if (to_profile) profile_ = std::move(p);
 }
+
+// The CPU barrier's timeout, 0.1 s, in TSC ticks.
+cl_ulong PersistentDecode::spin_ticks() const { return cl_ulong(trace_ticks_per_us_ * 1e5); }
 
 bool PersistentDecode::rearm() {
   if (!ahead_.empty()) throw std::logic_error("rearm: tokens in flight");

@@ -73,6 +73,7 @@ class PersistentDecode {
   bool build(uint32_t groups_per_cu);
   void read_trace(bool to_profile);
   bool barrier_self_test();
+  cl_ulong spin_ticks() const;
 
   struct Ahead {
     int pos;

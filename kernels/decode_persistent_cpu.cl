@@ -58,14 +58,6 @@
 #endif
 
 #define CPU_WG 2
-// TSC ticks of spinning before a barrier gives up (the host passes 0.1 s)
-// and the gap between two clock reads taken as the thread not running (1 ms).
-#ifndef SPIN_TICKS
-#define SPIN_TICKS 300000000ul
-#endif
-#ifndef SPIN_JUMP_TICKS
-#define SPIN_JUMP_TICKS 3000000ul
-#endif
 // Rows per claim: n_rows split into CHUNKS_PER_GROUP chunks per group, a
 // multiple of NR rows each (1 to 8 measured alike within the VM's noise,
 // 16 slower; 64-row chunks, the first version, were slower too).
@@ -86,8 +78,12 @@
 // spinning counts: a jump between two clock reads means it (or the whole
 // process: Ctrl-Z, a debugger, a VM pause) did not run, not that the others
 // are late. The barrier is checked once more before giving up.
+// spin_ticks: TSC ticks of spinning before giving up (the host passes 0.1 s;
+// an argument, not a define, so the program's cache key does not change with
+// the measured TSC rate); a gap over spin_ticks / 100 (1 ms) between two
+// clock reads is the thread not running.
 inline bool cpu_grid_sync(volatile __global uint* bar, uint target,
-                          volatile __global uint* abort_flag) {
+                          volatile __global uint* abort_flag, ulong spin_ticks) {
   atomic_inc(bar);
   ulong last = __builtin_ia32_rdtsc();
   ulong waited = 0;
@@ -97,9 +93,9 @@ inline bool cpu_grid_sync(volatile __global uint* bar, uint target,
     if (*abort_flag) return false;
     if ((++spins & 255) == 0) {
       const ulong now = __builtin_ia32_rdtsc();
-      if (now - last < SPIN_JUMP_TICKS) waited += now - last;
+      if (now - last < spin_ticks / 100) waited += now - last;
       last = now;
-      if (waited > SPIN_TICKS && (int)(*bar - target) < 0) {
+      if (waited > spin_ticks && (int)(*bar - target) < 0) {
         *abort_flag = 1;
         return false;
       }
@@ -192,7 +188,7 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
     __global int* part_idx, __global int* ids, int token_index, int pos,
     volatile __global uint* bar, uint bar_base, volatile __global uint* abort_flag,
     __global ulong* trace, volatile __global uint* work, __global float* scores,
-    __global float* xn) {
+    __global float* xn, ulong spin_ticks) {
   if (get_local_id(0) != 0) return;
   const int group = get_group_id(0);
   const int n_groups = get_num_groups(0);
@@ -206,7 +202,7 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
   // With a trace buffer, group 0 records the TSC after each barrier.
 #define SYNC()                                                                 \
   do {                                                                         \
-    cpu_grid_sync(bar, bar_base + (++n_bar) * (uint)n_groups, abort_flag);     \
+    cpu_grid_sync(bar, bar_base + (++n_bar) * (uint)n_groups, abort_flag, spin_ticks); \
     if (trace && group == 0) trace[n_bar] = __builtin_ia32_rdtsc();            \
   } while (0)
   // Rows [chunk * c, ...) of n_rows, in blocks of NR, for each claimed c.
@@ -325,16 +321,18 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
 
 // Start-up check that all n_groups work-groups run at once and that data
 // written before a barrier is seen after it: errors[0] counts mismatches.
-// Same arguments as decode_persistent.cl's.
+// Same arguments as decode_persistent.cl's, and the timeout.
 __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void grid_barrier_selftest(
     volatile __global uint* counter, uint bar_base, int rounds, volatile __global int* data,
-    volatile __global uint* errors, volatile __global uint* abort_flag) {
+    volatile __global uint* errors, volatile __global uint* abort_flag, ulong spin_ticks) {
   if (get_local_id(0) != 0) return;
   const int g = get_group_id(0);
   const int n = get_num_groups(0);
   for (int r = 0; r < rounds; ++r) {
     data[(r & 1) * n + g] = r * n + g;
-    if (!cpu_grid_sync(counter, bar_base + (uint)(r + 1) * (uint)n, abort_flag)) return;
+    if (!cpu_grid_sync(counter, bar_base + (uint)(r + 1) * (uint)n, abort_flag, spin_ticks)) {
+      return;
+    }
     const int other = (g + 1 + r) % n;
     if (data[(r & 1) * n + other] != r * n + other) atomic_inc(errors);
   }

@@ -211,31 +211,6 @@ inline float row_dot_t8(const __global uchar* wq, const __global uchar* ws, int 
 #define CAT(a, b) CAT_(a, b)
 #define ROW_DOT(T) CAT(row_dot_t, T)
 
-// Value i of row `row` of the embedding (type WT_EMBD).
-inline float embd_value(const __global uchar* wq, const __global uchar* ws, int row, int i) {
-#if WT_EMBD == 0
-  return ((const __global float*)wq)[(size_t)row * N_EMBD + i];
-#elif WT_EMBD == 1
-  return vload_half((size_t)row * N_EMBD + i, (const __global half*)wq);
-#else
-  const size_t blk = (size_t)row * (N_EMBD / 32) + i / 32;
-  const int j = i % 32;
-#if WT_EMBD == 8
-  const char c = ((const __global char*)wq)[blk * 32 + j];
-  return vload_half(blk, (const __global half*)ws) * (float)c;
-#else
-  const uchar byte = wq[blk * 16 + j % 16];
-  const float code = (float)(j < 16 ? (byte & 15) : (byte >> 4));
-#if WT_EMBD == 2
-  return vload_half(blk, (const __global half*)ws) * (code - 8.0f);
-#else
-  const float2 dm = vload_half2(blk, (const __global half*)ws);
-  return dm.x * code + dm.y;
-#endif
-#endif
-#endif
-}
-
 // Bytes of one row's payloads and scales in the repacked layout.
 #define ROW_Q_BYTES(T, n) \
   ((T) == 0 ? (n) * 4 : (T) == 1 ? (n) * 2 : (T) == 8 ? (n) : (n) / 2)

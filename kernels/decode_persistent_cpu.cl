@@ -113,21 +113,6 @@ inline uint claim(volatile __global uint* work, uint stage_base) {
 
 // ---- small helpers --------------------------------------------------------------
 
-// Value i of row `row` of a matrix of type wt in the device layout.
-inline float weight_value(const int wt, const __global uchar* wq, const __global ushort* ws,
-                          int n_in, int row, int i) {
-  const size_t at = (size_t)row * n_in + i;
-  if (wt == 0) return ((const __global float*)wq)[at];
-  if (wt == 1) return vload_half(at, (const __global half*)wq);
-  const size_t blk = at / 32;
-  const int j = i % 32;
-  if (wt == 8) return half_to_float8(ws[blk]).s0 * (float)((const __global char*)wq)[blk * 32 + j];
-  const uchar byte = wq[blk * 16 + j % 16];
-  const float code = (float)(j < 16 ? (byte & 15) : (byte >> 4));
-  if (wt == 2) return half_to_float8(ws[blk]).s0 * (code - 8.0f);
-  return half_to_float8(ws[2 * blk]).s0 * code + half_to_float8(ws[2 * blk + 1]).s0;
-}
-
 // xg = x * g / rms(x) over N_EMBD values: the input of a normed stage, made
 // once per stage by each group into its own slot (multiplying by g inside
 // the row loop cost 27% of a matvec's speed).
@@ -216,8 +201,7 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
   if (group == 0) {
     const int row = token >= 0 && token < N_VOCAB ? token : 0;
     for (int i = 0; i < N_EMBD; ++i) {
-      x[i] = weight_value(WT_EMBD, arena + embd_q, (const __global ushort*)(arena + embd_s),
-                          N_EMBD, row, i);
+      x[i] = embd_value(arena + embd_q, arena + embd_s, row, i);
     }
   }
   SYNC();

@@ -2,7 +2,8 @@
 // decode_persistent_cpu.cl on CPU devices) share, built before either: the
 // weight arena's layout (engine/cl_persistent.cpp copies every weight buffer
 // into one arena and passes, per layer il, the byte offsets
-// layer_off[il * LO_N + LO_*]) and the argmax rule. No kernels here.
+// layer_off[il * LO_N + LO_*]), the embedding lookup and the argmax rule.
+// No kernels here.
 
 #define LO_QKV_Q 0
 #define LO_QKV_S 1
@@ -28,4 +29,29 @@ inline bool beats(float v, int i, float bv, int bi) {
   if (is_nan_bits(v) || i < 0) return false;
   if (bi < 0) return true;
   return v > bv || (v == bv && i < bi);
+}
+
+// Value i of row `row` of the embedding (type WT_EMBD).
+inline float embd_value(const __global uchar* wq, const __global uchar* ws, int row, int i) {
+#if WT_EMBD == 0
+  return ((const __global float*)wq)[(size_t)row * N_EMBD + i];
+#elif WT_EMBD == 1
+  return vload_half((size_t)row * N_EMBD + i, (const __global half*)wq);
+#else
+  const size_t blk = (size_t)row * (N_EMBD / 32) + i / 32;
+  const int j = i % 32;
+#if WT_EMBD == 8
+  const char c = ((const __global char*)wq)[blk * 32 + j];
+  return vload_half(blk, (const __global half*)ws) * (float)c;
+#else
+  const uchar byte = wq[blk * 16 + j % 16];
+  const float code = (float)(j < 16 ? (byte & 15) : (byte >> 4));
+#if WT_EMBD == 2
+  return vload_half(blk, (const __global half*)ws) * (code - 8.0f);
+#else
+  const float2 dm = vload_half2(blk, (const __global half*)ws);
+  return dm.x * code + dm.y;
+#endif
+#endif
+#endif
 }

@@ -25,6 +25,16 @@ int env_int(const char* name, int fallback) {
 
 size_t ceil_div(size_t n, size_t m) { return (n + m - 1) / m; }
 
+// Work-group size of an element-wise step over `global0` items: the largest
+// divisor of global0 up to 256 (and the device's limit).
+size_t elementwise_local(size_t global0, size_t device_max) {
+  const size_t cap = std::min<size_t>(256, std::max<size_t>(device_max, 1));
+  for (size_t l = std::min(cap, global0); l > 1; --l) {
+    if (global0 % l == 0) return l;
+  }
+  return 1;
+}
+
 }  // namespace
 
 PrefillTuning PrefillTuning::for_device(const DeviceInfo& device) {
@@ -264,6 +274,7 @@ void ClPrefill::build_steps() {
   const ModelConfig& c = config_;
   const std::string ops_defines = " -DNORM_WG=" + std::to_string(tuning_.norm_wg);
   const int n_qkv = c.n_embd + 2 * c.n_embd_kv();
+  const size_t max_wg = rt_.device().max_work_group_size;
   steps_.clear();
   // attention_prefill's local memory: K and V tiles plus the partial
   // (m, l, o) of att_ks - 1 key lanes per query. Fewer key lanes for wide
@@ -282,6 +293,8 @@ void ClPrefill::build_steps() {
   Step embed;
   embed.kernel = weight_kernel(m_.token_embd->type, "embed_rows");
   embed.global0 = size_t(c.n_embd);
+  embed.local0 = elementwise_local(embed.global0, max_wg);
+  embed.local1 = 1;
   embed.arg_id_off = 4;
   embed.arg_n_tok = 5;
   embed.label = "embed";
@@ -303,6 +316,8 @@ void ClPrefill::build_steps() {
     Step rope;
     rope.kernel = kernel("prefill_ops", ops_defines, "rope_kv_rows");
     rope.global0 = size_t(n_qkv / 2);
+    rope.local0 = elementwise_local(rope.global0, max_wg);
+    rope.local1 = 1;
     rope.arg_n_tok = 1;
     rope.arg_pos0 = 7;
     rope.label = "rope_kv";
@@ -333,6 +348,8 @@ void ClPrefill::build_steps() {
     Step silu;
     silu.kernel = kernel("prefill_ops", ops_defines, "silu_mul");
     silu.global0 = size_t(c.n_ff);
+    silu.local0 = elementwise_local(silu.global0, max_wg);
+    silu.local1 = 1;
     silu.arg_n_tok = 3;
     silu.label = "silu_mul";
     set_args(silu.kernel, g_, u_, cl_int(c.n_ff), cl_int(0));
@@ -349,14 +366,17 @@ void ClPrefill::enqueue(Step& s, int n_tok, int pos0, int id_off, int row0) {
   if (s.arg_pos0 >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_pos0), cl_int(pos0));
   if (s.arg_id_off >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_id_off), cl_int(id_off));
   if (s.arg_row0 >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_row0), cl_int(row0));
+  if (s.local0 == 0 || s.local1 == 0) {
+    throw std::logic_error(std::string("prefill step ") + s.label + " has no local size");
+  }
   const size_t groups1 = ceil_div(size_t(n_tok), size_t(s.tokens_per_group));
-  const size_t global[2] = {s.global0, groups1 * std::max<size_t>(s.local1, 1)};
+  const size_t global[2] = {s.global0, groups1 * s.local1};
   const size_t local[2] = {s.local0, s.local1};
   cl_event ev = nullptr;
   cl_int err = fault::enqueue_error();  // CLCHAT_FAULT=enqueue, a test hook
   if (err == CL_SUCCESS) {
-    err = clEnqueueNDRangeKernel(rt_.queue(), s.kernel.get(), 2, nullptr, global,
-                                 s.local0 ? local : nullptr, 0, nullptr, profile_ ? &ev : nullptr);
+    err = clEnqueueNDRangeKernel(rt_.queue(), s.kernel.get(), 2, nullptr, global, local, 0, nullptr,
+                                 profile_ ? &ev : nullptr);
   }
   if (ev) events_.emplace_back(s.label, ClEvent(ev));
   if (err != CL_SUCCESS) {

@@ -116,8 +116,11 @@ class ClPrefill {
   struct Step {
     ClKernel kernel;
     size_t global0 = 0;
-    size_t local0 = 0, local1 = 0;  // 0: the runtime chooses
-    int tokens_per_group = 1;       // global1 = ceil(n / tokens_per_group) * max(local1, 1)
+    // Always set: left to the runtime, PoCL picks a local size from the
+    // global one, so every new chunk length compiled a new kernel variant
+    // mid-chat (a stall, and +17 MB of LLVM in RSS).
+    size_t local0 = 0, local1 = 0;
+    int tokens_per_group = 1;  // global1 = ceil(n / tokens_per_group) * local1
     int arg_n_tok = -1, arg_pos0 = -1, arg_id_off = -1, arg_row0 = -1;
     const char* label = "";
   };

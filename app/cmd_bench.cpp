@@ -22,6 +22,7 @@ struct BenchOptions {
   std::string quant = "q4_0";
   int n_prompt = 512;
   int n_gen = 128;
+  int n_depth = 0;
   int reps = 5;
   bool json = false;
   std::string device;
@@ -51,16 +52,16 @@ std::vector<int32_t> bench_tokens(int n, int n_vocab) {
   return t;
 }
 
-double run_pp(ClForward& fwd, const std::vector<int32_t>& tokens) {
+double run_pp(ClForward& fwd, const std::vector<int32_t>& tokens, int depth) {
   const auto t0 = Clock::now();
-  fwd.prefill(tokens, 0);
+  fwd.prefill(tokens, depth);
   return double(tokens.size()) / std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double run_tg(ClForward& fwd, int n, int n_vocab) {
+double run_tg(ClForward& fwd, int n, int depth, int n_vocab) {
   int32_t next = bench_tokens(1, n_vocab)[0];
   const auto t0 = Clock::now();
-  for (int i = 0; i < n; ++i) next = fwd.decode_argmax(next, i);
+  for (int i = 0; i < n; ++i) next = fwd.decode_argmax(next, depth + i);
   fwd.settle();  // steps enqueued ahead count: the device spent the time
   return double(n) / std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -96,7 +97,7 @@ void bench(const BenchOptions& opt) {
   try {
     model = load_model(path);
     rt = std::make_unique<ClRuntime>(select_device(opt.device), opt.profile);
-    const int n_ctx = std::max(opt.n_prompt, opt.n_gen) + 1;
+    const int n_ctx = opt.n_depth + std::max(opt.n_prompt, opt.n_gen) + 1;
     fwd = std::make_unique<ClForward>(model, *rt, ClForwardOptions{n_ctx});
   } catch (...) {
     if (remove_after) std::filesystem::remove(path);
@@ -111,11 +112,15 @@ void bench(const BenchOptions& opt) {
     std::printf("| model | quant | device | launches/token | test | t/s |\n");
     std::printf("| --- | --- | --- | ---: | --- | ---: |\n");
   }
-  auto report = [&](const std::string& test, int n_prompt, int n_gen, const Sample& s) {
+  // llama-bench names a test at depth D "tg128 @ d512".
+  const std::string at_depth = opt.n_depth > 0 ? " @ d" + std::to_string(opt.n_depth) : "";
+  auto report = [&](const std::string& name, int n_prompt, int n_gen, const Sample& s) {
+    const std::string test = name + at_depth;
     if (opt.json) {
       records.push_back({{"test", test},
                          {"n_prompt", n_prompt},
                          {"n_gen", n_gen},
+                         {"n_depth", opt.n_depth},
                          {"avg_ts", s.mean},
                          {"stddev_ts", s.sd},
                          {"model", model.config.name},
@@ -130,17 +135,20 @@ void bench(const BenchOptions& opt) {
     }
   };
   const int n_vocab = model.config.n_vocab;
+  // The context before each test: positions 0..depth-1 filled once; the tests
+  // write only at depth.. so they all see the same cache.
+  if (opt.n_depth > 0) fwd->prefill(bench_tokens(opt.n_depth, n_vocab), 0);
   if (opt.n_prompt > 0) {
     const auto tokens = bench_tokens(opt.n_prompt, n_vocab);
-    run_pp(*fwd, tokens);  // warm-up
+    run_pp(*fwd, tokens, opt.n_depth);  // warm-up
     std::vector<double> v;
-    for (int r = 0; r < opt.reps; ++r) v.push_back(run_pp(*fwd, tokens));
+    for (int r = 0; r < opt.reps; ++r) v.push_back(run_pp(*fwd, tokens, opt.n_depth));
     report("pp" + std::to_string(opt.n_prompt), opt.n_prompt, 0, mean_sd(v));
   }
   if (opt.n_gen > 0) {
-    run_tg(*fwd, opt.n_gen, n_vocab);  // warm-up
+    run_tg(*fwd, opt.n_gen, opt.n_depth, n_vocab);  // warm-up
     std::vector<double> v;
-    for (int r = 0; r < opt.reps; ++r) v.push_back(run_tg(*fwd, opt.n_gen, n_vocab));
+    for (int r = 0; r < opt.reps; ++r) v.push_back(run_tg(*fwd, opt.n_gen, opt.n_depth, n_vocab));
     report("tg" + std::to_string(opt.n_gen), 0, opt.n_gen, mean_sd(v));
   }
   if (opt.json) {
@@ -166,6 +174,10 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("-n,--n-gen", opt->n_gen, "Generated tokens (0: skip the tg test)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("-d,--n-depth", opt->n_depth,
+                  "Tokens already in the context when each test starts (filled once, not timed)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("-r,--repetitions", opt->reps, "Measured repetitions after one warm-up")

@@ -146,6 +146,41 @@ TEST(Cli, RunWithZeroTokensPrintsNothing) {
   EXPECT_EQ(trim(r.out), "432");
 }
 
+TEST(Cli, BenchJsonRecordsOnePerTest) {
+  // Speeds are not asserted (they belong to the record); the fields are.
+  const auto r = test::run_command(test::clchat_binary() + " bench --device cpu -m " +
+                                   test::shared_file("models/stories260K.gguf") +
+                                   " -p 8 -n 4 -d 16 -r 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto records = nlohmann::json::parse(r.out);
+  ASSERT_EQ(records.size(), 2u) << r.out;
+  EXPECT_EQ(records[0]["test"], "pp8 @ d16");
+  EXPECT_EQ(records[0]["n_prompt"], 8);
+  EXPECT_EQ(records[0]["n_gen"], 0);
+  EXPECT_EQ(records[1]["test"], "tg4 @ d16");
+  EXPECT_EQ(records[1]["n_gen"], 4);
+  for (const auto& rec : records) {
+    EXPECT_EQ(rec["n_depth"], 16);
+    EXPECT_EQ(rec["quant"], "F32");
+    EXPECT_GT(rec["avg_ts"].get<double>(), 0.0);
+    EXPECT_GE(rec["stddev_ts"].get<double>(), 0.0);
+    EXPECT_FALSE(rec["device"].get<std::string>().empty());
+  }
+  // Without -d the names are llama-bench's plain ones.
+  const auto plain =
+      test::run_command(test::clchat_binary() + " bench --device cpu -m " +
+                        test::shared_file("models/stories260K.gguf") + " -p 0 -n 4 -r 1 --json");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const auto one = nlohmann::json::parse(plain.out);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0]["test"], "tg4");
+  EXPECT_EQ(one[0]["n_depth"], 0);
+  // Out of range: a usage error, nothing run.
+  const auto bad = test::run_command(test::clchat_binary() + " bench --device cpu -m " +
+                                     test::shared_file("models/stories260K.gguf") + " -d -1");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+}
+
 TEST(Cli, ExitCodes) {
   const std::string bin = test::clchat_binary();
   auto r = test::run_command(bin + " run -m /nonexistent.gguf -p hi");

@@ -28,6 +28,7 @@ constexpr size_t k_layer_offsets = 12;  // LO_N in persistent_layout.cl
 // decode_persistent.cl and decode_persistent_cpu.cl), and the names the
 // trace and the profile give them; the last name is the head's stage.
 constexpr size_t k_stages = 5;
+constexpr size_t k_att_split_max = 16;  // ATT_SPLIT_MAX in decode_persistent.cl
 constexpr const char* k_stage_names[k_stages + 1] = {"qkv",     "attention", "wo",
                                                      "gate_up", "down",      "head"};
 constexpr const char* k_start_name = "start";  // the CPU kernel's lead stage
@@ -198,6 +199,10 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
     add("decode_persistent_cpu");
   } else {
     defines += " -DPWG=256";
+    // Positions per attention split (a tuning knob; the kernel's default 128).
+    if (const char* v = std::getenv("CLCHAT_ATT_SPLIT_POS"); v && std::atoi(v) > 0) {
+      defines += " -DATT_SPLIT_POS=" + std::to_string(std::atoi(v));
+    }
     add("decode_persistent");
   }
   program_ = rt.build_program(cpu_ ? "decode_persistent_cpu" : "decode_persistent", source,
@@ -212,6 +217,9 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
            "clEnqueueFillBuffer");
   part_val_ = rt.alloc(n_groups_ * 4);
   part_idx_ = rt.alloc(n_groups_ * 4);
+  if (!cpu_) {
+    att_part_ = rt.alloc(size_t(c.n_head) * k_att_split_max * size_t(c.head_dim + 2) * 4);
+  }
   if (cpu_) {
     xn_ = rt.alloc(n_groups_ * (size_t(c.n_embd + 31) / 32 * 32) * 4);  // XN_STRIDE per group
     work_ = rt.alloc(4);
@@ -230,6 +238,8 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
     set_arg(kernel_.get(), 25, f_.scores_);
     set_arg(kernel_.get(), 26, xn_);
     set_arg(kernel_.get(), 27, spin_ticks());
+  } else {
+    set_arg(kernel_.get(), 24, att_part_);
   }
   trace_ = rt.alloc((barriers_per_token_ + 1) * 8, true);
   trace_all_ = env_flag("CLCHAT_PERSIST_TRACE");

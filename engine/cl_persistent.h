@@ -96,6 +96,8 @@ class PersistentDecode {
   // CPU (decode_persistent_cpu.cl): the chunk-claim counter and each
   // work-group's normed stage input.
   ClMem work_, xn_;
+  // NVIDIA kernel: per (head, split) attention partials (ATT_SPLIT_MAX splits).
+  ClMem att_part_;
   bool cpu_ = false;
   size_t n_groups_ = 0;
   size_t local_size_ = 256;

@@ -7,7 +7,8 @@
 //
 // Stages (each followed by a grid barrier), per layer il:
 //   P1  x' = rmsnorm(x) * attn_norm; [q; k; v] = Wqkv x'; RoPE; k, v -> cache
-//   P2  attention of each head over cache positions 0..pos -> att
+//   P2  attention of each head over cache positions 0..pos -> att (long
+//       contexts: each head's positions split over work-groups, merged in P3)
 //   P3  x += Wo att
 //   P4  x' = rmsnorm(x) * ffn_norm; h = silu(Wg x') * (Wu x')
 //   P5  x += Wd h
@@ -54,6 +55,17 @@
 #define XS 36
 #define XP(i) (((i) >> 5) * XS + ((i)&31))
 #define LOCAL_XP (LOCAL_X / 32 * XS)
+
+// Attention splits: a head's positions go to up to ATT_SPLIT_MAX work-groups,
+// at least ATT_SPLIT_POS positions each; a split's partial (m, l, unnormalised
+// sum of V) goes to att_part, ATT_PART floats per (head, split).
+#ifndef ATT_SPLIT_MAX
+#define ATT_SPLIT_MAX 16
+#endif
+#ifndef ATT_SPLIT_POS
+#define ATT_SPLIT_POS 128
+#endif
+#define ATT_PART (HEAD_DIM + 2)
 
 // ---- warp primitives (PTX) --------------------------------------------------
 
@@ -247,6 +259,27 @@ inline void stage_padded(__local float* xl, volatile const __global float* src, 
   barrier(CLK_LOCAL_MEM_FENCE);
 }
 
+// xl = att (padded layout) from the n_split partials of every head: each
+// split's sum of V rescaled to the largest running maximum of its head.
+inline void stage_att_merged(__local float* xl, volatile const __global float* part,
+                             int n_split) {
+  for (int i = get_local_id(0); i < N_EMBD; i += PWG) {
+    const int hd = i / HEAD_DIM, d = i % HEAD_DIM;
+    volatile const __global float* ph = part + hd * ATT_SPLIT_MAX * ATT_PART;
+    float mm = -1e30f;
+    for (int sp = 0; sp < n_split; ++sp) mm = fmax(mm, ph[sp * ATT_PART + HEAD_DIM]);
+    float num = 0.0f, den = 0.0f;
+    for (int sp = 0; sp < n_split; ++sp) {
+      const float l = ph[sp * ATT_PART + HEAD_DIM + 1];
+      const float f = l > 0.0f ? exp(ph[sp * ATT_PART + HEAD_DIM] - mm) : 0.0f;
+      num += f * ph[sp * ATT_PART + d];
+      den += f * l;
+    }
+    xl[XP(i)] = num / den;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+}
+
 // xl = xl * g / rms(xl) over N_EMBD values (padded layout), in place.
 inline void rms_norm_local(__local float* xl, const __global float* g, __local float* red) {
   const int lid = get_local_id(0);
@@ -277,7 +310,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     __global float* att, __global float* h, __global float* logits, __global float* part_val,
     __global int* part_idx, __global int* ids, int token_index, int pos,
     volatile __global uint* bar, uint bar_base, volatile __global uint* abort_flag,
-    __global ulong* trace) {
+    __global ulong* trace, __global float* att_part) {
   __local float xl[LOCAL_XP];
   __local float red[WARPS];
   __local float att_m[WARPS], att_l[WARPS];
@@ -312,6 +345,8 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   barrier(CLK_LOCAL_MEM_FENCE);
 
   const int n_pos = pos + 1;
+  const int split_cap = clamp(n_groups / N_HEAD, 1, ATT_SPLIT_MAX);
+  const int n_split = clamp((n_pos + ATT_SPLIT_POS - 1) / ATT_SPLIT_POS, 1, split_cap);
   for (int il = 0; il < N_LAYER; ++il) {
     const __global ulong* lo = layer_off + il * LO_N;
     const size_t cache_base = ((size_t)il * N_CTX) * N_EMBD_KV;
@@ -367,20 +402,25 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     }
     GRID_SYNC();
 
-    // P2: attention, one work-group per head; the positions are split evenly
-    // over its warps (lanes: one position each for the scores, then two of
-    // the head's dimensions each for the weighted sum of V), an online
-    // softmax per warp, merged in local memory.
-    for (int hd = group; hd < N_HEAD; hd += n_groups) {
+    // P2: attention. A unit is (head, split): a work-group per unit, the
+    // split's positions divided evenly over its warps (lanes: one position
+    // each for the scores, then HEAD_DIM / 32 of the head's dimensions each
+    // for the weighted sum of V), an online softmax per warp, merged in local
+    // memory. One split: the result goes straight to att; more: partials to
+    // att_part, merged while P3 stages its input.
+    for (int unit = group; unit < N_HEAD * n_split; unit += n_groups) {
+      const int hd = unit / n_split, sp = unit % n_split;
       const int kvh = hd / (N_HEAD / N_HEAD_KV);
+      const int s_span = (n_pos + n_split - 1) / n_split;
+      const int s_begin = sp * s_span, s_end = min(n_pos, s_begin + s_span);
       stage(xl, q + hd * HEAD_DIM, HEAD_DIM);
       const float kq_scale = rsqrt((float)HEAD_DIM);
       float m = -1e30f, l = 0.0f;
       float acc[HEAD_DIM / 32];
       for (int d = 0; d < HEAD_DIM / 32; ++d) acc[d] = 0.0f;
-      const int span = (n_pos + WARPS - 1) / WARPS;
-      const int p_end = min(n_pos, (warp + 1) * span);
-      for (int c0 = warp * span; c0 < p_end; c0 += 32) {
+      const int span = (s_end - s_begin + WARPS - 1) / WARPS;
+      const int p_end = min(s_end, s_begin + (warp + 1) * span);
+      for (int c0 = s_begin + warp * span; c0 < p_end; c0 += 32) {
         const int p = c0 + lane;
         float s = -1e30f;
         if (p < p_end) {
@@ -423,14 +463,27 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
           num += f * att_acc[w * HEAD_DIM + lid];
           den += f * att_l[w];
         }
-        att[hd * HEAD_DIM + lid] = num / den;
+        if (n_split == 1) {
+          att[hd * HEAD_DIM + lid] = num / den;
+        } else {
+          __global float* pp = att_part + (hd * ATT_SPLIT_MAX + sp) * ATT_PART;
+          pp[lid] = num;
+          if (lid == 0) {
+            pp[HEAD_DIM] = mm;
+            pp[HEAD_DIM + 1] = den;
+          }
+        }
       }
       barrier(CLK_LOCAL_MEM_FENCE);
     }
     GRID_SYNC();
 
     // P3: x += Wo att.
-    stage_padded(xl, att, N_EMBD);
+    if (n_split == 1) {
+      stage_padded(xl, att, N_EMBD);
+    } else {
+      stage_att_merged(xl, att_part, n_split);
+    }
     for (int row = gwarp; row < N_EMBD; row += n_gwarps) {
       const float x_row = lane == 0 ? ((volatile __global float*)x)[row] : 0.0f;  // early
       const float v =

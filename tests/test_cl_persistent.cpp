@@ -69,18 +69,42 @@ SyntheticSpec spec_for(const PersistentCase& c) {
   return s;
 }
 
-class PersistentDecodeTypes : public testing::TestWithParam<PersistentCase> {};
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    if (old) old_ = old;
+    had_ = old != nullptr;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
 
-TEST_P(PersistentDecodeTypes, LogitsMatchCpuAtEveryPosition) {
-  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
-  const std::string path = write_synthetic_model_tmp(spec_for(GetParam()));
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+// Logits of the persistent path at every position 0..299 against the CPU
+// reference (300 > 8 attention chunks of 32: longer chunks too).
+void expect_logits_match_cpu(const PersistentCase& c, int token_step) {
+  const std::string path = write_synthetic_model_tmp(spec_for(c));
   const Model model = load_model(path);
-  const int n_ctx = 300;  // > 8 chunks of 32: longer attention chunks too
+  const int n_ctx = 300;
   CpuForward cpu(model, n_ctx);
   ClForward cl(model, test::cl_test_runtime(), ClForwardOptions{n_ctx});
   ASSERT_TRUE(cl.persistent_decode()) << "see the log for why the path was not taken";
   for (int pos = 0; pos < n_ctx; ++pos) {
-    const int32_t token = int32_t((1 + 7919 * pos) % model.config.n_vocab);
+    const int32_t token = int32_t((1 + token_step * pos) % model.config.n_vocab);
     const std::vector<float> ref = cpu.forward(token, pos);
     const auto got = cl.decode_logits(token, pos);
     EXPECT_LE(test::relative_error(std::vector<float>(got.begin(), got.end()), ref), 1e-3)
@@ -88,6 +112,22 @@ TEST_P(PersistentDecodeTypes, LogitsMatchCpuAtEveryPosition) {
   }
   EXPECT_TRUE(cl.persistent_decode()) << "the path was dropped on the way (see the log)";
   std::filesystem::remove(path);
+}
+
+class PersistentDecodeTypes : public testing::TestWithParam<PersistentCase> {};
+
+TEST_P(PersistentDecodeTypes, LogitsMatchCpuAtEveryPosition) {
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
+  expect_logits_match_cpu(GetParam(), 7919);
+}
+
+// NVIDIA's kernel splits a head's positions over work-groups once there are
+// more than ATT_SPLIT_POS (default 128, so the test above sees 1-3 splits);
+// at 8 positions per split every position from 16 on uses 2..16 splits.
+TEST(PersistentDecode, AttentionSplitOverWorkGroupsMatchesCpu) {
+  if (!persistent_expected() || device_is_cpu()) GTEST_SKIP() << "NVIDIA's kernel splits";
+  ScopedEnv split("CLCHAT_ATT_SPLIT_POS", "8");
+  expect_logits_match_cpu({GgmlType::Q4_0, GgmlType::Q8_0, true}, 104729);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PersistentDecodeTypes,
@@ -203,31 +243,6 @@ TEST(PersistentDecode, ProfilingTimesComeFromTheKernel) {
   EXPECT_EQ(greedy(true), greedy(false));
   std::filesystem::remove(path);
 }
-
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    if (old) old_ = old;
-    had_ = old != nullptr;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
 
 // Two work-groups per core on a CPU device: PoCL runs one per worker thread
 // at a time, so the others never reach the start-up test's first barrier;

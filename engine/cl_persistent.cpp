@@ -199,6 +199,7 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
     add("decode_persistent_cpu");
   } else {
     defines += " -DPWG=256";
+    defines += " -DATT_SPLIT_MAX=" + std::to_string(k_att_split_max);
     // Positions per attention split (a tuning knob; the kernel's default 128).
     if (const char* v = std::getenv("CLCHAT_ATT_SPLIT_POS"); v && std::atoi(v) > 0) {
       defines += " -DATT_SPLIT_POS=" + std::to_string(std::atoi(v));
@@ -219,6 +220,10 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
   part_idx_ = rt.alloc(n_groups_ * 4);
   if (!cpu_) {
     att_part_ = rt.alloc(size_t(c.n_head) * k_att_split_max * size_t(c.head_dim + 2) * 4);
+    att_count_ = rt.alloc(size_t(c.n_head) * 4);
+    cl_check(clEnqueueFillBuffer(rt.queue(), att_count_.get(), &zero, 4, 0, size_t(c.n_head) * 4, 0,
+                                 nullptr, nullptr),
+             "clEnqueueFillBuffer");
   }
   if (cpu_) {
     xn_ = rt.alloc(n_groups_ * (size_t(c.n_embd + 31) / 32 * 32) * 4);  // XN_STRIDE per group
@@ -240,6 +245,7 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
     set_arg(kernel_.get(), 27, spin_ticks());
   } else {
     set_arg(kernel_.get(), 24, att_part_);
+    set_arg(kernel_.get(), 25, att_count_);
   }
   trace_ = rt.alloc((barriers_per_token_ + 1) * 8, true);
   trace_all_ = env_flag("CLCHAT_PERSIST_TRACE");
@@ -364,6 +370,11 @@ bool PersistentDecode::rearm() {
            "clEnqueueFillBuffer");
   if (work_) {
     cl_check(clEnqueueFillBuffer(f_.rt_.queue(), work_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
+             "clEnqueueFillBuffer");
+  }
+  if (att_count_) {  // an aborted token may have left splits uncounted
+    cl_check(clEnqueueFillBuffer(f_.rt_.queue(), att_count_.get(), &zero, 4, 0,
+                                 size_t(f_.config_.n_head) * 4, 0, nullptr, nullptr),
              "clEnqueueFillBuffer");
   }
   return true;

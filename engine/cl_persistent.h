@@ -96,8 +96,9 @@ class PersistentDecode {
   // CPU (decode_persistent_cpu.cl): the chunk-claim counter and each
   // work-group's normed stage input.
   ClMem work_, xn_;
-  // NVIDIA kernel: per (head, split) attention partials (ATT_SPLIT_MAX splits).
-  ClMem att_part_;
+  // NVIDIA kernel: per (head, split) attention partials (ATT_SPLIT_MAX
+  // splits) and per head the count of splits done.
+  ClMem att_part_, att_count_;
   bool cpu_ = false;
   size_t n_groups_ = 0;
   size_t local_size_ = 256;

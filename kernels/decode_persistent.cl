@@ -8,7 +8,8 @@
 // Stages (each followed by a grid barrier), per layer il:
 //   P1  x' = rmsnorm(x) * attn_norm; [q; k; v] = Wqkv x'; RoPE; k, v -> cache
 //   P2  attention of each head over cache positions 0..pos -> att (long
-//       contexts: each head's positions split over work-groups, merged in P3)
+//       contexts: a head's positions split over work-groups, the last of
+//       them to finish merges the partials)
 //   P3  x += Wo att
 //   P4  x' = rmsnorm(x) * ffn_norm; h = silu(Wg x') * (Wu x')
 //   P5  x += Wd h
@@ -58,7 +59,8 @@
 
 // Attention splits: a head's positions go to up to ATT_SPLIT_MAX work-groups,
 // at least ATT_SPLIT_POS positions each; a split's partial (m, l, unnormalised
-// sum of V) goes to att_part, ATT_PART floats per (head, split).
+// sum of V) goes to att_part, ATT_PART floats per (head, split), and the
+// head's last split to finish (att_count) merges them into att.
 #ifndef ATT_SPLIT_MAX
 #define ATT_SPLIT_MAX 16
 #endif
@@ -259,27 +261,6 @@ inline void stage_padded(__local float* xl, volatile const __global float* src, 
   barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-// xl = att (padded layout) from the n_split partials of every head: each
-// split's sum of V rescaled to the largest running maximum of its head.
-inline void stage_att_merged(__local float* xl, volatile const __global float* part,
-                             int n_split) {
-  for (int i = get_local_id(0); i < N_EMBD; i += PWG) {
-    const int hd = i / HEAD_DIM, d = i % HEAD_DIM;
-    volatile const __global float* ph = part + hd * ATT_SPLIT_MAX * ATT_PART;
-    float mm = -1e30f;
-    for (int sp = 0; sp < n_split; ++sp) mm = fmax(mm, ph[sp * ATT_PART + HEAD_DIM]);
-    float num = 0.0f, den = 0.0f;
-    for (int sp = 0; sp < n_split; ++sp) {
-      const float l = ph[sp * ATT_PART + HEAD_DIM + 1];
-      const float f = l > 0.0f ? exp(ph[sp * ATT_PART + HEAD_DIM] - mm) : 0.0f;
-      num += f * ph[sp * ATT_PART + d];
-      den += f * l;
-    }
-    xl[XP(i)] = num / den;
-  }
-  barrier(CLK_LOCAL_MEM_FENCE);
-}
-
 // xl = xl * g / rms(xl) over N_EMBD values (padded layout), in place.
 inline void rms_norm_local(__local float* xl, const __global float* g, __local float* red) {
   const int lid = get_local_id(0);
@@ -310,13 +291,15 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     __global float* att, __global float* h, __global float* logits, __global float* part_val,
     __global int* part_idx, __global int* ids, int token_index, int pos,
     volatile __global uint* bar, uint bar_base, volatile __global uint* abort_flag,
-    __global ulong* trace, __global float* att_part) {
+    __global ulong* trace, __global float* att_part, volatile __global uint* att_count) {
   __local float xl[LOCAL_XP];
   __local float red[WARPS];
   __local float att_m[WARPS], att_l[WARPS];
   __local float att_acc[WARPS * HEAD_DIM];
   __local float att_e[WARPS * 32];
   __local int red_i[WARPS];
+  __local float sp_m[ATT_SPLIT_MAX], sp_l[ATT_SPLIT_MAX];
+  __local int merge_here;
 
   const int lid = get_local_id(0);
   const int lane = lid % 32;
@@ -474,16 +457,55 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
           }
         }
       }
+      if (n_split > 1) {
+        // Publish the partial; the head's last split merges (its count is
+        // reset for the next layer, which starts after a grid barrier).
+        barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+        if (lid == 0) {
+          fence_gpu();
+          const int last = atomic_inc(&att_count[hd]) == (uint)(n_split - 1);
+          if (last) {
+            atomic_xchg(&att_count[hd], 0u);
+            fence_gpu();
+          }
+          merge_here = last;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (merge_here) {
+          volatile const __global float* ph = att_part + hd * ATT_SPLIT_MAX * ATT_PART;
+          if (lid < n_split) {
+            sp_m[lid] = ph[lid * ATT_PART + HEAD_DIM];
+            sp_l[lid] = ph[lid * ATT_PART + HEAD_DIM + 1];
+          }
+          barrier(CLK_LOCAL_MEM_FENCE);
+          float mm = -1e30f;
+          for (int i = 0; i < n_split; ++i) mm = fmax(mm, sp_m[i]);
+          // Work-item (d, g) sums splits g, g + G, ... of dimension d.
+          const int d = lid % HEAD_DIM, g = lid / HEAD_DIM;
+          if (g < PWG / HEAD_DIM) {
+            float num = 0.0f;
+            for (int i = g; i < n_split; i += PWG / HEAD_DIM) {
+              const float f = sp_l[i] > 0.0f ? exp(sp_m[i] - mm) : 0.0f;
+              num += f * ph[i * ATT_PART + d];
+            }
+            att_acc[g * HEAD_DIM + d] = num;
+          }
+          barrier(CLK_LOCAL_MEM_FENCE);
+          if (lid < HEAD_DIM) {
+            float den = 0.0f;
+            for (int i = 0; i < n_split; ++i) den += sp_l[i] > 0.0f ? exp(sp_m[i] - mm) * sp_l[i] : 0.0f;
+            float total = 0.0f;
+            for (int k = 0; k < PWG / HEAD_DIM; ++k) total += att_acc[k * HEAD_DIM + lid];
+            att[hd * HEAD_DIM + lid] = total / den;
+          }
+        }
+      }
       barrier(CLK_LOCAL_MEM_FENCE);
     }
     GRID_SYNC();
 
     // P3: x += Wo att.
-    if (n_split == 1) {
-      stage_padded(xl, att, N_EMBD);
-    } else {
-      stage_att_merged(xl, att_part, n_split);
-    }
+    stage_padded(xl, att, N_EMBD);
     for (int row = gwarp; row < N_EMBD; row += n_gwarps) {
       const float x_row = lane == 0 ? ((volatile __global float*)x)[row] : 0.0f;  // early
       const float v =

@@ -28,7 +28,7 @@ constexpr size_t k_layer_offsets = 12;  // LO_N in persistent_layout.cl
 // decode_persistent.cl and decode_persistent_cpu.cl), and the names the
 // trace and the profile give them; the last name is the head's stage.
 constexpr size_t k_stages = 5;
-constexpr size_t k_att_split_max = 16;  // ATT_SPLIT_MAX in decode_persistent.cl
+constexpr size_t k_att_split_max = 16;  // ATT_SPLIT_MAX in both persistent kernels
 constexpr const char* k_stage_names[k_stages + 1] = {"qkv",     "attention", "wo",
                                                      "gate_up", "down",      "head"};
 constexpr const char* k_start_name = "start";  // the CPU kernel's lead stage
@@ -189,6 +189,12 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
     source += kernel_source(stem);
     source += '\n';
   };
+  defines += " -DATT_SPLIT_MAX=" + std::to_string(k_att_split_max);
+  // Positions per attention split (a tuning knob; the kernels' defaults are
+  // 128 on NVIDIA, 64 on CPU devices).
+  if (const char* v = std::getenv("CLCHAT_ATT_SPLIT_POS"); v && std::atoi(v) > 0) {
+    defines += " -DATT_SPLIT_POS=" + std::to_string(std::atoi(v));
+  }
   add("persistent_layout");
   if (cpu_) {
     trace_ticks_per_us_ = tsc_ticks_per_us();
@@ -199,11 +205,6 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
     add("decode_persistent_cpu");
   } else {
     defines += " -DPWG=256";
-    defines += " -DATT_SPLIT_MAX=" + std::to_string(k_att_split_max);
-    // Positions per attention split (a tuning knob; the kernel's default 128).
-    if (const char* v = std::getenv("CLCHAT_ATT_SPLIT_POS"); v && std::atoi(v) > 0) {
-      defines += " -DATT_SPLIT_POS=" + std::to_string(std::atoi(v));
-    }
     add("decode_persistent");
   }
   program_ = rt.build_program(cpu_ ? "decode_persistent_cpu" : "decode_persistent", source,
@@ -218,7 +219,7 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
            "clEnqueueFillBuffer");
   part_val_ = rt.alloc(n_groups_ * 4);
   part_idx_ = rt.alloc(n_groups_ * 4);
-  if (!cpu_) {
+  {  // both kernels (the CPU one when the head size is a multiple of 8)
     att_part_ = rt.alloc(size_t(c.n_head) * k_att_split_max * size_t(c.head_dim + 2) * 4);
     att_count_ = rt.alloc(size_t(c.n_head) * 4);
     cl_check(clEnqueueFillBuffer(rt.queue(), att_count_.get(), &zero, 4, 0, size_t(c.n_head) * 4, 0,
@@ -243,6 +244,8 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
     set_arg(kernel_.get(), 25, f_.scores_);
     set_arg(kernel_.get(), 26, xn_);
     set_arg(kernel_.get(), 27, spin_ticks());
+    set_arg(kernel_.get(), 28, att_part_);
+    set_arg(kernel_.get(), 29, att_count_);
   } else {
     set_arg(kernel_.get(), 24, att_part_);
     set_arg(kernel_.get(), 25, att_count_);

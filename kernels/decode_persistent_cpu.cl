@@ -11,7 +11,8 @@
 //   embed                     x = embedding row of ids[token_index]
 //   per layer il:
 //   P1  q; k; v = Wqkv (x * attn_norm * rms), RoPE, k and v -> cache at pos
-//   P2  attention of each head over cache positions 0..pos -> att
+//   P2  attention of each head over cache positions 0..pos -> att, a claim
+//       per (KV head, range of positions), partials merged per head
 //   P3  x += Wo att
 //   P4  h = silu(Wg x') * (Wu x'), x' = x * ffn_norm * rms
 //   P5  x += Wd h
@@ -20,7 +21,7 @@
 //   wins, ties go to the lowest id).
 // 5 barriers per layer + 2.
 //
-// Work split: each stage's rows (heads in P2) are claimed in chunks from a
+// Work split: each stage's rows ((KV head, split) pairs in P2) are claimed in chunks from a
 // shared counter (CHUNKS_PER_GROUP chunks per group, so each chunk is a long
 // run of rows), so a core that runs slower (another process, a noisy VM)
 // takes fewer chunks instead of holding the others at the barrier. Every
@@ -31,8 +32,8 @@
 // of operations per row). A normed stage's input x * g / rms(x) is made
 // once per stage by each group into its own slot of xn. Rows are computed
 // by cpu_dot.cl's rows_dot (with its software prefetch); attention by
-// attend_head8 below (8-wide), or attention_cpu.cl's attend_head when the
-// head size is not a multiple of 8.
+// attend_split8 below (8-wide), or attention_cpu.cl's attend_head (a whole
+// head per claim) when the head size is not a multiple of 8.
 //
 // Memory ordering: PoCL's mem_fence() compiles to nothing, so the barrier
 // orders memory with atomics: the arrival (atomic_inc, acq_rel) publishes
@@ -121,15 +122,28 @@ inline void norm_into(const __global float* x, const __global float* g, __global
   for (int i = 0; i < N_EMBD; ++i) xg[i] = x[i] * scale * g[i];
 }
 
+// Attention splits: a head's positions go to several claims (2, or one per
+// ATT_SPLIT_POS positions, up to ATT_SPLIT_MAX), so the cores share the
+// work evenly; each claim leaves its partial
+// (max, sum, unnormalised sum of V) in att_part and counts itself done in
+// att_count[head]; the head's last claim merges them into att.
+#ifndef ATT_SPLIT_MAX
+#define ATT_SPLIT_MAX 16
+#endif
+#ifndef ATT_SPLIT_POS
+#define ATT_SPLIT_POS 64
+#endif
+#define ATT_PART (HEAD_DIM + 2)
+
 #if HEAD_DIM % 8 == 0
 #define HD8 (HEAD_DIM / 8)
-// Attention of query head hd over cache positions 0 .. n_pos - 1 with 8-wide
-// vectors (attention_cpu.cl's attend_head works in float4, in three passes):
-// scores and their max, then exp and the weighted sum of V in one sweep, the
-// head's output in HD8 float8 registers.
-inline void attend_head8(int hd, const __global float* q, const __global float* k_cache,
-                         const __global float* v_cache, ulong layer_cache, int n_pos,
-                         __global float* scores, __global float* att) {
+// Attention of query head hd over cache positions t0 .. t1 - 1 with 8-wide
+// vectors, in three sweeps: scores and their max; exp (8 at a time) and
+// their sum; the weighted sum of V in HD8 float8 registers. Leaves the
+// running max in *m_out, the sum in *l_out and the unnormalised sum in acc.
+inline void attend_range8(int hd, const __global float* q, const __global float* k_cache,
+                          const __global float* v_cache, ulong layer_cache, int t0, int t1,
+                          __global float* scores, float* m_out, float* l_out, float8* acc) {
   const int kvh = hd / (N_HEAD / N_HEAD_KV);
   const __global float* kh = k_cache + layer_cache + kvh * HEAD_DIM;
   const __global float* vh = v_cache + layer_cache + kvh * HEAD_DIM;
@@ -138,7 +152,7 @@ inline void attend_head8(int hd, const __global float* q, const __global float* 
   const float kq_scale = rsqrt((float)HEAD_DIM);
   for (int d = 0; d < HD8; ++d) qv[d] = vload8(d, q + hd * HEAD_DIM) * kq_scale;
   float m = -FLT_MAX;  // finite: built with -cl-fast-relaxed-math
-  for (int t = 0; t < n_pos; ++t) {
+  for (int t = t0; t < t1; ++t) {
     const __global float* k = kh + (size_t)t * N_EMBD_KV;
     float8 a = qv[0] * vload8(0, k);
     for (int d = 1; d < HD8; ++d) a = fma(qv[d], vload8(d, k), a);
@@ -146,17 +160,71 @@ inline void attend_head8(int hd, const __global float* q, const __global float* 
     s[t] = st;
     m = fmax(m, st);
   }
-  float8 acc[HD8];
-  for (int d = 0; d < HD8; ++d) acc[d] = 0.0f;
   float l = 0.0f;
-  for (int t = 0; t < n_pos; ++t) {
-    const float p = exp(s[t] - m);
-    l += p;
-    const __global float* v = vh + (size_t)t * N_EMBD_KV;
-    for (int d = 0; d < HD8; ++d) acc[d] = fma((float8)p, vload8(d, v), acc[d]);
+  int t = t0;
+  for (; t + 8 <= t1; t += 8) {
+    const float8 p = exp(vload8(0, s + t) - m);
+    vstore8(p, 0, s + t);
+    l += hsum8(p);
   }
-  const float inv = 1.0f / l;
-  for (int d = 0; d < HD8; ++d) vstore8(acc[d] * inv, d, att + hd * HEAD_DIM);
+  for (; t < t1; ++t) {
+    s[t] = exp(s[t] - m);
+    l += s[t];
+  }
+  for (int d = 0; d < HD8; ++d) acc[d] = 0.0f;
+  for (t = t0; t < t1; ++t) {
+    const float8 p = (float8)s[t];
+    const __global float* v = vh + (size_t)t * N_EMBD_KV;
+    for (int d = 0; d < HD8; ++d) acc[d] = fma(p, vload8(d, v), acc[d]);
+  }
+  *m_out = m;
+  *l_out = l;
+}
+
+// Split sp of n_split of head hd; the head's last split to finish merges.
+inline void attend_split8(int hd, int sp, int n_split, int n_pos, const __global float* q,
+                          const __global float* k_cache, const __global float* v_cache,
+                          ulong layer_cache, __global float* scores, __global float* att,
+                          __global float* att_part, volatile __global uint* att_count) {
+  const int span = (n_pos + n_split - 1) / n_split;
+  const int t0 = sp * span, t1 = min(n_pos, t0 + span);
+  float m = -FLT_MAX, l = 0.0f;
+  float8 acc[HD8];
+  if (t0 < t1) {
+    attend_range8(hd, q, k_cache, v_cache, layer_cache, t0, t1, scores, &m, &l, acc);
+  } else {
+    for (int d = 0; d < HD8; ++d) acc[d] = 0.0f;
+  }
+  if (n_split == 1) {
+    const float inv = 1.0f / l;
+    for (int d = 0; d < HD8; ++d) vstore8(acc[d] * inv, d, att + hd * HEAD_DIM);
+    return;
+  }
+  __global float* pp = att_part + (hd * ATT_SPLIT_MAX + sp) * ATT_PART;
+  for (int d = 0; d < HD8; ++d) vstore8(acc[d], d, pp);
+  pp[HEAD_DIM] = m;
+  pp[HEAD_DIM + 1] = l;
+  // The increment publishes the stores above (an atomic read-modify-write;
+  // x86 keeps store order), and the last one's loads stay below it.
+  if (atomic_inc(&att_count[hd]) != (uint)(n_split - 1)) return;
+  atomic_xchg(&att_count[hd], 0u);
+  const __global float* ph = att_part + hd * ATT_SPLIT_MAX * ATT_PART;
+  float mm = -FLT_MAX;
+  for (int i = 0; i < n_split; ++i) {
+    if (ph[i * ATT_PART + HEAD_DIM + 1] > 0.0f) mm = fmax(mm, ph[i * ATT_PART + HEAD_DIM]);
+  }
+  float8 num[HD8];
+  for (int d = 0; d < HD8; ++d) num[d] = 0.0f;
+  float den = 0.0f;
+  for (int i = 0; i < n_split; ++i) {
+    const float li = ph[i * ATT_PART + HEAD_DIM + 1];
+    if (li <= 0.0f) continue;
+    const float f = exp(ph[i * ATT_PART + HEAD_DIM] - mm);
+    den += f * li;
+    for (int d = 0; d < HD8; ++d) num[d] = fma((float8)f, vload8(d, ph + i * ATT_PART), num[d]);
+  }
+  const float inv = 1.0f / den;
+  for (int d = 0; d < HD8; ++d) vstore8(num[d] * inv, d, att + hd * HEAD_DIM);
 }
 #endif
 
@@ -173,7 +241,8 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
     __global int* part_idx, __global int* ids, int token_index, int pos,
     volatile __global uint* bar, uint bar_base, volatile __global uint* abort_flag,
     __global ulong* trace, volatile __global uint* work, __global float* scores,
-    __global float* xn, ulong spin_ticks) {
+    __global float* xn, ulong spin_ticks, __global float* att_part,
+    volatile __global uint* att_count) {
   if (get_local_id(0) != 0) return;
   const int group = get_group_id(0);
   const int n_groups = get_num_groups(0);
@@ -206,6 +275,9 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
   }
   SYNC();
 
+  // At least two splits from two positions on: the claims are KV heads
+  // (3 for SmolLM2), which alone would not spread evenly over the cores.
+  const int n_split = clamp((pos + ATT_SPLIT_POS) / ATT_SPLIT_POS, min(2, pos + 1), ATT_SPLIT_MAX);
   for (int il = 0; il < N_LAYER; ++il) {
     const __global ulong* lo = layer_off + il * LO_N;
     const ulong layer_cache = (ulong)il * N_CTX * N_EMBD_KV;
@@ -225,16 +297,25 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
     }
     SYNC();
 
-    // P2: attention, a head per claim.
+    // P2: attention, a (KV head, split) per claim: the query heads that
+    // share the KV head run one after another over the same K and V rows,
+    // which the first of them brought into this core's caches.
+#if HEAD_DIM % 8 == 0
+    for (uint n_c = N_HEAD_KV * n_split, u; (u = claim(work, stage_base)) < n_c ||
+                                            ((stage_base += n_c + n_groups), 0);) {
+      const int kvh = u / n_split, sp = u % n_split;
+      for (int g = 0; g < N_HEAD / N_HEAD_KV; ++g) {
+        attend_split8(kvh * (N_HEAD / N_HEAD_KV) + g, sp, n_split, pos + 1, q, k_cache, v_cache,
+                      layer_cache, scores, att, att_part, att_count);
+      }
+    }
+#else
     for (uint n_c = N_HEAD, hd; (hd = claim(work, stage_base)) < n_c ||
                                 ((stage_base += n_c + n_groups), 0);) {
-#if HEAD_DIM % 8 == 0
-      attend_head8(hd, q, k_cache, v_cache, layer_cache, pos + 1, scores, att);
-#else
       attend_head(hd, q, k_cache, v_cache, layer_cache, pos + 1, N_HEAD, N_HEAD_KV, HEAD_DIM,
                   scores, N_CTX, att);
-#endif
     }
+#endif
     SYNC();
 
     // P3: x += Wo att.

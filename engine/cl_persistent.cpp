@@ -219,13 +219,13 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
            "clEnqueueFillBuffer");
   part_val_ = rt.alloc(n_groups_ * 4);
   part_idx_ = rt.alloc(n_groups_ * 4);
-  {  // both kernels (the CPU one when the head size is a multiple of 8)
-    att_part_ = rt.alloc(size_t(c.n_head) * k_att_split_max * size_t(c.head_dim + 2) * 4);
-    att_count_ = rt.alloc(size_t(c.n_head) * 4);
-    cl_check(clEnqueueFillBuffer(rt.queue(), att_count_.get(), &zero, 4, 0, size_t(c.n_head) * 4, 0,
-                                 nullptr, nullptr),
-             "clEnqueueFillBuffer");
-  }
+  // Attention split partials (the CPU kernel uses them when the head size is
+  // a multiple of 8).
+  att_part_ = rt.alloc(size_t(c.n_head) * k_att_split_max * size_t(c.head_dim + 2) * 4);
+  att_count_ = rt.alloc(size_t(c.n_head) * 4);
+  cl_check(clEnqueueFillBuffer(rt.queue(), att_count_.get(), &zero, 4, 0, size_t(c.n_head) * 4, 0,
+                               nullptr, nullptr),
+           "clEnqueueFillBuffer");
   if (cpu_) {
     xn_ = rt.alloc(n_groups_ * (size_t(c.n_embd + 31) / 32 * 32) * 4);  // XN_STRIDE per group
     work_ = rt.alloc(4);
@@ -375,11 +375,10 @@ bool PersistentDecode::rearm() {
     cl_check(clEnqueueFillBuffer(f_.rt_.queue(), work_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
              "clEnqueueFillBuffer");
   }
-  if (att_count_) {  // an aborted token may have left splits uncounted
-    cl_check(clEnqueueFillBuffer(f_.rt_.queue(), att_count_.get(), &zero, 4, 0,
-                                 size_t(f_.config_.n_head) * 4, 0, nullptr, nullptr),
-             "clEnqueueFillBuffer");
-  }
+  // An aborted token may have left splits uncounted.
+  cl_check(clEnqueueFillBuffer(f_.rt_.queue(), att_count_.get(), &zero, 4, 0,
+                               size_t(f_.config_.n_head) * 4, 0, nullptr, nullptr),
+           "clEnqueueFillBuffer");
   return true;
 }
 

@@ -96,7 +96,7 @@ class PersistentDecode {
   // CPU (decode_persistent_cpu.cl): the chunk-claim counter and each
   // work-group's normed stage input.
   ClMem work_, xn_;
-  // NVIDIA kernel: per (head, split) attention partials (ATT_SPLIT_MAX
+  // Both kernels: per (head, split) attention partials (ATT_SPLIT_MAX
   // splits) and per head the count of splits done.
   ClMem att_part_, att_count_;
   bool cpu_ = false;

@@ -390,7 +390,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     // each for the scores, then HEAD_DIM / 32 of the head's dimensions each
     // for the weighted sum of V), an online softmax per warp, merged in local
     // memory. One split: the result goes straight to att; more: partials to
-    // att_part, merged while P3 stages its input.
+    // att_part, which the head's last split to finish merges into att.
     for (int unit = group; unit < N_HEAD * n_split; unit += n_groups) {
       const int hd = unit / n_split, sp = unit % n_split;
       const int kvh = hd / (N_HEAD / N_HEAD_KV);
@@ -493,7 +493,9 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
           barrier(CLK_LOCAL_MEM_FENCE);
           if (lid < HEAD_DIM) {
             float den = 0.0f;
-            for (int i = 0; i < n_split; ++i) den += sp_l[i] > 0.0f ? exp(sp_m[i] - mm) * sp_l[i] : 0.0f;
+            for (int i = 0; i < n_split; ++i) {
+              if (sp_l[i] > 0.0f) den += exp(sp_m[i] - mm) * sp_l[i];
+            }
             float total = 0.0f;
             for (int k = 0; k < PWG / HEAD_DIM; ++k) total += att_acc[k * HEAD_DIM + lid];
             att[hd * HEAD_DIM + lid] = total / den;

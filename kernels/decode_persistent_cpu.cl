@@ -21,9 +21,9 @@
 //   wins, ties go to the lowest id).
 // 5 barriers per layer + 2.
 //
-// Work split: each stage's rows ((KV head, split) pairs in P2) are claimed in chunks from a
-// shared counter (CHUNKS_PER_GROUP chunks per group, so each chunk is a long
-// run of rows), so a core that runs slower (another process, a noisy VM)
+// Work split: each stage's rows ((KV head, split) pairs in P2) are claimed
+// in chunks from a shared counter (CHUNKS_PER_GROUP chunks per group, so
+// each chunk is a long run of rows), so a core that runs slower (another process, a noisy VM)
 // takes fewer chunks instead of holding the others at the barrier. Every
 // group makes exactly one failing claim per stage, so stage s's claims start
 // at the sum over earlier stages of (chunks + n_groups), known to all groups
@@ -188,13 +188,9 @@ inline void attend_split8(int hd, int sp, int n_split, int n_pos, const __global
                           __global float* att_part, volatile __global uint* att_count) {
   const int span = (n_pos + n_split - 1) / n_split;
   const int t0 = sp * span, t1 = min(n_pos, t0 + span);
-  float m = -FLT_MAX, l = 0.0f;
+  float m, l;  // an empty range leaves m = -FLT_MAX, l = 0, acc = 0
   float8 acc[HD8];
-  if (t0 < t1) {
-    attend_range8(hd, q, k_cache, v_cache, layer_cache, t0, t1, scores, &m, &l, acc);
-  } else {
-    for (int d = 0; d < HD8; ++d) acc[d] = 0.0f;
-  }
+  attend_range8(hd, q, k_cache, v_cache, layer_cache, t0, t1, scores, &m, &l, acc);
   if (n_split == 1) {
     const float inv = 1.0f / l;
     for (int d = 0; d < HD8; ++d) vstore8(acc[d] * inv, d, att + hd * HEAD_DIM);

@@ -113,8 +113,13 @@ std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
   // CPU: one work-group per core (PoCL runs one per worker thread); more
   // cannot all be resident, which the barrier self-test then reports.
   const uint32_t per_cu = wgs && *wgs ? uint32_t(std::max(1, std::atoi(wgs))) : cpu ? 1u : 2u;
+  // CLCHAT_PERSIST_GROUPS: the total instead (tests use a few, so that every
+  // stage gives a warp more than one row).
+  const char* total = std::getenv("CLCHAT_PERSIST_GROUPS");
+  const size_t n_groups =
+      total && std::atoi(total) > 0 ? size_t(std::atoi(total)) : size_t(dev.compute_units) * per_cu;
   try {
-    if (!p->build(per_cu)) return nullptr;
+    if (!p->build(n_groups)) return nullptr;
   } catch (const std::exception& e) {
     return no(e.what());
   }
@@ -123,7 +128,7 @@ std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
   return p;
 }
 
-bool PersistentDecode::build(uint32_t groups_per_cu) {
+bool PersistentDecode::build(size_t n_groups) {
   const ModelConfig& c = f_.config_;
   const ClRuntime& rt = f_.rt_;
   const DeviceMatrix& head = c.tied_embeddings ? f_.token_embd_ : f_.output_;
@@ -166,7 +171,7 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
   layer_off_ = rt.upload(layer_off.data(), layer_off.size() * sizeof(uint64_t));
   if (layer_off.size() != f_.layers_.size() * k_layer_offsets) throw std::logic_error("layer_off");
 
-  n_groups_ = size_t(rt.device().compute_units) * groups_per_cu;
+  n_groups_ = n_groups;
   local_size_ = cpu_ ? 2 : 256;  // decode_persistent_cpu.cl: CPU_WG
   lead_barriers_ = cpu_ ? 1 : 0;
   barriers_per_token_ = uint32_t(k_stages * size_t(c.n_layer) + 1 + lead_barriers_);
@@ -194,6 +199,12 @@ bool PersistentDecode::build(uint32_t groups_per_cu) {
   // 128 on NVIDIA, 64 on CPU devices).
   if (const char* v = std::getenv("CLCHAT_ATT_SPLIT_POS"); v && std::atoi(v) > 0) {
     defines += " -DATT_SPLIT_POS=" + std::to_string(std::atoi(v));
+  }
+  // Developer knob for A/B runs of kernel variants in one build: extra
+  // build options (e.g. "-DATT_SPLIT_POS=64"), logged.
+  if (const char* v = std::getenv("CLCHAT_PERSIST_DEFINES"); v && *v) {
+    spdlog::info("persistent decode kernel: CLCHAT_PERSIST_DEFINES={}", v);
+    defines += std::string(" ") + v;
   }
   add("persistent_layout");
   if (cpu_) {
@@ -362,13 +373,11 @@ bool PersistentDecode::rearm() {
   ++n_timeouts_;
   if (n_timeouts_ >= k_max_timeouts) return false;
   // Every work-group has left the aborted launch (the host read its id
-  // after it finished): the arrival count is final.
-  cl_uint arrivals = 0;
-  cl_check(clEnqueueReadBuffer(f_.rt_.queue(), bar_.get(), CL_TRUE, 0, 4, &arrivals, 0, nullptr,
-                               nullptr),
-           "clEnqueueReadBuffer(barrier)");
-  bar_base_ = arrivals;
+  // after it finished): the barrier starts counting again from zero.
   const cl_uint zero = 0;
+  cl_check(clEnqueueFillBuffer(f_.rt_.queue(), bar_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
+           "clEnqueueFillBuffer");
+  bar_base_ = 0;
   cl_check(clEnqueueFillBuffer(f_.rt_.queue(), abort_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
            "clEnqueueFillBuffer");
   if (work_) {

@@ -16,7 +16,8 @@
 // layer through offsets: OpenCL 1.2 has no device pointers), and a start-up
 // barrier test showing every work-group resident. CLCHAT_NO_PERSISTENT=1
 // turns the path off; CLCHAT_PERSIST_WGS sets work-groups per compute unit
-// (default 2 on NVIDIA, 1 on CPU devices: one per PoCL worker thread).
+// (default 2 on NVIDIA, 1 on CPU devices: one per PoCL worker thread),
+// CLCHAT_PERSIST_GROUPS their total.
 #pragma once
 
 #include <cstdint>
@@ -70,7 +71,7 @@ class PersistentDecode {
 
  private:
   explicit PersistentDecode(ClForward& forward) : f_(forward) {}
-  bool build(uint32_t groups_per_cu);
+  bool build(size_t n_groups);
   void read_trace(bool to_profile);
   bool barrier_self_test();
   cl_ulong spin_ticks() const;

@@ -31,9 +31,9 @@
 // WT_EMBD (GGML type ids 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0); layouts are
 // the repacked ones of engine/cl_weights.h.
 //
-// The barrier counts arrivals on a counter that is never reset: barrier k of
-// this launch waits until counter - (bar_base + k * n_groups) >= 0 in wrapping
-// 32-bit arithmetic. A work-group that spins too long (work-groups not all
+// The barrier counts arrivals on a counter that only the host resets: barrier
+// k of this launch waits until counter - (bar_base + k * n_groups) >= 0 in
+// wrapping 32-bit arithmetic. A work-group that spins too long (work-groups not all
 // resident) sets *abort_flag and stops waiting; the host then falls back to
 // the multi-kernel path. Requires NVIDIA (inline PTX); the host enables this
 // path only after grid_barrier_selftest passes.
@@ -105,12 +105,20 @@ inline void prefetch_l2(const __global void* p) {
 
 // ---- grid barrier -------------------------------------------------------------
 
-inline void grid_sync(volatile __global uint* counter, uint target,
-                      volatile __global uint* abort_flag) {
+// In two halves, so that a work-group can issue loads that do not depend on
+// the other work-groups (the next stage's weights) after it has arrived and
+// before it waits: issued before the arrival, they would hold up thread 0's
+// fence (a fence waits for the thread's outstanding loads).
+inline void grid_arrive(volatile __global uint* counter) {
   barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
   if (get_local_id(0) == 0) {
     fence_gpu();  // this work-group's writes before the arrival
     atomic_inc(counter);
+  }
+}
+inline void grid_wait(volatile __global uint* counter, uint target,
+                      volatile __global uint* abort_flag) {
+  if (get_local_id(0) == 0) {
     uint spins = 0;
     while ((int)(*counter - target) < 0) {
       if (++spins > SPIN_LIMIT || *abort_flag) {
@@ -121,6 +129,11 @@ inline void grid_sync(volatile __global uint* counter, uint target,
     fence_gpu();
   }
   barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+}
+inline void grid_sync(volatile __global uint* counter, uint target,
+                      volatile __global uint* abort_flag) {
+  grid_arrive(counter);
+  grid_wait(counter, target, abort_flag);
 }
 
 // Start-up check that all n_groups work-groups are resident and that data
@@ -225,6 +238,103 @@ inline float row_dot_t8(const __global uchar* wq, const __global uchar* ws, int 
 #define CAT(a, b) CAT_(a, b)
 #define ROW_DOT(T) CAT(row_dot_t, T)
 
+// ---- a row's weights in registers -----------------------------------------------
+
+// Every stage gives a warp at most a row or two of each matrix, so the warp's
+// first row(s) of the next stage are loaded into registers between its
+// work-group's arrival at the barrier and its wait there; after the barrier
+// only the activations are waited for. Lane `lane` holds blocks lane,
+// lane + 32, ... of the row: at most RB blocks (Q8_0 blocks take two uint4);
+// F32 and F16 rows are not held (their dot reads the row).
+#define RB ((LOCAL_X / 32 + 31) / 32)
+#define ROW_LOAD(T) CAT(row_load_t, T)
+#define ROW_DOT_REGS(T) CAT(row_dot_regs_t, T)
+
+inline void row_load_t0(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                        int lane, uint4* q, float2* s) {}
+inline void row_load_t1(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                        int lane, uint4* q, float2* s) {}
+inline float row_dot_regs_t0(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                             const __local float* x, int lane, const uint4* q, const float2* s) {
+  return row_dot_t0(wq, ws, n_in, row, x, lane);
+}
+inline float row_dot_regs_t1(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                             const __local float* x, int lane, const uint4* q, const float2* s) {
+  return row_dot_t1(wq, ws, n_in, row, x, lane);
+}
+
+// Blocks of 16 * `chunks` bytes (Q4_0 2, Q4_1 3: 1; Q8_0 8: 2) and each
+// block's (scale, min): Q4_0's min is -8 * scale, Q8_0's is unused.
+inline void row_load_blocks(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                            int lane, uint4* q, float2* s, int chunks, int type) {
+  const int nb = n_in / 32;
+  const size_t base = (size_t)row * nb;
+#pragma unroll
+  for (int k = 0; k < RB; ++k) {
+    const int b = lane + 32 * k;
+    if (b < nb) {
+#pragma unroll
+      for (int c = 0; c < chunks; ++c) {
+        q[chunks * k + c] = ((const __global uint4*)wq)[chunks * (base + b) + c];
+      }
+      if (type == 3) {
+        s[k] = vload_half2(base + b, (const __global half*)ws);
+      } else {
+        const float d = vload_half(base + b, (const __global half*)ws);
+        s[k] = (float2)(d, -8.0f * d);
+      }
+    }
+  }
+}
+inline void row_load_t2(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                        int lane, uint4* q, float2* s) {
+  row_load_blocks(wq, ws, n_in, row, lane, q, s, 1, 2);
+}
+inline void row_load_t3(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                        int lane, uint4* q, float2* s) {
+  row_load_blocks(wq, ws, n_in, row, lane, q, s, 1, 3);
+}
+inline void row_load_t8(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                        int lane, uint4* q, float2* s) {
+  row_load_blocks(wq, ws, n_in, row, lane, q, s, 2, 8);
+}
+// Q4_0 (2), Q4_1 (3): d * sum(code * x) + m * sum(x) (Q4_0's m is -8 d).
+inline float row_dot_regs_nibbles(int n_in, const __local float* x, int lane, const uint4* q,
+                                  const float2* s) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int k = 0; k < RB; ++k) {
+    const int b = lane + 32 * k;
+    if (b < n_in / 32) {
+      const float2 r = nibble_dot_local(q[k], x + b * XS);
+      acc += s[k].x * r.x + s[k].y * r.y;
+    }
+  }
+  return acc;
+}
+inline float row_dot_regs_t2(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                             const __local float* x, int lane, const uint4* q, const float2* s) {
+  return row_dot_regs_nibbles(n_in, x, lane, q, s);
+}
+inline float row_dot_regs_t3(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                             const __local float* x, int lane, const uint4* q, const float2* s) {
+  return row_dot_regs_nibbles(n_in, x, lane, q, s);
+}
+// Q8_0 (8): int8.
+inline float row_dot_regs_t8(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                             const __local float* x, int lane, const uint4* q, const float2* s) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int k = 0; k < RB; ++k) {
+    const int b = lane + 32 * k;
+    if (b < n_in / 32) {
+      acc += s[k].x * (int8_dot_local(q[2 * k], x + b * XS) +
+                       int8_dot_local(q[2 * k + 1], x + b * XS + 16));
+    }
+  }
+  return acc;
+}
+
 // Bytes of one row's payloads and scales in the repacked layout.
 #define ROW_Q_BYTES(T, n) \
   ((T) == 0 ? (n) * 4 : (T) == 1 ? (n) * 2 : (T) == 8 ? (n) : (n) / 2)
@@ -261,25 +371,26 @@ inline void stage_padded(__local float* xl, volatile const __global float* src, 
   barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-// xl = xl * g / rms(xl) over N_EMBD values (padded layout), in place.
-inline void rms_norm_local(__local float* xl, const __global float* g, __local float* red) {
+// RMSNorm folded into the staging: xl = src * g over N_EMBD values (padded
+// layout; src null: xl in place) and the return value is 1 / rms(src), which
+// the caller applies to each row's dot product (dot(W, x * g) * scale), so
+// the x and g loads go out together and one local barrier suffices.
+inline float stage_norm(__local float* xl, volatile const __global float* src,
+                        const __global float* g, __local float* red) {
   const int lid = get_local_id(0);
   float ss = 0.0f;
   for (int i = lid; i < N_EMBD / 4; i += PWG) {
-    const float4 v = vload4(0, xl + XP(4 * i));
+    const float4 w = vload4(i, g);
+    const float4 v = src ? ((volatile const __global float4*)src)[i] : vload4(0, xl + XP(4 * i));
     ss += dot(v, v);
+    vstore4(v * w, 0, xl + XP(4 * i));
   }
   ss = warp_sum(ss);
   if (lid % 32 == 0) red[lid / 32] = ss;
   barrier(CLK_LOCAL_MEM_FENCE);
   float total = 0.0f;
   for (int w = 0; w < WARPS; ++w) total += red[w];
-  const float scale = rsqrt(total / N_EMBD + RMS_EPS);
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int i = lid; i < N_EMBD / 4; i += PWG) {
-    vstore4(vload4(0, xl + XP(4 * i)) * scale * vload4(i, g), 0, xl + XP(4 * i));
-  }
-  barrier(CLK_LOCAL_MEM_FENCE);
+  return rsqrt(total / N_EMBD + RMS_EPS);
 }
 
 // ---- the token ----------------------------------------------------------------
@@ -297,6 +408,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   __local float att_m[WARPS], att_l[WARPS];
   __local float att_acc[WARPS * HEAD_DIM];
   __local float att_e[WARPS * 32];
+  __local float red_v[WARPS];  // the head's argmax (red is stage_norm's)
   __local int red_i[WARPS];
   __local float sp_m[ATT_SPLIT_MAX], sp_l[ATT_SPLIT_MAX];
   __local int merge_here;
@@ -311,11 +423,19 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   uint n_bar = 0;
   // With a trace buffer, work-group 0 records the GPU clock after each barrier
   // (CLCHAT_PERSIST_TRACE=1): per-stage times for tuning.
-#define GRID_SYNC()                                                 \
-  do {                                                              \
-    grid_sync(bar, bar_base + (++n_bar) * (uint)n_groups, abort_flag); \
+#define GRID_WAIT()                                                        \
+  do {                                                                     \
+    grid_wait(bar, bar_base + (++n_bar) * (uint)n_groups, abort_flag);     \
     if (trace && group == 0 && lid == 0) trace[n_bar] = global_timer_ns(); \
   } while (0)
+#define GRID_SYNC()  \
+  do {               \
+    grid_arrive(bar); \
+    GRID_WAIT();     \
+  } while (0)
+  // This warp's first row(s) of the next stage (ROW_LOAD): row a, row b.
+  uint4 qa[2 * RB], qb[2 * RB];
+  float2 sa[RB], sb[RB];
   if (trace && group == 0 && lid == 0) trace[0] = global_timer_ns();
 
   // Embedding row of ids[token_index] into local memory (and x, by group 0).
@@ -327,6 +447,12 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   }
   barrier(CLK_LOCAL_MEM_FENCE);
 
+  if (gwarp < N_QKV / 2) {
+    ROW_LOAD(WT_QKV)(arena + layer_off[LO_QKV_Q], arena + layer_off[LO_QKV_S], N_EMBD, 2 * gwarp,
+                     lane, qa, sa);
+    ROW_LOAD(WT_QKV)(arena + layer_off[LO_QKV_Q], arena + layer_off[LO_QKV_S], N_EMBD,
+                     2 * gwarp + 1, lane, qb, sb);
+  }
   const int n_pos = pos + 1;
   const int split_cap = clamp(n_groups / N_HEAD, 1, ATT_SPLIT_MAX);
   const int n_split = clamp((n_pos + ATT_SPLIT_POS - 1) / ATT_SPLIT_POS, 1, split_cap);
@@ -353,20 +479,27 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     }
 
     // P1: norm, q/k/v rows in pairs, RoPE, KV append.
-    if (il > 0) stage_padded(xl, x, N_EMBD);
-    rms_norm_local(xl, (const __global float*)(arena + lo[LO_ATTN_NORM]), red);
+    float scale = stage_norm(xl, il > 0 ? x : 0, (const __global float*)(arena + lo[LO_ATTN_NORM]),
+                             red);
     for (int pair = gwarp; pair < N_QKV / 2; pair += n_gwarps) {
       const int r0 = 2 * pair;
+      const int in_head = (r0 < N_EMBD ? r0 : r0 - N_EMBD) % HEAD_DIM;
+      const bool rotate = r0 < N_EMBD + N_EMBD_KV && in_head < N_ROT;
+      // The rotation's cos/sin load goes out with the rows' loads.
+      const float2 cs = lane == 0 && rotate ? rope_cs[pos * (N_ROT / 2) + in_head / 2] : (float2)(0.0f);
+      if (pair != gwarp) {
+        ROW_LOAD(WT_QKV)(arena + lo[LO_QKV_Q], arena + lo[LO_QKV_S], N_EMBD, r0, lane, qa, sa);
+        ROW_LOAD(WT_QKV)(arena + lo[LO_QKV_Q], arena + lo[LO_QKV_S], N_EMBD, r0 + 1, lane, qb, sb);
+      }
       // Both rows' loads are issued before the shuffles (asm) of either sum.
-      float a = ROW_DOT(WT_QKV)(arena + lo[LO_QKV_Q], arena + lo[LO_QKV_S], N_EMBD, r0, xl, lane);
-      float b =
-          ROW_DOT(WT_QKV)(arena + lo[LO_QKV_Q], arena + lo[LO_QKV_S], N_EMBD, r0 + 1, xl, lane);
-      a = warp_sum(a);
-      b = warp_sum(b);
+      float a = ROW_DOT_REGS(WT_QKV)(arena + lo[LO_QKV_Q], arena + lo[LO_QKV_S], N_EMBD, r0, xl,
+                                     lane, qa, sa);
+      float b = ROW_DOT_REGS(WT_QKV)(arena + lo[LO_QKV_Q], arena + lo[LO_QKV_S], N_EMBD, r0 + 1, xl,
+                                     lane, qb, sb);
+      a = warp_sum(a) * scale;
+      b = warp_sum(b) * scale;
       if (lane == 0) {
-        const int in_head = (r0 < N_EMBD ? r0 : r0 - N_EMBD) % HEAD_DIM;
-        if (r0 < N_EMBD + N_EMBD_KV && in_head < N_ROT) {
-          const float2 cs = rope_cs[pos * (N_ROT / 2) + in_head / 2];
+        if (rotate) {
           const float ra = a * cs.x - b * cs.y;
           b = a * cs.y + b * cs.x;
           a = ra;
@@ -504,44 +637,74 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
       }
       barrier(CLK_LOCAL_MEM_FENCE);
     }
-    GRID_SYNC();
+    grid_arrive(bar);
+    if (gwarp < N_EMBD) {
+      ROW_LOAD(WT_WO)(arena + lo[LO_WO_Q], arena + lo[LO_WO_S], N_EMBD, gwarp, lane, qa, sa);
+    }
+    GRID_WAIT();
 
     // P3: x += Wo att.
     stage_padded(xl, att, N_EMBD);
     for (int row = gwarp; row < N_EMBD; row += n_gwarps) {
       const float x_row = lane == 0 ? ((volatile __global float*)x)[row] : 0.0f;  // early
-      const float v =
-          warp_sum(ROW_DOT(WT_WO)(arena + lo[LO_WO_Q], arena + lo[LO_WO_S], N_EMBD, row, xl, lane));
+      if (row != gwarp) {
+        ROW_LOAD(WT_WO)(arena + lo[LO_WO_Q], arena + lo[LO_WO_S], N_EMBD, row, lane, qa, sa);
+      }
+      const float v = warp_sum(ROW_DOT_REGS(WT_WO)(arena + lo[LO_WO_Q], arena + lo[LO_WO_S], N_EMBD,
+                                                   row, xl, lane, qa, sa));
       if (lane == 0) x[row] = x_row + v;
     }
-    GRID_SYNC();
+    grid_arrive(bar);
+    if (gwarp < N_FF) {
+      ROW_LOAD(WT_FFN)(arena + lo[LO_GATE_Q], arena + lo[LO_GATE_S], N_EMBD, gwarp, lane, qa, sa);
+      ROW_LOAD(WT_FFN)(arena + lo[LO_UP_Q], arena + lo[LO_UP_S], N_EMBD, gwarp, lane, qb, sb);
+    }
+    GRID_WAIT();
 
     // P4: norm, gate and up, SwiGLU.
-    stage_padded(xl, x, N_EMBD);
-    rms_norm_local(xl, (const __global float*)(arena + lo[LO_FFN_NORM]), red);
+    scale = stage_norm(xl, x, (const __global float*)(arena + lo[LO_FFN_NORM]), red);
     for (int row = gwarp; row < N_FF; row += n_gwarps) {
-      float g = ROW_DOT(WT_FFN)(arena + lo[LO_GATE_Q], arena + lo[LO_GATE_S], N_EMBD, row, xl, lane);
-      float u = ROW_DOT(WT_FFN)(arena + lo[LO_UP_Q], arena + lo[LO_UP_S], N_EMBD, row, xl, lane);
-      g = warp_sum(g);
-      u = warp_sum(u);
+      if (row != gwarp) {
+        ROW_LOAD(WT_FFN)(arena + lo[LO_GATE_Q], arena + lo[LO_GATE_S], N_EMBD, row, lane, qa, sa);
+        ROW_LOAD(WT_FFN)(arena + lo[LO_UP_Q], arena + lo[LO_UP_S], N_EMBD, row, lane, qb, sb);
+      }
+      float g = ROW_DOT_REGS(WT_FFN)(arena + lo[LO_GATE_Q], arena + lo[LO_GATE_S], N_EMBD, row, xl,
+                                     lane, qa, sa);
+      float u = ROW_DOT_REGS(WT_FFN)(arena + lo[LO_UP_Q], arena + lo[LO_UP_S], N_EMBD, row, xl,
+                                     lane, qb, sb);
+      g = warp_sum(g) * scale;
+      u = warp_sum(u) * scale;
       if (lane == 0) h[row] = g / (1.0f + exp(-g)) * u;
     }
-    GRID_SYNC();
+    grid_arrive(bar);
+    if (gwarp < N_EMBD) {
+      ROW_LOAD(WT_DOWN)(arena + lo[LO_DOWN_Q], arena + lo[LO_DOWN_S], N_FF, gwarp, lane, qa, sa);
+    }
+    GRID_WAIT();
 
     // P5: x += Wd h.
     stage_padded(xl, h, N_FF);
     for (int row = gwarp; row < N_EMBD; row += n_gwarps) {
       const float x_row = lane == 0 ? ((volatile __global float*)x)[row] : 0.0f;  // early
-      const float v = warp_sum(
-          ROW_DOT(WT_DOWN)(arena + lo[LO_DOWN_Q], arena + lo[LO_DOWN_S], N_FF, row, xl, lane));
+      if (row != gwarp) {
+        ROW_LOAD(WT_DOWN)(arena + lo[LO_DOWN_Q], arena + lo[LO_DOWN_S], N_FF, row, lane, qa, sa);
+      }
+      const float v = warp_sum(ROW_DOT_REGS(WT_DOWN)(arena + lo[LO_DOWN_Q], arena + lo[LO_DOWN_S],
+                                                     N_FF, row, xl, lane, qa, sa));
       if (lane == 0) x[row] = x_row + v;
     }
-    GRID_SYNC();
+    grid_arrive(bar);
+    if (il + 1 < N_LAYER && gwarp < N_QKV / 2) {
+      const __global ulong* ln = lo + LO_N;
+      ROW_LOAD(WT_QKV)(arena + ln[LO_QKV_Q], arena + ln[LO_QKV_S], N_EMBD, 2 * gwarp, lane, qa, sa);
+      ROW_LOAD(WT_QKV)(arena + ln[LO_QKV_Q], arena + ln[LO_QKV_S], N_EMBD, 2 * gwarp + 1, lane, qb,
+                       sb);
+    }
+    GRID_WAIT();
   }
 
   // Head: final norm, logits, this work-group's argmax candidate.
-  stage_padded(xl, x, N_EMBD);
-  rms_norm_local(xl, (const __global float*)(arena + out_norm), red);
+  const float scale = stage_norm(xl, x, (const __global float*)(arena + out_norm), red);
   float best = 0.0f;
   int best_i = -1;
   // Four rows per iteration so their loads overlap; rows stay in increasing
@@ -557,7 +720,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int row = row0 + k * n_gwarps;
-      const float sum = warp_sum(v[k]);
+      const float sum = warp_sum(v[k]) * scale;
       if (lane == 0 && row < N_VOCAB) {
         logits[row] = sum;
         if (beats(sum, row, best, best_i)) {
@@ -568,14 +731,14 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     }
   }
   if (lane == 0) {
-    red[warp] = best;
+    red_v[warp] = best;
     red_i[warp] = best_i;
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   if (lid == 0) {
     for (int w = 1; w < WARPS; ++w) {
-      if (beats(red[w], red_i[w], best, best_i)) {
-        best = red[w];
+      if (beats(red_v[w], red_i[w], best, best_i)) {
+        best = red_v[w];
         best_i = red_i[w];
       }
     }
@@ -596,4 +759,5 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     ids[0] = *abort_flag ? -2 : (best_i < 0 ? 0 : best_i);
   }
 #undef GRID_SYNC
+#undef GRID_WAIT
 }

@@ -51,15 +51,16 @@ void PrintTo(const PersistentCase& c, std::ostream* os) {
       << (c.tied ? " tied" : " untied");
 }
 
-// 128 embd, 2 layers, 4 heads, 2 KV heads (head size 32), FFN 256, vocab 512.
-SyntheticSpec spec_for(const PersistentCase& c) {
+// 128 embd, 2 layers, 4 heads, 2 KV heads (head size 32), FFN 256 unless
+// given, vocab 512.
+SyntheticSpec spec_for(const PersistentCase& c, int n_ff = 256) {
   SyntheticSpec s;
   s.name = "test-persistent";
   s.n_embd = 128;
   s.n_layer = 2;
   s.n_head = 4;
   s.n_head_kv = 2;
-  s.n_ff = 256;
+  s.n_ff = n_ff;
   s.n_vocab = 512;
   s.n_ctx = 300;
   s.layer_type = c.layer_type;
@@ -96,8 +97,8 @@ class ScopedEnv {
 
 // Logits of the persistent path at every position 0..299 against the CPU
 // reference (300 > 8 attention chunks of 32: longer chunks too).
-void expect_logits_match_cpu(const PersistentCase& c, int token_step) {
-  const std::string path = write_synthetic_model_tmp(spec_for(c));
+void expect_logits_match_cpu(const PersistentCase& c, int token_step, int n_ff = 256) {
+  const std::string path = write_synthetic_model_tmp(spec_for(c, n_ff));
   const Model model = load_model(path);
   const int n_ctx = 300;
   CpuForward cpu(model, n_ctx);
@@ -129,6 +130,18 @@ TEST(PersistentDecode, AttentionSplitOverWorkGroupsMatchesCpu) {
   if (!persistent_expected()) GTEST_SKIP() << k_not_here;
   ScopedEnv split("CLCHAT_ATT_SPLIT_POS", "8");
   expect_logits_match_cpu({GgmlType::Q4_0, GgmlType::Q8_0, true}, 104729);
+}
+
+// Two work-groups: every stage gives a warp (NVIDIA) several rows, past the
+// one it loads while waiting at the barrier; FFN 1152 = 36 blocks of 32, so
+// a lane holds two blocks of each down-projection row.
+TEST(PersistentDecode, FewWorkGroupsAndLongRowsMatchCpu) {
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
+  ScopedEnv groups("CLCHAT_PERSIST_GROUPS", "2");
+  for (const GgmlType t : {GgmlType::Q4_1, GgmlType::Q8_0}) {
+    SCOPED_TRACE(ggml_type_name(t));
+    expect_logits_match_cpu({t, GgmlType::Q8_0, true}, 7919, 1152);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PersistentDecodeTypes,

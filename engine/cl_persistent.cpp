@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -84,7 +85,9 @@ std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
   } else {
     if (dev.platform_name.find("NVIDIA") == std::string::npos) return no("not NVIDIA's OpenCL");
     if (!f.programs_.tuning().nv_shfl) return no("warp shuffles unavailable");
-    if (c.head_dim % 32 != 0 || c.head_dim > 256) return no("head size not a multiple of 32");
+    if (c.head_dim < 32 || c.head_dim > 256 || (c.head_dim & (c.head_dim - 1)) != 0) {
+      return no("head size not a power of two from 32 to 256");
+    }
   }
   if (c.n_head % c.n_head_kv != 0) return no("query heads not a multiple of KV heads");
   if (c.n_rot % 2 != 0) return no("odd rotary dimension count");
@@ -102,24 +105,32 @@ std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
     return no("row lengths not multiples of 32");
   }
   if (!cpu) {
-    const size_t local_bytes =
-        size_t(std::max(c.n_embd, c.n_ff)) / 32 * 36 * 4 + 8 * size_t(c.head_dim + 40) * 4 + 256;
+    // decode_persistent.cl: xl (padded), att_acc and att_sc (ATT_GROUPS =
+    // 256 / ATT_TPR groups), small arrays.
+    const size_t att_groups = 256 / size_t(std::min(32, c.head_dim / 4));
+    const size_t local_bytes = size_t(std::max(c.n_embd, c.n_ff)) / 32 * 36 * 4 +
+                               att_groups * size_t(c.head_dim + 8) * 4 + 512;
     if (local_bytes > dev.local_mem_bytes) return no("activations do not fit local memory");
   }
 
   std::unique_ptr<PersistentDecode> p(new PersistentDecode(f));
   p->cpu_ = cpu;
-  const char* wgs = std::getenv("CLCHAT_PERSIST_WGS");
-  // CPU: one work-group per core (PoCL runs one per worker thread); more
-  // cannot all be resident, which the barrier self-test then reports.
-  const uint32_t per_cu = wgs && *wgs ? uint32_t(std::max(1, std::atoi(wgs))) : cpu ? 1u : 2u;
-  // CLCHAT_PERSIST_GROUPS: the total instead (tests use a few, so that every
-  // stage gives a warp more than one row).
-  const char* total = std::getenv("CLCHAT_PERSIST_GROUPS");
-  const size_t n_groups =
-      total && std::atoi(total) > 0 ? size_t(std::atoi(total)) : size_t(dev.compute_units) * per_cu;
+  // Work-group counts to try, in order, until the self-test passes. CPU: one
+  // per core (PoCL runs one per worker thread; more cannot all be resident).
+  // NVIDIA: two per SM, else one (the kernel's registers decide).
+  // CLCHAT_PERSIST_WGS sets per compute unit, CLCHAT_PERSIST_GROUPS the
+  // total (tests use a few, so that every stage gives a warp several rows).
+  const size_t cus = dev.compute_units;
+  std::vector<size_t> group_counts =
+      cpu ? std::vector<size_t>{cus} : std::vector<size_t>{2 * cus, cus};
+  if (const char* wgs = std::getenv("CLCHAT_PERSIST_WGS"); wgs && std::atoi(wgs) > 0) {
+    group_counts = {cus * size_t(std::atoi(wgs))};
+  }
+  if (const char* total = std::getenv("CLCHAT_PERSIST_GROUPS"); total && std::atoi(total) > 0) {
+    group_counts = {size_t(std::atoi(total))};
+  }
   try {
-    if (!p->build(n_groups)) return nullptr;
+    if (!p->build(group_counts)) return nullptr;
   } catch (const std::exception& e) {
     return no(e.what());
   }
@@ -128,7 +139,7 @@ std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
   return p;
 }
 
-bool PersistentDecode::build(size_t n_groups) {
+bool PersistentDecode::build(const std::vector<size_t>& group_counts) {
   const ModelConfig& c = f_.config_;
   const ClRuntime& rt = f_.rt_;
   const DeviceMatrix& head = c.tied_embeddings ? f_.token_embd_ : f_.output_;
@@ -171,7 +182,7 @@ bool PersistentDecode::build(size_t n_groups) {
   layer_off_ = rt.upload(layer_off.data(), layer_off.size() * sizeof(uint64_t));
   if (layer_off.size() != f_.layers_.size() * k_layer_offsets) throw std::logic_error("layer_off");
 
-  n_groups_ = n_groups;
+  n_groups_ = *std::max_element(group_counts.begin(), group_counts.end());  // for the sizes
   local_size_ = cpu_ ? 2 : 256;  // decode_persistent_cpu.cl: CPU_WG
   lead_barriers_ = cpu_ ? 1 : 0;
   barriers_per_token_ = uint32_t(k_stages * size_t(c.n_layer) + 1 + lead_barriers_);
@@ -229,7 +240,7 @@ bool PersistentDecode::build(size_t n_groups) {
   cl_check(clEnqueueFillBuffer(rt.queue(), abort_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
            "clEnqueueFillBuffer");
   part_val_ = rt.alloc(n_groups_ * 4);
-  part_idx_ = rt.alloc(n_groups_ * 4);
+  part_idx_ = rt.alloc(2 * n_groups_ * 4);  // NVIDIA self-test: two words per group
   // Attention split partials (the CPU kernel uses them when the head size is
   // a multiple of 8).
   att_part_ = rt.alloc(size_t(c.n_head) * k_att_split_max * size_t(c.head_dim + 2) * 4);
@@ -243,8 +254,6 @@ bool PersistentDecode::build(size_t n_groups) {
     cl_check(clEnqueueFillBuffer(rt.queue(), work_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
              "clEnqueueFillBuffer");
   }
-  if (!barrier_self_test()) return false;
-
   kernel_ = rt.create_kernel(program_, "decode_token");
   set_args(kernel_, arena_, layer_off_, cl_ulong(embd_q), cl_ulong(embd_s), cl_ulong(head_q),
            cl_ulong(head_s), cl_ulong(out_norm), f_.rope_cs_, f_.k_cache_, f_.v_cache_, f_.x_,
@@ -264,47 +273,79 @@ bool PersistentDecode::build(size_t n_groups) {
   trace_ = rt.alloc((barriers_per_token_ + 1) * 8, true);
   trace_all_ = env_flag("CLCHAT_PERSIST_TRACE");
   trace_sum_us_.assign(k_stages + 1, 0.0);
-  rt.finish();
-  return true;
+  for (const size_t n : group_counts) {
+    n_groups_ = n;
+    if (barrier_self_test()) return true;
+    reset_barrier();
+  }
+  spdlog::info("persistent decode kernel not used: no work-group count passed the self-test");
+  return false;
 }
 
 // All work-groups must be resident at once, or the barrier never opens: run
-// the barrier alone a few hundred times and check what crossed it.
+// the barrier alone a few hundred times and check what crossed it. On
+// NVIDIA the decode kernel itself runs the test (token_index < 0), so that
+// its own registers and local memory decide residency; the CPU kernel's
+// resources do not depend on the work-group count.
 bool PersistentDecode::barrier_self_test() {
   const ClRuntime& rt = f_.rt_;
-  ClKernel k = rt.create_kernel(program_, "grid_barrier_selftest");
   const cl_int rounds = 300;
-  ClMem data = rt.alloc(2 * n_groups_ * 4);
-  ClMem errors = rt.alloc(4, true);
   const cl_uint zero = 0;
-  cl_check(clEnqueueFillBuffer(rt.queue(), errors.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
+  ClMem errors = cpu_ ? rt.alloc(4, true) : ClMem();
+  const ClMem& error_count = cpu_ ? errors : f_.ids_;  // NVIDIA: ids[0]
+  cl_check(clEnqueueFillBuffer(rt.queue(), error_count.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
            "clEnqueueFillBuffer");
-  set_args(k, bar_, cl_uint(bar_base_), rounds, data, errors, abort_);
-  if (cpu_) set_arg(k.get(), 6, spin_ticks());
+  ClKernel cpu_test;
+  cl_kernel k = kernel_.get();
+  if (cpu_) {
+    cpu_test = rt.create_kernel(program_, "grid_barrier_selftest");
+    set_args(cpu_test, bar_, cl_uint(bar_base_), rounds, part_idx_, errors, abort_);
+    set_arg(cpu_test.get(), 6, spin_ticks());
+    k = cpu_test.get();
+  } else {
+    set_arg(k, 18, cl_int(-rounds));
+    set_arg(k, 21, cl_uint(bar_base_));
+  }
   const size_t local = local_size_, global = n_groups_ * local;
   rt.finish();
   const auto t0 = std::chrono::steady_clock::now();
-  cl_check(
-      clEnqueueNDRangeKernel(rt.queue(), k.get(), 1, nullptr, &global, &local, 0, nullptr, nullptr),
-      "clEnqueueNDRangeKernel(grid_barrier_selftest)");
+  cl_check(clEnqueueNDRangeKernel(rt.queue(), k, 1, nullptr, &global, &local, 0, nullptr, nullptr),
+           "clEnqueueNDRangeKernel(barrier self-test)");
   rt.finish();
   barrier_us_ =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
       rounds;
   bar_base_ += uint32_t(rounds) * uint32_t(n_groups_);
   cl_uint n_errors = 0, aborted = 0;
-  cl_check(
-      clEnqueueReadBuffer(rt.queue(), errors.get(), CL_TRUE, 0, 4, &n_errors, 0, nullptr, nullptr),
-      "clEnqueueReadBuffer");
+  cl_check(clEnqueueReadBuffer(rt.queue(), error_count.get(), CL_TRUE, 0, 4, &n_errors, 0, nullptr,
+                               nullptr),
+           "clEnqueueReadBuffer");
   cl_check(
       clEnqueueReadBuffer(rt.queue(), abort_.get(), CL_TRUE, 0, 4, &aborted, 0, nullptr, nullptr),
       "clEnqueueReadBuffer");
   if (n_errors != 0 || aborted != 0) {
-    spdlog::warn("persistent decode kernel not used: grid barrier self-test failed ({} errors{})",
-                 n_errors, aborted ? ", timed out" : "");
+    spdlog::warn(
+        "persistent decode kernel: grid barrier self-test with {} work-groups failed ({} "
+        "errors{})",
+        n_groups_, n_errors, aborted ? ", timed out" : "");
     return false;
   }
   return true;
+}
+
+// Clears the barrier's count, the abort flag and the claim and split
+// counters (no launch of the kernel may be in flight).
+void PersistentDecode::reset_barrier() {
+  const cl_uint zero = 0;
+  auto clear = [&](const ClMem& m, size_t bytes) {
+    cl_check(clEnqueueFillBuffer(f_.rt_.queue(), m.get(), &zero, 4, 0, bytes, 0, nullptr, nullptr),
+             "clEnqueueFillBuffer");
+  };
+  clear(bar_, 4);
+  bar_base_ = 0;
+  clear(abort_, 4);
+  if (work_) clear(work_, 4);
+  clear(att_count_, size_t(f_.config_.n_head) * 4);  // an aborted token may leave splits uncounted
 }
 
 void PersistentDecode::enqueue(int token_index, int pos, bool traced) {
@@ -373,21 +414,8 @@ bool PersistentDecode::rearm() {
   ++n_timeouts_;
   if (n_timeouts_ >= k_max_timeouts) return false;
   // Every work-group has left the aborted launch (the host read its id
-  // after it finished): the barrier starts counting again from zero.
-  const cl_uint zero = 0;
-  cl_check(clEnqueueFillBuffer(f_.rt_.queue(), bar_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
-           "clEnqueueFillBuffer");
-  bar_base_ = 0;
-  cl_check(clEnqueueFillBuffer(f_.rt_.queue(), abort_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
-           "clEnqueueFillBuffer");
-  if (work_) {
-    cl_check(clEnqueueFillBuffer(f_.rt_.queue(), work_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
-             "clEnqueueFillBuffer");
-  }
-  // An aborted token may have left splits uncounted.
-  cl_check(clEnqueueFillBuffer(f_.rt_.queue(), att_count_.get(), &zero, 4, 0,
-                               size_t(f_.config_.n_head) * 4, 0, nullptr, nullptr),
-           "clEnqueueFillBuffer");
+  // after it finished).
+  reset_barrier();
   return true;
 }
 

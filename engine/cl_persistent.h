@@ -9,15 +9,15 @@
 //
 // Eligibility (otherwise create() returns null and says why in the log):
 // NVIDIA with the warp-shuffle self-test passed (inline PTX) and head size a
-// multiple of 32, or a CPU device of an x86-64 host with the CPU kernels on
+// power of two from 32 to 256, or a CPU device of an x86-64 host with the CPU kernels on
 // (CLCHAT_CPU_KERNELS) and head size a multiple of 4; all layers sharing
 // their weight types with Q/K/V stacked, the weights fitting one extra
 // allocation (they are copied into an arena so the kernel can address every
 // layer through offsets: OpenCL 1.2 has no device pointers), and a start-up
 // barrier test showing every work-group resident. CLCHAT_NO_PERSISTENT=1
 // turns the path off; CLCHAT_PERSIST_WGS sets work-groups per compute unit
-// (default 2 on NVIDIA, 1 on CPU devices: one per PoCL worker thread),
-// CLCHAT_PERSIST_GROUPS their total.
+// (default 2 on NVIDIA, or 1 where two do not pass the self-test; 1 on CPU
+// devices: one per PoCL worker thread), CLCHAT_PERSIST_GROUPS their total.
 #pragma once
 
 #include <cstdint>
@@ -71,9 +71,10 @@ class PersistentDecode {
 
  private:
   explicit PersistentDecode(ClForward& forward) : f_(forward) {}
-  bool build(size_t n_groups);
+  bool build(const std::vector<size_t>& group_counts);
   void read_trace(bool to_profile);
   bool barrier_self_test();
+  void reset_barrier();
   cl_ulong spin_ticks() const;
 
   struct Ahead {

@@ -350,6 +350,14 @@ ClProgram ClRuntime::build_program(const std::string& name, std::string_view sou
                            cl_error_name(err) + ")" + (first.empty() ? "" : ": " + first),
                        err, log);
   }
+  // A build log on success (e.g. NVIDIA's register counts with the option
+  // -cl-nv-verbose): shown when that option was asked for, else debug.
+  if (const std::string log = build_log(program.get(), d.device);
+      log.find_first_not_of(" \n\r\t") != std::string::npos) {
+    const bool asked = options.find("-cl-nv-verbose") != std::string::npos;
+    spdlog::log(asked ? spdlog::level::warn : spdlog::level::debug,
+                "build log of OpenCL program '{}' for {}:\n{}", name, d.name, log);
+  }
   // Save the binary for the next start; failures here only cost time later.
   size_t bin_size = 0;
   if (clGetProgramInfo(program.get(), CL_PROGRAM_BINARY_SIZES, sizeof(bin_size), &bin_size,

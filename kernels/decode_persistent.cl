@@ -36,14 +36,15 @@
 // wrapping 32-bit arithmetic. A work-group that spins too long (work-groups not all
 // resident) sets *abort_flag and stops waiting; the host then falls back to
 // the multi-kernel path. Requires NVIDIA (inline PTX); the host enables this
-// path only after grid_barrier_selftest passes.
+// path only after the kernel's own self-test (token_index < 0) passes.
 
 #ifndef PWG
 #define PWG 256
 #endif
 #define WARPS (PWG / 32)
-#ifndef SPIN_LIMIT
-#define SPIN_LIMIT 20000000
+// A barrier wait gives up after this long (GPU clock, ns).
+#ifndef SPIN_NS
+#define SPIN_NS 100000000ul
 #endif
 
 // Layer offsets (LO_*), N_EMBD_KV and N_QKV: kernels/persistent_layout.cl.
@@ -68,6 +69,17 @@
 #define ATT_SPLIT_POS 128
 #endif
 #define ATT_PART (HEAD_DIM + 2)
+// Attention work-items: ATT_TPR per position, each holding ATT_F4 float4 of
+// the head's dimensions (HEAD_DIM a power of two, 32 to 256); ATT_GROUPS
+// positions at a time, ATT_PPG rounds per chunk of ATT_CHUNK positions.
+#define ATT_TPR (HEAD_DIM / 4 < 32 ? HEAD_DIM / 4 : 32)
+#define ATT_F4 (HEAD_DIM / 4 / ATT_TPR)
+#define ATT_GROUPS (PWG / ATT_TPR)
+// (8 held too many registers for two work-groups per SM on the H200.)
+#ifndef ATT_PPG
+#define ATT_PPG 4
+#endif
+#define ATT_CHUNK (ATT_GROUPS * ATT_PPG)
 
 // ---- warp primitives (PTX) --------------------------------------------------
 
@@ -120,10 +132,17 @@ inline void grid_wait(volatile __global uint* counter, uint target,
                       volatile __global uint* abort_flag) {
   if (get_local_id(0) == 0) {
     uint spins = 0;
+    ulong start = 0;
     while ((int)(*counter - target) < 0) {
-      if (++spins > SPIN_LIMIT || *abort_flag) {
-        *abort_flag = 1;
-        break;
+      if (*abort_flag) break;
+      if ((++spins & 255) == 0) {  // the clock now and then
+        const ulong now = global_timer_ns();
+        if (start == 0) {
+          start = now;
+        } else if (now - start > SPIN_NS) {
+          *abort_flag = 1;
+          break;
+        }
       }
     }
     fence_gpu();
@@ -134,23 +153,6 @@ inline void grid_sync(volatile __global uint* counter, uint target,
                       volatile __global uint* abort_flag) {
   grid_arrive(counter);
   grid_wait(counter, target, abort_flag);
-}
-
-// Start-up check that all n_groups work-groups are resident and that data
-// written before a barrier is seen after it: errors[0] counts mismatches.
-__kernel void grid_barrier_selftest(volatile __global uint* counter, uint bar_base, int rounds,
-                                    volatile __global int* data, volatile __global uint* errors,
-                                    volatile __global uint* abort_flag) {
-  const int g = get_group_id(0);
-  const int n = get_num_groups(0);
-  for (int r = 0; r < rounds; ++r) {
-    if (get_local_id(0) == 0) data[(r & 1) * n + g] = r * n + g;
-    grid_sync(counter, bar_base + (uint)(r + 1) * (uint)n, abort_flag);
-    if (get_local_id(0) == 0) {
-      const int other = (g + 1 + r) % n;
-      if (data[(r & 1) * n + other] != r * n + other) atomic_inc(errors);
-    }
-  }
 }
 
 // ---- weights ------------------------------------------------------------------
@@ -405,9 +407,8 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     __global ulong* trace, __global float* att_part, volatile __global uint* att_count) {
   __local float xl[LOCAL_XP];
   __local float red[WARPS];
-  __local float att_m[WARPS], att_l[WARPS];
-  __local float att_acc[WARPS * HEAD_DIM];
-  __local float att_e[WARPS * 32];
+  __local float att_sc[ATT_CHUNK];
+  __local float att_acc[ATT_GROUPS * HEAD_DIM];
   __local float red_v[WARPS];  // the head's argmax (red is stage_norm's)
   __local int red_i[WARPS];
   __local float sp_m[ATT_SPLIT_MAX], sp_l[ATT_SPLIT_MAX];
@@ -437,6 +438,22 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   uint4 qa[2 * RB], qb[2 * RB];
   float2 sa[RB], sb[RB];
   if (trace && group == 0 && lid == 0) trace[0] = global_timer_ns();
+
+  // token_index < 0: the start-up self-test, run by this kernel itself so
+  // that residency is judged with its own registers and local memory.
+  // -token_index barriers; before each, work-group g writes a word of
+  // part_idx (2 x n_groups of them) and after it checks a neighbour's;
+  // mismatches are counted in ids[0].
+  if (token_index < 0) {
+    for (int r = 0; r < -token_index; ++r) {
+      volatile __global int* data = (volatile __global int*)part_idx + (r & 1) * n_groups;
+      if (lid == 0) data[group] = r * n_groups + group;
+      GRID_SYNC();
+      const int other = (group + 1 + r) % n_groups;
+      if (lid == 0 && data[other] != r * n_groups + other) atomic_inc(ids);
+    }
+    return;
+  }
 
   // Embedding row of ids[token_index] into local memory (and x, by group 0).
   const int token = ids[token_index];
@@ -518,75 +535,83 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     }
     GRID_SYNC();
 
-    // P2: attention. A unit is (head, split): a work-group per unit, the
-    // split's positions divided evenly over its warps (lanes: one position
-    // each for the scores, then HEAD_DIM / 32 of the head's dimensions each
-    // for the weighted sum of V), an online softmax per warp, merged in local
-    // memory. One split: the result goes straight to att; more: partials to
-    // att_part, which the head's last split to finish merges into att.
+    // P2: attention. A unit is (head, split): a work-group per unit. Its
+    // work-items form ATT_GROUPS groups of ATT_TPR, a group per position at
+    // a time and each work-item a slice of the head's dimensions, so K and V
+    // rows are read whole by a group (coalesced) and a score is a sum over
+    // the group's lanes (shuffles). Positions go in chunks of ATT_CHUNK,
+    // ATT_PPG per group, with both K and V rows loaded at once; the chunk's
+    // scores meet in local memory, where every warp takes the same max and
+    // sum (online softmax over chunks). One split: the result goes straight
+    // to att; more: partials to att_part, which the head's last split to
+    // finish merges into att.
     for (int unit = group; unit < N_HEAD * n_split; unit += n_groups) {
       const int hd = unit / n_split, sp = unit % n_split;
       const int kvh = hd / (N_HEAD / N_HEAD_KV);
       const int s_span = (n_pos + n_split - 1) / n_split;
       const int s_begin = sp * s_span, s_end = min(n_pos, s_begin + s_span);
-      stage(xl, q + hd * HEAD_DIM, HEAD_DIM);
-      const float kq_scale = rsqrt((float)HEAD_DIM);
+      const int tg = lid / ATT_TPR, slice = (lid % ATT_TPR) * 4 * ATT_F4;
+      const size_t row0 = cache_base + kvh * HEAD_DIM + slice;
+      float4 qs[ATT_F4], acc[ATT_F4];
+      for (int f = 0; f < ATT_F4; ++f) {
+        qs[f] = ((volatile const __global float4*)(q + hd * HEAD_DIM + slice))[f] *
+                rsqrt((float)HEAD_DIM);
+        acc[f] = 0.0f;
+      }
       float m = -1e30f, l = 0.0f;
-      float acc[HEAD_DIM / 32];
-      for (int d = 0; d < HEAD_DIM / 32; ++d) acc[d] = 0.0f;
-      const int span = (s_end - s_begin + WARPS - 1) / WARPS;
-      const int p_end = min(s_end, s_begin + (warp + 1) * span);
-      for (int c0 = s_begin + warp * span; c0 < p_end; c0 += 32) {
-        const int p = c0 + lane;
-        float s = -1e30f;
-        if (p < p_end) {
-          const __global float* kr = k_cache + cache_base + (size_t)p * N_EMBD_KV + kvh * HEAD_DIM;
-          float sd = 0.0f;
+      for (int c0 = s_begin; c0 < s_end; c0 += ATT_CHUNK) {
+        float4 kr[ATT_PPG][ATT_F4], vr[ATT_PPG][ATT_F4];
 #pragma unroll
-          for (int d = 0; d < HEAD_DIM / 4; ++d) sd += dot(vload4(d, kr), vload4(d, xl));
-          s = sd * kq_scale;
+        for (int i = 0; i < ATT_PPG; ++i) {
+          const int p = c0 + tg + ATT_GROUPS * i;
+          for (int f = 0; f < ATT_F4; ++f) {
+            kr[i][f] = vr[i][f] = 0.0f;
+            if (p < s_end) {
+              kr[i][f] = vload4(f, k_cache + row0 + (size_t)p * N_EMBD_KV);
+              vr[i][f] = vload4(f, v_cache + row0 + (size_t)p * N_EMBD_KV);
+            }
+          }
         }
-        const float new_m = fmax(m, warp_max(s));
-        const float e = p < p_end ? exp(s - new_m) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < ATT_PPG; ++i) {
+          float sd = 0.0f;
+          for (int f = 0; f < ATT_F4; ++f) sd += dot(kr[i][f], qs[f]);
+          for (int mask = ATT_TPR / 2; mask > 0; mask >>= 1) sd += shfl_bfly(sd, mask);
+          if (lid % ATT_TPR == 0) att_sc[tg + ATT_GROUPS * i] = sd;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int n_c = min(ATT_CHUNK, s_end - c0);
+        float cm = -1e30f;
+        for (int i = lane; i < n_c; i += 32) cm = fmax(cm, att_sc[i]);
+        const float new_m = fmax(m, warp_max(cm));
+        float cs = 0.0f;
+        for (int i = lane; i < n_c; i += 32) cs += exp(att_sc[i] - new_m);
         const float corr = exp(m - new_m);
-        l = l * corr + warp_sum(e);
-        for (int d = 0; d < HEAD_DIM / 32; ++d) acc[d] *= corr;
-        att_e[warp * 32 + lane] = e;
-        warp_sync();
-        const int n_here = min(32, p_end - c0);
-        const __global float* vr =
-            v_cache + cache_base + (size_t)c0 * N_EMBD_KV + kvh * HEAD_DIM + lane;
-#pragma unroll 8
-        for (int j = 0; j < n_here; ++j) {
-          const float ej = att_e[warp * 32 + j];
-          for (int d = 0; d < HEAD_DIM / 32; ++d) acc[d] += ej * vr[(size_t)j * N_EMBD_KV + d * 32];
-        }
-        warp_sync();
+        l = l * corr + warp_sum(cs);
         m = new_m;
+        for (int f = 0; f < ATT_F4; ++f) acc[f] *= corr;
+#pragma unroll
+        for (int i = 0; i < ATT_PPG; ++i) {
+          const int k = tg + ATT_GROUPS * i;
+          const float e = k < n_c ? exp(att_sc[k] - m) : 0.0f;
+          for (int f = 0; f < ATT_F4; ++f) acc[f] += e * vr[i][f];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);  // att_sc is the next chunk's
       }
-      if (lane == 0) {
-        att_m[warp] = m;
-        att_l[warp] = l;
-      }
-      for (int d = 0; d < HEAD_DIM / 32; ++d) att_acc[warp * HEAD_DIM + d * 32 + lane] = acc[d];
+      // Every work-item holds the same m and l; the groups' sums of V meet.
+      for (int f = 0; f < ATT_F4; ++f) vstore4(acc[f], 0, att_acc + tg * HEAD_DIM + slice + 4 * f);
       barrier(CLK_LOCAL_MEM_FENCE);
       if (lid < HEAD_DIM) {
-        float mm = -1e30f;
-        for (int w = 0; w < WARPS; ++w) mm = fmax(mm, att_m[w]);
-        float num = 0.0f, den = 0.0f;
-        for (int w = 0; w < WARPS; ++w) {
-          const float f = att_l[w] > 0.0f ? exp(att_m[w] - mm) : 0.0f;
-          num += f * att_acc[w * HEAD_DIM + lid];
-          den += f * att_l[w];
-        }
+        float num = 0.0f;
+        for (int g = 0; g < ATT_GROUPS; ++g) num += att_acc[g * HEAD_DIM + lid];
         if (n_split == 1) {
-          att[hd * HEAD_DIM + lid] = num / den;
+          att[hd * HEAD_DIM + lid] = num / l;
         } else {
           __global float* pp = att_part + (hd * ATT_SPLIT_MAX + sp) * ATT_PART;
           pp[lid] = num;
           if (lid == 0) {
-            pp[HEAD_DIM] = mm;
-            pp[HEAD_DIM + 1] = den;
+            pp[HEAD_DIM] = m;
+            pp[HEAD_DIM + 1] = l;
           }
         }
       }

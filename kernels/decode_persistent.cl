@@ -58,15 +58,21 @@
 #define XP(i) (((i) >> 5) * XS + ((i)&31))
 #define LOCAL_XP (LOCAL_X / 32 * XS)
 
-// Attention splits: a head's positions go to up to ATT_SPLIT_MAX work-groups,
-// at least ATT_SPLIT_POS positions each; a split's partial (m, l, unnormalised
-// sum of V) goes to att_part, ATT_PART floats per (head, split), and the
-// head's last split to finish (att_count) merges them into att.
+// Attention splits: past ATT_SPLIT_POS positions, a head's positions go to up
+// to ATT_SPLIT_MAX work-groups, at least ATT_SPLIT_SPAN each; a split's
+// partial (m, l, unnormalised sum of V) goes to att_part, ATT_PART floats per
+// (head, split), and the head's last split to finish (att_count) merges them
+// into att.
 #ifndef ATT_SPLIT_MAX
 #define ATT_SPLIT_MAX 16
 #endif
 #ifndef ATT_SPLIT_POS
 #define ATT_SPLIT_POS 128
+#endif
+// (64: d512 +3-5% against 128 on the H200; splitting 128 positions or fewer
+// cost more in merging than it saved.)
+#ifndef ATT_SPLIT_SPAN
+#define ATT_SPLIT_SPAN (ATT_SPLIT_POS < 64 ? ATT_SPLIT_POS : 64)
 #endif
 #define ATT_PART (HEAD_DIM + 2)
 // Attention work-items: ATT_TPR per position, each holding ATT_F4 float4 of
@@ -419,7 +425,10 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   const int warp = lid / 32;
   const int group = get_group_id(0);
   const int n_groups = get_num_groups(0);
-  const int gwarp = group * WARPS + warp;  // warp index in the grid
+  // Warp index in the grid, interleaved: consecutive rows go to different
+  // work-groups, so a stage with fewer rows than warps busies every SM a
+  // little instead of some SMs fully (H200: +5% against group-major).
+  const int gwarp = warp * n_groups + group;
   const int n_gwarps = n_groups * WARPS;
   uint n_bar = 0;
   // With a trace buffer, work-group 0 records the GPU clock after each barrier
@@ -472,13 +481,15 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   }
   const int n_pos = pos + 1;
   const int split_cap = clamp(n_groups / N_HEAD, 1, ATT_SPLIT_MAX);
-  const int n_split = clamp((n_pos + ATT_SPLIT_POS - 1) / ATT_SPLIT_POS, 1, split_cap);
+  const int n_split =
+      n_pos <= ATT_SPLIT_POS ? 1 : clamp((n_pos + ATT_SPLIT_SPAN - 1) / ATT_SPLIT_SPAN, 1, split_cap);
   for (int il = 0; il < N_LAYER; ++il) {
     const __global ulong* lo = layer_off + il * LO_N;
     const size_t cache_base = ((size_t)il * N_CTX) * N_EMBD_KV;
 
     // Weights of this layer's later stages and of the next layer's (or the
     // head's) first stage start moving into L2 now, while we compute.
+    // (Issued during P1's barrier wait instead: 1% slower.)
     PREFETCH_ROWS(WT_WO, lo[LO_WO_Q], lo[LO_WO_S], N_EMBD, N_EMBD);
     PREFETCH_ROWS(WT_FFN, lo[LO_GATE_Q], lo[LO_GATE_S], N_EMBD, N_FF);
     PREFETCH_ROWS(WT_FFN, lo[LO_UP_Q], lo[LO_UP_S], N_EMBD, N_FF);
@@ -732,8 +743,8 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   const float scale = stage_norm(xl, x, (const __global float*)(arena + out_norm), red);
   float best = 0.0f;
   int best_i = -1;
-  // Four rows per iteration so their loads overlap; rows stay in increasing
-  // order per warp (ties keep the lower id).
+  // Four rows per iteration so their loads overlap (eight: slower); rows
+  // stay in increasing order per warp (ties keep the lower id).
   for (int row0 = gwarp; row0 < N_VOCAB; row0 += 4 * n_gwarps) {
     float v[4];
 #pragma unroll

@@ -278,7 +278,7 @@ bool PersistentDecode::build(const std::vector<size_t>& group_counts) {
     if (barrier_self_test()) return true;
     reset_barrier();
   }
-  spdlog::info("persistent decode kernel not used: no work-group count passed the self-test");
+  spdlog::warn("persistent decode kernel not used: the grid barrier self-test failed");
   return false;
 }
 
@@ -324,7 +324,7 @@ bool PersistentDecode::barrier_self_test() {
       clEnqueueReadBuffer(rt.queue(), abort_.get(), CL_TRUE, 0, 4, &aborted, 0, nullptr, nullptr),
       "clEnqueueReadBuffer");
   if (n_errors != 0 || aborted != 0) {
-    spdlog::warn(
+    spdlog::info(
         "persistent decode kernel: grid barrier self-test with {} work-groups failed ({} "
         "errors{})",
         n_groups_, n_errors, aborted ? ", timed out" : "");

@@ -33,9 +33,9 @@
 //
 // The barrier counts arrivals on a counter that only the host resets: barrier
 // k of this launch waits until counter - (bar_base + k * n_groups) >= 0 in
-// wrapping 32-bit arithmetic. A work-group that spins too long (work-groups not all
-// resident) sets *abort_flag and stops waiting; the host then falls back to
-// the multi-kernel path. Requires NVIDIA (inline PTX); the host enables this
+// wrapping 32-bit arithmetic. A work-group that waits too long (work-groups
+// not all resident) sets *abort_flag and stops waiting; the host then falls
+// back to the multi-kernel path. Requires NVIDIA (inline PTX); the host enables this
 // path only after the kernel's own self-test (token_index < 0) passes.
 
 #ifndef PWG
@@ -60,12 +60,9 @@
 
 // Attention splits: past ATT_SPLIT_POS positions, a head's positions go to up
 // to ATT_SPLIT_MAX work-groups, at least ATT_SPLIT_SPAN each; a split's
-// partial (m, l, unnormalised sum of V) goes to att_part, ATT_PART floats per
-// (head, split), and the head's last split to finish (att_count) merges them
-// into att.
-#ifndef ATT_SPLIT_MAX
-#define ATT_SPLIT_MAX 16
-#endif
+// partial (m, l, unnormalised sum of V) goes to att_part (ATT_PART and
+// ATT_SPLIT_MAX: kernels/persistent_layout.cl), and the head's last split to
+// finish (att_count) merges them into att.
 #ifndef ATT_SPLIT_POS
 #define ATT_SPLIT_POS 128
 #endif
@@ -74,7 +71,6 @@
 #ifndef ATT_SPLIT_SPAN
 #define ATT_SPLIT_SPAN (ATT_SPLIT_POS < 64 ? ATT_SPLIT_POS : 64)
 #endif
-#define ATT_PART (HEAD_DIM + 2)
 // Attention work-items: ATT_TPR per position, each holding ATT_F4 float4 of
 // the head's dimensions (HEAD_DIM a power of two, 32 to 256); ATT_GROUPS
 // positions at a time, ATT_PPG rounds per chunk of ATT_CHUNK positions.
@@ -94,11 +90,6 @@ inline float shfl_bfly(float v, int mask) {
   asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
   return r;
 }
-inline float shfl_idx(float v, int lane) {
-  float r;
-  asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(lane));
-  return r;
-}
 inline float warp_sum(float v) {
   for (int m = 16; m > 0; m >>= 1) v += shfl_bfly(v, m);
   return v;
@@ -107,8 +98,6 @@ inline float warp_max(float v) {
   for (int m = 16; m > 0; m >>= 1) v = fmax(v, shfl_bfly(v, m));
   return v;
 }
-// The lanes of a warp meet (and see each other's local-memory writes).
-inline void warp_sync(void) { asm volatile("bar.warp.sync -1;" ::: "memory"); }
 inline void fence_gpu(void) { asm volatile("membar.gl;" ::: "memory"); }
 inline ulong global_timer_ns(void) {
   ulong t;
@@ -363,15 +352,9 @@ inline void prefetch_row(const __global uchar* wq, const __global uchar* ws, siz
 
 // ---- work-group helpers -------------------------------------------------------
 
-// xl[i] = src[i] for i < n (volatile: written by other work-groups).
-inline void stage(__local float* xl, volatile const __global float* src, int n) {
-  for (int i = get_local_id(0); i < n; i += PWG) xl[i] = src[i];
-  barrier(CLK_LOCAL_MEM_FENCE);
-}
-
-// The same into the padded layout (XP).
-// 16-byte volatile loads: one or two per work-item instead of 3-6 scalar
-// ones in a row (n % 4 == 0; groups of 4 never straddle a padded block).
+// xl[i] = src[i] for i < n into the padded layout (XP); volatile: written by
+// other work-groups. 16-byte loads: one or two per work-item instead of 3-6
+// scalar ones in a row (n % 4 == 0; groups of 4 never straddle a padded block).
 inline void stage_padded(__local float* xl, volatile const __global float* src, int n) {
   for (int i = get_local_id(0); i < n / 4; i += PWG) {
     vstore4(((volatile const __global float4*)src)[i], 0, xl + XP(4 * i));
@@ -446,6 +429,14 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   // This warp's first row(s) of the next stage (ROW_LOAD): row a, row b.
   uint4 qa[2 * RB], qb[2 * RB];
   float2 sa[RB], sb[RB];
+  // Rows 2 * pair and 2 * pair + 1 of the Q/K/V matrix at offsets lo_.
+#define LOAD_QKV_PAIR(lo_, pair)                                                                \
+  do {                                                                                         \
+    ROW_LOAD(WT_QKV)(arena + (lo_)[LO_QKV_Q], arena + (lo_)[LO_QKV_S], N_EMBD, 2 * (pair), lane, \
+                     qa, sa);                                                                  \
+    ROW_LOAD(WT_QKV)(arena + (lo_)[LO_QKV_Q], arena + (lo_)[LO_QKV_S], N_EMBD, 2 * (pair) + 1,  \
+                     lane, qb, sb);                                                            \
+  } while (0)
   if (trace && group == 0 && lid == 0) trace[0] = global_timer_ns();
 
   // token_index < 0: the start-up self-test, run by this kernel itself so
@@ -473,16 +464,12 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   }
   barrier(CLK_LOCAL_MEM_FENCE);
 
-  if (gwarp < N_QKV / 2) {
-    ROW_LOAD(WT_QKV)(arena + layer_off[LO_QKV_Q], arena + layer_off[LO_QKV_S], N_EMBD, 2 * gwarp,
-                     lane, qa, sa);
-    ROW_LOAD(WT_QKV)(arena + layer_off[LO_QKV_Q], arena + layer_off[LO_QKV_S], N_EMBD,
-                     2 * gwarp + 1, lane, qb, sb);
-  }
+  if (gwarp < N_QKV / 2) LOAD_QKV_PAIR(layer_off, gwarp);
   const int n_pos = pos + 1;
   const int split_cap = clamp(n_groups / N_HEAD, 1, ATT_SPLIT_MAX);
-  const int n_split =
-      n_pos <= ATT_SPLIT_POS ? 1 : clamp((n_pos + ATT_SPLIT_SPAN - 1) / ATT_SPLIT_SPAN, 1, split_cap);
+  const int n_split = n_pos <= ATT_SPLIT_POS
+                          ? 1
+                          : clamp((n_pos + ATT_SPLIT_SPAN - 1) / ATT_SPLIT_SPAN, 1, split_cap);
   for (int il = 0; il < N_LAYER; ++il) {
     const __global ulong* lo = layer_off + il * LO_N;
     const size_t cache_base = ((size_t)il * N_CTX) * N_EMBD_KV;
@@ -495,11 +482,9 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
       const int in_head = (r0 < N_EMBD ? r0 : r0 - N_EMBD) % HEAD_DIM;
       const bool rotate = r0 < N_EMBD + N_EMBD_KV && in_head < N_ROT;
       // The rotation's cos/sin load goes out with the rows' loads.
-      const float2 cs = lane == 0 && rotate ? rope_cs[pos * (N_ROT / 2) + in_head / 2] : (float2)(0.0f);
-      if (pair != gwarp) {
-        ROW_LOAD(WT_QKV)(arena + lo[LO_QKV_Q], arena + lo[LO_QKV_S], N_EMBD, r0, lane, qa, sa);
-        ROW_LOAD(WT_QKV)(arena + lo[LO_QKV_Q], arena + lo[LO_QKV_S], N_EMBD, r0 + 1, lane, qb, sb);
-      }
+      const float2 cs =
+          lane == 0 && rotate ? rope_cs[pos * (N_ROT / 2) + in_head / 2] : (float2)(0.0f);
+      if (pair != gwarp) LOAD_QKV_PAIR(lo, pair);
       // Both rows' loads are issued before the shuffles (asm) of either sum.
       float a = ROW_DOT_REGS(WT_QKV)(arena + lo[LO_QKV_Q], arena + lo[LO_QKV_S], N_EMBD, r0, xl,
                                      lane, qa, sa);
@@ -732,12 +717,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
       if (lane == 0) x[row] = x_row + v;
     }
     grid_arrive(bar);
-    if (il + 1 < N_LAYER && gwarp < N_QKV / 2) {
-      const __global ulong* ln = lo + LO_N;
-      ROW_LOAD(WT_QKV)(arena + ln[LO_QKV_Q], arena + ln[LO_QKV_S], N_EMBD, 2 * gwarp, lane, qa, sa);
-      ROW_LOAD(WT_QKV)(arena + ln[LO_QKV_Q], arena + ln[LO_QKV_S], N_EMBD, 2 * gwarp + 1, lane, qb,
-                       sb);
-    }
+    if (il + 1 < N_LAYER && gwarp < N_QKV / 2) LOAD_QKV_PAIR(lo + LO_N, gwarp);
     GRID_WAIT();
   }
 
@@ -798,4 +778,5 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   }
 #undef GRID_SYNC
 #undef GRID_WAIT
+#undef LOAD_QKV_PAIR
 }

@@ -127,13 +127,9 @@ inline void norm_into(const __global float* x, const __global float* g, __global
 // work evenly; each claim leaves its partial
 // (max, sum, unnormalised sum of V) in att_part and counts itself done in
 // att_count[head]; the head's last claim merges them into att.
-#ifndef ATT_SPLIT_MAX
-#define ATT_SPLIT_MAX 16
-#endif
 #ifndef ATT_SPLIT_POS
 #define ATT_SPLIT_POS 64
 #endif
-#define ATT_PART (HEAD_DIM + 2)
 
 #if HEAD_DIM % 8 == 0
 #define HD8 (HEAD_DIM / 8)

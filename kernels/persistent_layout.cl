@@ -20,6 +20,14 @@
 #define LO_N 12
 
 #define N_EMBD_KV (N_HEAD_KV * HEAD_DIM)
+
+// Attention split partials: per (head, split) ATT_PART floats of att_part
+// (the unnormalised sum of V, then max and sum), at most ATT_SPLIT_MAX
+// splits per head (the host passes k_att_split_max).
+#ifndef ATT_SPLIT_MAX
+#define ATT_SPLIT_MAX 16
+#endif
+#define ATT_PART (HEAD_DIM + 2)
 #define N_QKV (N_EMBD + 2 * N_EMBD_KV)
 
 inline bool is_nan_bits(float v) { return (as_uint(v) & 0x7fffffffu) > 0x7f800000u; }

@@ -19,7 +19,7 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(gguf tokenizer_bpe tokenizer_spm chat_template config commands)
 export CLCHAT_SHARED_DIR=${CLCHAT_SHARED_DIR:-$(cd "$root/.." && pwd)/shared}
 # Symbolized reports; no core files.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1:disable_coredump=1}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1:disable_coredump=1:intercept_tls_get_addr=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 work=$build/fuzz-work
 mkdir -p "$work/artifacts" "$work/logs"

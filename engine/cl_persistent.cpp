@@ -232,28 +232,19 @@ bool PersistentDecode::build(const std::vector<size_t>& group_counts) {
   program_ = rt.build_program(cpu_ ? "decode_persistent_cpu" : "decode_persistent", source,
                               tuning.build_options + defines);
 
-  const cl_uint zero = 0;
   bar_ = rt.alloc(4);
   abort_ = rt.alloc(4);
-  cl_check(clEnqueueFillBuffer(rt.queue(), bar_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
-           "clEnqueueFillBuffer");
-  cl_check(clEnqueueFillBuffer(rt.queue(), abort_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
-           "clEnqueueFillBuffer");
   part_val_ = rt.alloc(n_groups_ * 4);
   part_idx_ = rt.alloc(2 * n_groups_ * 4);  // NVIDIA self-test: two words per group
   // Attention split partials (the CPU kernel uses them when the head size is
   // a multiple of 8).
   att_part_ = rt.alloc(size_t(c.n_head) * k_att_split_max * size_t(c.head_dim + 2) * 4);
   att_count_ = rt.alloc(size_t(c.n_head) * 4);
-  cl_check(clEnqueueFillBuffer(rt.queue(), att_count_.get(), &zero, 4, 0, size_t(c.n_head) * 4, 0,
-                               nullptr, nullptr),
-           "clEnqueueFillBuffer");
   if (cpu_) {
     xn_ = rt.alloc(n_groups_ * (size_t(c.n_embd + 31) / 32 * 32) * 4);  // XN_STRIDE per group
     work_ = rt.alloc(4);
-    cl_check(clEnqueueFillBuffer(rt.queue(), work_.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
-             "clEnqueueFillBuffer");
   }
+  reset_barrier();
   kernel_ = rt.create_kernel(program_, "decode_token");
   set_args(kernel_, arena_, layer_off_, cl_ulong(embd_q), cl_ulong(embd_s), cl_ulong(head_q),
            cl_ulong(head_s), cl_ulong(out_norm), f_.rope_cs_, f_.k_cache_, f_.v_cache_, f_.x_,

@@ -14,8 +14,8 @@
 //   P4  x' = rmsnorm(x) * ffn_norm; h = silu(Wg x') * (Wu x')
 //   P5  x += Wd h
 // then the head: x' = rmsnorm(x) * output_norm; logits = Whead x' with each
-// work-group's argmax candidate -> barrier -> work-group 0 picks the token
-// (NaN never wins, ties go to the lowest id) and writes ids[0].
+// work-group's argmax candidate; the last work-group to arrive picks the
+// token (NaN never wins, ties go to the lowest id) and writes ids[0].
 // The embedding row is dequantized by every work-group straight into local
 // memory at the start (work-group 0 also stores it as x).
 //

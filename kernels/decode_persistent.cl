@@ -418,19 +418,34 @@ inline void stage_padded(__local float* xl, volatile const __global float* src, 
   barrier(CLK_LOCAL_MEM_FENCE);
 }
 
+// The norm weights a work-item applies in stage_norm: float4 number
+// lid + k * PWG of g for k < NORM_MAX. Loaded before the barrier wait that
+// precedes the norm (EARLY_LOADS), they are off its critical path.
+#define NORM_MAX ((N_EMBD / 4 + PWG - 1) / PWG)
+inline void load_norm(float4* gw, const __global float* g) {
+#pragma unroll
+  for (int k = 0; k < NORM_MAX; ++k) {
+    const int i = get_local_id(0) + k * PWG;
+    if (i < N_EMBD / 4) gw[k] = vload4(i, g);
+  }
+}
+
 // RMSNorm folded into the staging: xl = src * g over N_EMBD values (padded
-// layout; src null: xl in place) and the return value is 1 / rms(src), which
-// the caller applies to each row's dot product (dot(W, x * g) * scale), so
-// the x and g loads go out together and one local barrier suffices.
-inline float stage_norm(__local float* xl, volatile const __global float* src,
-                        const __global float* g, __local float* red) {
+// layout; src null: xl in place; g from load_norm) and the return value is
+// 1 / rms(src), which the caller applies to each row's dot product
+// (dot(W, x * g) * scale), so one local barrier suffices.
+inline float stage_norm(__local float* xl, volatile const __global float* src, const float4* gw,
+                        __local float* red) {
   const int lid = get_local_id(0);
   float ss = 0.0f;
-  for (int i = lid; i < N_EMBD / 4; i += PWG) {
-    const float4 w = vload4(i, g);
-    const float4 v = src ? ((volatile const __global float4*)src)[i] : vload4(0, xl + XP(4 * i));
-    ss += dot(v, v);
-    vstore4(v * w, 0, xl + XP(4 * i));
+#pragma unroll
+  for (int k = 0; k < NORM_MAX; ++k) {
+    const int i = lid + k * PWG;
+    if (i < N_EMBD / 4) {
+      const float4 v = src ? ((volatile const __global float4*)src)[i] : vload4(0, xl + XP(4 * i));
+      ss += dot(v, v);
+      vstore4(v * gw[k], 0, xl + XP(4 * i));
+    }
   }
   ss = warp_sum(ss);
   if (lid % 32 == 0) red[lid / 32] = ss;
@@ -552,6 +567,26 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   barrier(CLK_LOCAL_MEM_FENCE);
 
   if (gwarp < N_QKV / 2) LOAD_QKV_PAIR(layer_off, gwarp);
+  // Loads that do not depend on other work-groups go out before the barrier
+  // wait that precedes their use: the norm weights (gw) and the RoPE
+  // cos/sin of this warp's first q/k pair (the same in every layer).
+  // EARLY_LOADS=0 (A/B): after the wait, as before. (H200, Q4_0 tg128:
+  // 1,964-1,970 tok/s against 1,881-1,887; P1 121 -> 107 us and P4 112 ->
+  // 100 us per token.)
+#ifndef EARLY_LOADS
+#define EARLY_LOADS 1
+#endif
+  float4 gw[NORM_MAX];
+#define PAIR_ROTATES(r0) \
+  ((r0) < N_EMBD + N_EMBD_KV && ((r0) < N_EMBD ? (r0) : (r0)-N_EMBD) % HEAD_DIM < N_ROT)
+#define PAIR_CS(r0)                                                                    \
+  (lane == 0 && PAIR_ROTATES(r0)                                                       \
+       ? rope_cs[pos * (N_ROT / 2) + ((r0) < N_EMBD ? (r0) : (r0)-N_EMBD) % HEAD_DIM / 2] \
+       : (float2)(0.0f))
+#if EARLY_LOADS
+  load_norm(gw, (const __global float*)(arena + layer_off[LO_ATTN_NORM]));
+  const float2 cs_first = gwarp < N_QKV / 2 ? PAIR_CS(2 * gwarp) : (float2)(0.0f);
+#endif
   const int n_pos = pos + 1;
   const int split_cap = clamp(n_groups / N_HEAD, 1, ATT_SPLIT_MAX);
   const int n_split = n_pos <= ATT_SPLIT_POS
@@ -562,15 +597,16 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     const size_t cache_base = ((size_t)il * N_CTX) * N_EMBD_KV;
 
     // P1: norm, q/k/v rows in pairs, RoPE, KV append.
-    float scale = stage_norm(xl, il > 0 ? x : 0, (const __global float*)(arena + lo[LO_ATTN_NORM]),
-                             red);
+#if !EARLY_LOADS
+    load_norm(gw, (const __global float*)(arena + lo[LO_ATTN_NORM]));
+    const float2 cs_first = gwarp < N_QKV / 2 ? PAIR_CS(2 * gwarp) : (float2)(0.0f);
+#endif
+    float scale = stage_norm(xl, il > 0 ? x : 0, gw, red);
     for (int pair = gwarp; pair < N_QKV / 2; pair += n_gwarps) {
       const int r0 = 2 * pair;
-      const int in_head = (r0 < N_EMBD ? r0 : r0 - N_EMBD) % HEAD_DIM;
-      const bool rotate = r0 < N_EMBD + N_EMBD_KV && in_head < N_ROT;
+      const bool rotate = PAIR_ROTATES(r0);
       // The rotation's cos/sin load goes out with the rows' loads.
-      const float2 cs =
-          lane == 0 && rotate ? rope_cs[pos * (N_ROT / 2) + in_head / 2] : (float2)(0.0f);
+      const float2 cs = pair == gwarp ? cs_first : PAIR_CS(r0);
       if (pair != gwarp) LOAD_QKV_PAIR(lo, pair);
       // Both rows' loads are issued before the shuffles (asm) of either sum.
       float a = ROW_DOT_REGS(WT_QKV)(arena + lo[LO_QKV_Q], arena + lo[LO_QKV_S], N_EMBD, r0, xl,
@@ -769,10 +805,16 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
       ROW_LOAD(WT_FFN)(arena + lo[LO_GATE_Q], arena + lo[LO_GATE_S], N_EMBD, gwarp, lane, qa, sa);
       ROW_LOAD(WT_FFN)(arena + lo[LO_UP_Q], arena + lo[LO_UP_S], N_EMBD, gwarp, lane, qb, sb);
     }
+#if EARLY_LOADS
+    load_norm(gw, (const __global float*)(arena + lo[LO_FFN_NORM]));
+#endif
     GRID_WAIT();
 
     // P4: norm, gate and up, SwiGLU.
-    scale = stage_norm(xl, x, (const __global float*)(arena + lo[LO_FFN_NORM]), red);
+#if !EARLY_LOADS
+    load_norm(gw, (const __global float*)(arena + lo[LO_FFN_NORM]));
+#endif
+    scale = stage_norm(xl, x, gw, red);
     for (int row = gwarp; row < N_FF; row += n_gwarps) {
       if (row != gwarp) {
         ROW_LOAD(WT_FFN)(arena + lo[LO_GATE_Q], arena + lo[LO_GATE_S], N_EMBD, row, lane, qa, sa);
@@ -805,11 +847,18 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     }
     grid_arrive(bar);
     if (il + 1 < N_LAYER && gwarp < N_QKV / 2) LOAD_QKV_PAIR(lo + LO_N, gwarp);
+#if EARLY_LOADS
+    load_norm(gw, (const __global float*)(arena + (il + 1 < N_LAYER ? lo[LO_N + LO_ATTN_NORM]
+                                                                     : out_norm)));
+#endif
     GRID_WAIT();
   }
 
   // Head: final norm, logits, this work-group's argmax candidate.
-  const float scale = stage_norm(xl, x, (const __global float*)(arena + out_norm), red);
+#if !EARLY_LOADS
+  load_norm(gw, (const __global float*)(arena + out_norm));
+#endif
+  const float scale = stage_norm(xl, x, gw, red);
   float best = 0.0f;
   int best_i = -1;
   // Four rows per iteration so their loads overlap (eight: slower); rows
@@ -880,4 +929,6 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 #undef GRID_SYNC
 #undef GRID_WAIT
 #undef LOAD_QKV_PAIR
+#undef PAIR_ROTATES
+#undef PAIR_CS
 }

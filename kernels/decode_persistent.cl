@@ -99,12 +99,16 @@ inline float warp_max(float v) {
   return v;
 }
 // fence.acq_rel.gpu orders this thread's (and, through a work-group barrier,
-// its work-group's) memory operations for the grid barrier's release/acquire
-// pairing; GRID_FENCE=0 builds the stronger membar.gl (fence.sc.gpu) of
-// earlier versions, for A/B runs (H200: 1,850 tok/s with this and the
-// release add below, 1,810 with membar.gl and a fenced atomic).
+// its work-group's) memory operations where a count publishes data (the
+// attention splits, the final argmax). The grid barrier's wait needs no
+// fence: it polls with acquire loads (GRID_FENCE=2, the default). For A/B
+// runs, GRID_FENCE=1 polls with volatile loads and then fences (acq_rel);
+// GRID_FENCE=0 builds the stronger membar.gl (fence.sc.gpu) of earlier
+// versions. H200, Q4_0 tg128: 2,096-2,106 tok/s with 2, 1,948-1,954 with 1
+// (and in an earlier session 1,850 with 1 and the release add below, 1,810
+// with membar.gl and a fenced atomic).
 #ifndef GRID_FENCE
-#define GRID_FENCE 1
+#define GRID_FENCE 2
 #endif
 #if GRID_FENCE
 inline void fence_gpu(void) { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
@@ -151,14 +155,37 @@ inline void grid_arrive(volatile __global uint* counter) {
 #endif
   }
 }
+// The barrier's poll: an acquire load (GRID_FENCE=2), or a volatile one
+// that the wait follows with a fence.
+inline uint grid_poll(volatile __global uint* counter) {
+#if GRID_FENCE == 2
+  uint v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+  return v;
+#else
+  return *counter;
+#endif
+}
+// The poll loop reads the abort flag and the clock every 256 spins only: a
+// read of the flag in every spin doubled the spin's time, and with it the
+// delay between the last arrival and its detection. (ABORT_EVERY_SPIN=1 for
+// A/B runs.)
+#ifndef ABORT_EVERY_SPIN
+#define ABORT_EVERY_SPIN 0
+#endif
 inline void grid_wait(volatile __global uint* counter, uint target,
                       volatile __global uint* abort_flag) {
   if (get_local_id(0) == 0) {
     uint spins = 0;
     ulong start = 0;
-    while ((int)(*counter - target) < 0) {
+    while ((int)(grid_poll(counter) - target) < 0) {
+#if ABORT_EVERY_SPIN
       if (*abort_flag) break;
-      if ((++spins & 255) == 0) {  // the clock now and then
+#endif
+      if ((++spins & 255) == 0) {  // the abort flag and the clock now and then
+#if !ABORT_EVERY_SPIN
+        if (*abort_flag) break;
+#endif
         const ulong now = global_timer_ns();
         if (start == 0) {
           start = now;
@@ -168,7 +195,9 @@ inline void grid_wait(volatile __global uint* counter, uint target,
         }
       }
     }
+#if GRID_FENCE != 2
     fence_gpu();
+#endif
   }
   barrier(GRID_BAR_FLAGS);
 }

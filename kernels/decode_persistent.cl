@@ -298,6 +298,10 @@ inline float int8_dot_local(uint4 q, const __local float* x) {
   return p4.x + p4.y + p4.z + p4.w;
 }
 #endif
+// A Q8_0 block's 32 bytes (lo: values 0-15, hi: 16-31) dotted with x.
+inline float q8_block_dot(uint4 lo, uint4 hi, const __local float* x) {
+  return int8_dot_local(lo, x) + int8_dot_local(hi, x + 16);
+}
 
 // This lane's share of dot(W[row], x) for a row of n_in values of type T;
 // `wq`/`ws` point at the matrix's payloads and scales in the arena.
@@ -346,8 +350,7 @@ inline float row_dot_t8(const __global uchar* wq, const __global uchar* ws, int 
   float s = 0.0f;
   for (int b = lane; b < nb; b += 32) {
     const float d = vload_half(base + b, (const __global half*)ws);
-    s += d * (int8_dot_local(q[2 * (base + b)], x + b * XS) +
-              int8_dot_local(q[2 * (base + b) + 1], x + b * XS + 16));
+    s += d * q8_block_dot(q[2 * (base + b)], q[2 * (base + b) + 1], x + b * XS);
   }
   return s;
 }
@@ -445,8 +448,7 @@ inline float row_dot_regs_t8(const __global uchar* wq, const __global uchar* ws,
   for (int k = 0; k < RB; ++k) {
     const int b = lane + 32 * k;
     if (b < n_in / 32) {
-      acc += s[k].x * (int8_dot_local(q[2 * k], x + b * XS) +
-                       int8_dot_local(q[2 * k + 1], x + b * XS + 16));
+      acc += s[k].x * q8_block_dot(q[2 * k], q[2 * k + 1], x + b * XS);
     }
   }
   return acc;
@@ -716,13 +718,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     PREFETCH_ROWS(WT_FFN, lo[LO_UP_Q], lo[LO_UP_S], N_EMBD, N_FF);
     PREFETCH_ROWS(WT_DOWN, lo[LO_DOWN_Q], lo[LO_DOWN_S], N_FF, N_EMBD);
     if (il + 1 < N_LAYER) {
-      const __global ulong* ln = lo + LO_N;
-      for (int pair = gwarp; pair < N_QKV / 2; pair += n_gwarps) {
-        prefetch_row(arena + ln[LO_QKV_Q], arena + ln[LO_QKV_S], ROW_Q_BYTES(WT_QKV, N_EMBD),
-                     ROW_S_BYTES(WT_QKV, N_EMBD), 2 * pair, lane);
-        prefetch_row(arena + ln[LO_QKV_Q], arena + ln[LO_QKV_S], ROW_Q_BYTES(WT_QKV, N_EMBD),
-                     ROW_S_BYTES(WT_QKV, N_EMBD), 2 * pair + 1, lane);
-      }
+      PREFETCH_ROWS(WT_QKV, lo[LO_N + LO_QKV_Q], lo[LO_N + LO_QKV_S], N_EMBD, N_QKV);
     }
     // The head's rows: a share in each of the last HEAD_PF_LAYERS layers.
     if (il >= N_LAYER - HEAD_PF_LAYERS) {

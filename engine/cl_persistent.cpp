@@ -24,15 +24,10 @@ namespace clchat {
 
 namespace {
 
-constexpr size_t k_layer_offsets = 12;  // LO_N in persistent_layout.cl
-// Stages per layer, each ended by a grid barrier (P1..P5 in
-// decode_persistent.cl and decode_persistent_cpu.cl), and the names the
-// trace and the profile give them; the last name is the head's stage.
-constexpr size_t k_stages = 5;
-constexpr size_t k_att_split_max = 16;  // ATT_SPLIT_MAX in both persistent kernels
-constexpr const char* k_stage_names[k_stages + 1] = {"qkv",     "attention", "wo",
-                                                     "gate_up", "down",      "head"};
-constexpr const char* k_start_name = "start";  // the CPU kernel's lead stage
+constexpr size_t k_layer_offsets = 12;              // LO_N in persistent_layout.cl
+constexpr size_t k_lo_down_q = 8, k_lo_down_s = 9;  // LO_DOWN_Q, LO_DOWN_S there
+constexpr size_t k_att_split_max = 16;              // ATT_SPLIT_MAX in both persistent kernels
+constexpr const char* k_start_name = "start";       // the CPU kernel's lead stage
 constexpr size_t k_arena_align = 256;
 
 size_t mem_size(const ClMem& m) {
@@ -104,33 +99,46 @@ std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
   if ((!cpu || blocks) && (c.n_embd % 32 != 0 || c.n_ff % 32 != 0)) {
     return no("row lengths not multiples of 32");
   }
-  if (!cpu) {
-    // decode_persistent.cl: xl (padded), att_acc and att_sc (ATT_GROUPS =
-    // 256 / ATT_TPR groups), small arrays.
-    const size_t att_groups = 256 / size_t(std::min(32, c.head_dim / 4));
-    const size_t local_bytes = size_t(std::max(c.n_embd, c.n_ff)) / 32 * 36 * 4 +
-                               att_groups * size_t(c.head_dim + 8) * 4 + 512;
-    if (local_bytes > dev.local_mem_bytes) return no("activations do not fit local memory");
+  // Shapes to try, in order, until the self-test passes: work-items per
+  // work-group and work-group counts. CPU: one work-group of 2 per core
+  // (PoCL runs one per worker thread; more cannot all be resident). NVIDIA:
+  // one work-group of 512 per SM, else two of 256 per SM, else one (the
+  // kernel's registers decide; CLCHAT_PERSIST_PWG=256 or 512 keeps one
+  // size). CLCHAT_PERSIST_WGS sets work-groups per compute unit,
+  // CLCHAT_PERSIST_GROUPS their total (tests use a few, so that every stage
+  // gives a warp several rows).
+  const size_t cus = dev.compute_units;
+  std::vector<Shape> shapes;
+  if (cpu) {
+    shapes = {{2, {cus}}};
+  } else {
+    const int pwg =
+        std::getenv("CLCHAT_PERSIST_PWG") ? std::atoi(std::getenv("CLCHAT_PERSIST_PWG")) : 0;
+    if (pwg != 256) shapes.push_back({512, {cus}});
+    if (pwg != 512) shapes.push_back({256, {2 * cus, cus}});
+    // decode_persistent.cl's local memory: xl (padded), att_acc and att_sc
+    // (ATT_GROUPS = PWG / ATT_TPR groups), small arrays.
+    std::erase_if(shapes, [&](const Shape& s) {
+      const size_t att_groups = s.local / size_t(std::min(32, c.head_dim / 4));
+      const size_t local_bytes = size_t(std::max(c.n_embd, c.n_ff)) / 32 * 36 * 4 +
+                                 att_groups * size_t(c.head_dim + 8) * 4 + 512;
+      return local_bytes > dev.local_mem_bytes;
+    });
+    if (shapes.empty()) return no("activations do not fit local memory");
+  }
+  for (Shape& s : shapes) {
+    if (const char* wgs = std::getenv("CLCHAT_PERSIST_WGS"); wgs && std::atoi(wgs) > 0) {
+      s.groups = {cus * size_t(std::atoi(wgs))};
+    }
+    if (const char* total = std::getenv("CLCHAT_PERSIST_GROUPS"); total && std::atoi(total) > 0) {
+      s.groups = {size_t(std::atoi(total))};
+    }
   }
 
   std::unique_ptr<PersistentDecode> p(new PersistentDecode(f));
   p->cpu_ = cpu;
-  // Work-group counts to try, in order, until the self-test passes. CPU: one
-  // per core (PoCL runs one per worker thread; more cannot all be resident).
-  // NVIDIA: two per SM, else one (the kernel's registers decide).
-  // CLCHAT_PERSIST_WGS sets per compute unit, CLCHAT_PERSIST_GROUPS the
-  // total (tests use a few, so that every stage gives a warp several rows).
-  const size_t cus = dev.compute_units;
-  std::vector<size_t> group_counts =
-      cpu ? std::vector<size_t>{cus} : std::vector<size_t>{2 * cus, cus};
-  if (const char* wgs = std::getenv("CLCHAT_PERSIST_WGS"); wgs && std::atoi(wgs) > 0) {
-    group_counts = {cus * size_t(std::atoi(wgs))};
-  }
-  if (const char* total = std::getenv("CLCHAT_PERSIST_GROUPS"); total && std::atoi(total) > 0) {
-    group_counts = {size_t(std::atoi(total))};
-  }
   try {
-    if (!p->build(group_counts)) return nullptr;
+    if (!p->build(shapes)) return nullptr;
   } catch (const std::exception& e) {
     return no(e.what());
   }
@@ -139,7 +147,7 @@ std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
   return p;
 }
 
-bool PersistentDecode::build(const std::vector<size_t>& group_counts) {
+bool PersistentDecode::build(const std::vector<Shape>& shapes) {
   const ModelConfig& c = f_.config_;
   const ClRuntime& rt = f_.rt_;
   const DeviceMatrix& head = c.tied_embeddings ? f_.token_embd_ : f_.output_;
@@ -162,10 +170,11 @@ bool PersistentDecode::build(const std::vector<size_t>& group_counts) {
     layer_off.push_back(place(l.attn_norm.q));
     layer_off.push_back(place(l.ffn_norm.q));
   }
-  const uint64_t embd_q = place(f_.token_embd_.q), embd_s = place(f_.token_embd_.s);
-  const uint64_t head_q = c.tied_embeddings ? embd_q : place(head.q);
-  const uint64_t head_s = c.tied_embeddings ? embd_s : place(head.s);
-  const uint64_t out_norm = place(f_.output_norm_.q);
+  embd_q_ = place(f_.token_embd_.q);
+  embd_s_ = place(f_.token_embd_.s);
+  head_q_ = c.tied_embeddings ? embd_q_ : place(head.q);
+  head_s_ = c.tied_embeddings ? embd_s_ : place(head.s);
+  out_norm_ = place(f_.output_norm_.q);
   if (total > rt.device().max_alloc_bytes) {
     spdlog::info(
         "persistent decode kernel not used: weight arena of {} bytes exceeds one allocation",
@@ -181,11 +190,29 @@ bool PersistentDecode::build(const std::vector<size_t>& group_counts) {
   static_assert(sizeof(cl_ulong) == sizeof(uint64_t));
   layer_off_ = rt.upload(layer_off.data(), layer_off.size() * sizeof(uint64_t));
   if (layer_off.size() != f_.layers_.size() * k_layer_offsets) throw std::logic_error("layer_off");
+  layer_off_host_ = std::move(layer_off);
 
-  n_groups_ = *std::max_element(group_counts.begin(), group_counts.end());  // for the sizes
-  local_size_ = cpu_ ? 2 : 256;  // decode_persistent_cpu.cl: CPU_WG
+  n_groups_ = 0;  // the most work-groups any shape tries, for the sizes
+  for (const Shape& s : shapes) {
+    n_groups_ = std::max(n_groups_, *std::max_element(s.groups.begin(), s.groups.end()));
+  }
   lead_barriers_ = cpu_ ? 1 : 0;
-  barriers_per_token_ = uint32_t(k_stages * size_t(c.n_layer) + 1 + lead_barriers_);
+  // Stages per layer, each ended by a grid barrier (P1..P5 in the kernels),
+  // and the names the trace and the profile give them; the last is the
+  // head's. On NVIDIA, CLCHAT_PERSIST_FUSE=down joins the down projection
+  // to gate/up (FUSE_DOWN; an experiment, off by default: no gain).
+  fuse_down_ = !cpu_ && std::getenv("CLCHAT_PERSIST_FUSE") &&
+               std::string(std::getenv("CLCHAT_PERSIST_FUSE")) == "down";
+  stage_names_ = {"qkv", "attention", "wo"};
+  if (fuse_down_) {
+    stage_names_.push_back("ffn");
+  } else {
+    stage_names_.push_back("gate_up");
+    stage_names_.push_back("down");
+  }
+  stage_names_.push_back("head");
+  const size_t stages = stage_names_.size() - 1;
+  barriers_per_token_ = uint32_t(stages * size_t(c.n_layer) + 1 + lead_barriers_);
   char eps[64];
   std::snprintf(eps, sizeof(eps), "%.9ef", double(c.rms_eps));
   std::string defines =
@@ -217,21 +244,6 @@ bool PersistentDecode::build(const std::vector<size_t>& group_counts) {
     spdlog::info("persistent decode kernel: CLCHAT_PERSIST_DEFINES={}", v);
     defines += std::string(" ") + v;
   }
-  add("persistent_layout");
-  if (cpu_) {
-    trace_ticks_per_us_ = tsc_ticks_per_us();
-    defines +=
-        " -DNR=" + std::to_string(tuning.cpu_nr) + (tuning.cpu_portable ? " -DCPU_PORTABLE=1" : "");
-    add("cpu_dot");
-    add("attention_cpu");
-    add("decode_persistent_cpu");
-  } else {
-    defines += " -DPWG=256";
-    add("decode_persistent");
-  }
-  program_ = rt.build_program(cpu_ ? "decode_persistent_cpu" : "decode_persistent", source,
-                              tuning.build_options + defines);
-
   bar_ = rt.alloc(4);
   abort_ = rt.alloc(4);
   part_val_ = rt.alloc(n_groups_ * 4);
@@ -243,11 +255,71 @@ bool PersistentDecode::build(const std::vector<size_t>& group_counts) {
   if (cpu_) {
     xn_ = rt.alloc(n_groups_ * (size_t(c.n_embd + 31) / 32 * 32) * 4);  // XN_STRIDE per group
     work_ = rt.alloc(4);
+  } else {
+    x_fix_ = rt.alloc(3 * size_t(c.n_embd) * 8);  // decode_persistent.cl's XFIX
+  }
+  add("persistent_layout");
+  if (cpu_) {
+    trace_ticks_per_us_ = tsc_ticks_per_us();
+    defines +=
+        " -DNR=" + std::to_string(tuning.cpu_nr) + (tuning.cpu_portable ? " -DCPU_PORTABLE=1" : "");
+    add("cpu_dot");
+    add("attention_cpu");
+    add("decode_persistent_cpu");
+  } else {
+    defines += " -DFUSE_DOWN=" + std::to_string(int(fuse_down_));
+    add("decode_persistent");
+  }
+  trace_ = rt.alloc((barriers_per_token_ + 1) * 8, true);
+  trace_all_ = env_flag("CLCHAT_PERSIST_TRACE");
+  trace_sum_us_.assign(stage_names_.size(), 0.0);
+  for (const Shape& shape : shapes) {
+    local_size_ = shape.local;
+    try {
+      build_kernel(source, defines);
+      for (const size_t n : shape.groups) {
+        n_groups_ = n;
+        if (barrier_self_test()) return true;
+        reset_barrier();
+      }
+    } catch (const ClError& e) {
+      // e.g. CL_OUT_OF_RESOURCES: this shape's registers do not fit.
+      if (&shape == &shapes.back()) throw;
+      spdlog::info("persistent decode kernel: work-groups of {}: {}", shape.local, e.what());
+    }
+  }
+  spdlog::warn("persistent decode kernel not used: the grid barrier self-test failed");
+  return false;
+}
+
+// The program for work-groups of local_size_ and its kernel with its
+// arguments set (the buffers exist).
+void PersistentDecode::build_kernel(const std::string& source, const std::string& defines) {
+  const ClRuntime& rt = f_.rt_;
+  const KernelTuning& tuning = f_.programs_.tuning();
+  program_ = rt.build_program(
+      cpu_ ? "decode_persistent_cpu" : "decode_persistent", source,
+      tuning.build_options + defines + (cpu_ ? "" : " -DPWG=" + std::to_string(local_size_)));
+  // FUSE_DOWN reads Wd (block types) chunk-major: rewrite each layer's slot
+  // of the arena from the model's buffers (repack_down in the kernel).
+  const GgmlType down_type = f_.layers_.front().ffn_down.type;
+  if (fuse_down_ && is_block_type(down_type)) {
+    ClKernel repack = rt.create_kernel(program_, "repack_down");
+    const size_t global[2] = {size_t(f_.config_.n_embd), size_t(f_.config_.n_ff) / 8};
+    for (size_t il = 0; il < f_.layers_.size(); ++il) {
+      const DeviceMatrix& wd = f_.layers_[il].ffn_down;
+      set_args(repack, wd.q, wd.s, arena_,
+               cl_ulong(layer_off_host_[il * k_layer_offsets + k_lo_down_q]),
+               cl_ulong(layer_off_host_[il * k_layer_offsets + k_lo_down_s]));
+      cl_check(clEnqueueNDRangeKernel(rt.queue(), repack.get(), 2, nullptr, global, nullptr, 0,
+                                      nullptr, nullptr),
+               "clEnqueueNDRangeKernel(repack_down)");
+    }
   }
   reset_barrier();
   kernel_ = rt.create_kernel(program_, "decode_token");
-  set_args(kernel_, arena_, layer_off_, cl_ulong(embd_q), cl_ulong(embd_s), cl_ulong(head_q),
-           cl_ulong(head_s), cl_ulong(out_norm), f_.rope_cs_, f_.k_cache_, f_.v_cache_, f_.x_,
+  set_args(kernel_, arena_, layer_off_, cl_ulong(embd_q_), cl_ulong(embd_s_), cl_ulong(head_q_),
+           cl_ulong(head_s_), cl_ulong(out_norm_), f_.rope_cs_, f_.k_cache_, f_.v_cache_, f_.x_,
            f_.q_, f_.att_out_, f_.h_, f_.logits_, part_val_, part_idx_, f_.ids_, cl_int(0),
            cl_int(0), bar_, cl_uint(0), abort_, ClMem());
   if (cpu_) {
@@ -260,17 +332,9 @@ bool PersistentDecode::build(const std::vector<size_t>& group_counts) {
   } else {
     set_arg(kernel_.get(), 24, att_part_);
     set_arg(kernel_.get(), 25, att_count_);
+    set_arg(kernel_.get(), 26, x_fix_);
   }
-  trace_ = rt.alloc((barriers_per_token_ + 1) * 8, true);
-  trace_all_ = env_flag("CLCHAT_PERSIST_TRACE");
-  trace_sum_us_.assign(k_stages + 1, 0.0);
-  for (const size_t n : group_counts) {
-    n_groups_ = n;
-    if (barrier_self_test()) return true;
-    reset_barrier();
-  }
-  spdlog::warn("persistent decode kernel not used: the grid barrier self-test failed");
-  return false;
+  trace_arg_ = false;
 }
 
 // All work-groups must be resident at once, or the barrier never opens: run
@@ -388,10 +452,11 @@ void PersistentDecode::read_trace(bool to_profile) {
     }
     const bool head = k == t.size() - 1;
     const size_t in_layers = k - 1 - lead_barriers_;
-    const size_t stage = head ? k_stages : in_layers % k_stages;
+    const size_t stages = stage_names_.size() - 1;
+    const size_t stage = head ? stages : in_layers % stages;
     if (trace_all_) trace_sum_us_[stage] += us;
-    p.kernel_us[k_stage_names[stage]] += us;
-    if (!head) p.layer_us[in_layers / k_stages] += us;
+    p.kernel_us[stage_names_[stage]] += us;
+    if (!head) p.layer_us[in_layers / stages] += us;
   }
   if (trace_all_) ++trace_tokens_;
   if (to_profile) profile_ = std::move(p);
@@ -474,7 +539,7 @@ PersistentDecode::~PersistentDecode() {
   for (size_t i = 0; i < trace_sum_us_.size(); ++i) {
     const double us = trace_sum_us_[i] / trace_tokens_;
     total += us;
-    line += std::string(" ") + k_stage_names[i] + " " + std::to_string(us) + " us;";
+    line += " " + stage_names_[i] + " " + std::to_string(us) + " us;";
   }
   spdlog::warn(
       "persistent trace over {} tokens (per token):{} total {:.1f} us; bare barrier {:.2f} us",

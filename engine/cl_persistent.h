@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/cl_runtime.h"
@@ -71,7 +72,13 @@ class PersistentDecode {
 
  private:
   explicit PersistentDecode(ClForward& forward) : f_(forward) {}
-  bool build(const std::vector<size_t>& group_counts);
+  // Work-items per work-group and the work-group counts to try with them.
+  struct Shape {
+    size_t local;
+    std::vector<size_t> groups;
+  };
+  bool build(const std::vector<Shape>& shapes);
+  void build_kernel(const std::string& source, const std::string& defines);
   void read_trace(bool to_profile);
   bool barrier_self_test();
   void reset_barrier();
@@ -95,12 +102,18 @@ class PersistentDecode {
   ClProgram program_;
   ClKernel kernel_;
   ClMem arena_, layer_off_, bar_, abort_, part_val_, part_idx_;
+  std::vector<uint64_t> layer_off_host_;  // the layer offsets (LO_* per layer)
+  bool fuse_down_ = false;                // NVIDIA: FUSE_DOWN
+  // Byte offsets in the arena: embedding, lm_head, output norm.
+  uint64_t embd_q_ = 0, embd_s_ = 0, head_q_ = 0, head_s_ = 0, out_norm_ = 0;
   // CPU (decode_persistent_cpu.cl): the chunk-claim counter and each
   // work-group's normed stage input.
   ClMem work_, xn_;
   // Both kernels: per (head, split) attention partials (ATT_SPLIT_MAX
   // splits) and per head the count of splits done.
   ClMem att_part_, att_count_;
+  // NVIDIA: the residual stream in 64-bit fixed point (summed by atomics).
+  ClMem x_fix_;
   bool cpu_ = false;
   size_t n_groups_ = 0;
   size_t local_size_ = 256;
@@ -115,6 +128,8 @@ class PersistentDecode {
   ClMem trace_;
   bool trace_all_ = false;
   bool trace_arg_ = false;  // the kernel's trace argument is set
+  // Per-layer stage names (the stages end at grid barriers), then "head".
+  std::vector<std::string> stage_names_;
   ProfileReport profile_;
   std::vector<double> trace_sum_us_;
   double trace_start_us_ = 0;

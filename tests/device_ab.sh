@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Runs ON the lent GPU machine (see README "Performance"): builds clchat,
+# checks the persistent decode kernel against the CPU reference, then times
+# kernel variants in one call so that A/B pairs share a machine.
+#   bash .device/setup.sh && bash tests/device_ab.sh [tests|bench|all] [VARIANT...]
+# A variant is LABEL=ENV[,ENV...] with ENV a NAME=VALUE pair (commas cannot
+# appear inside values), e.g. 'fused=CLCHAT_PERSIST_FUSE=wo+down'
+# 'ffc16=CLCHAT_PERSIST_DEFINES=-DFFC=16'. Each variant's tg128 is taken
+# twice, interleaved with the others; results go to $OUT/ab.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/device_out}
+mkdir -p "$out"
+what=${1:-all}
+shift || true
+export XDG_STATE_HOME=/tmp/clchat-state
+rm -rf "$XDG_STATE_HOME"
+start=$SECONDS
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$out/cmake.log" 2>&1
+if ! cmake --build build -j"$(nproc)" --target clchat test_cl_persistent >"$out/build.log" 2>&1; then
+  tail -40 "$out/build.log"
+  exit 1
+fi
+echo "build: $((SECONDS - start)) s"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+
+log() { echo "$*" | tee -a "$out/ab.txt"; }
+
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  CLCHAT_TEST_DEVICE=gpu timeout 300 build/tests/test_cl_persistent >"$out/test_persistent_${TEST_LABEL:-default}.log" 2>&1
+  log "test_cl_persistent (${TEST_LABEL:-default}): rc $? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/test_persistent_${TEST_LABEL:-default}.log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED|Failure|error" "$out/test_persistent_${TEST_LABEL:-default}.log" | head -20
+fi
+
+# bench LABEL QUANT DEPTH ENV... : one tg128 -r 5 line.
+bench() {
+  local label=$1 quant=$2 depth=$3
+  shift 3
+  local line
+  line=$(env "$@" build/clchat bench --synthetic smollm2-135m --quant "$quant" -p 0 -n 128 -d "$depth" \
+    -r 5 --device gpu 2>&1 | grep -E "tg128" | awk -F'|' '{print $(NF-3) "launch" $(NF-1)}')
+  log "$label $quant d$depth: $line"
+}
+
+variants=("$@")
+[ ${#variants[@]} -eq 0 ] && variants=("default=")
+
+# test_cl_persistent under each variant (GTEST_FILTER, GTEST_REPEAT).
+if [ "$what" = testvar ]; then
+  for v in "${variants[@]}"; do
+    label=${v%%=*}
+    IFS=',' read -r -a kv <<<"${v#*=}"
+    env "${kv[@]}" CLCHAT_TEST_DEVICE=gpu timeout 300 build/tests/test_cl_persistent \
+      --gtest_filter="${GTEST_FILTER:-*}" --gtest_repeat="${GTEST_REPEAT:-1}" >"$out/test_$label.log" 2>&1
+    log "test $label: rc $? passed $(grep -c '^\[       OK' "$out/test_$label.log") failed $(grep -c '^\[  FAILED  \] .*ms)' "$out/test_$label.log") failures $(grep -c 'Failure' "$out/test_$label.log")"
+  done
+fi
+
+# Per-stage trace (CLCHAT_PERSIST_TRACE=1, logged at exit) and the compiler's
+# register count (-cl-nv-verbose) of each variant.
+if [ "$what" = trace ]; then
+  for v in "${variants[@]}"; do
+    label=${v%%=*}
+    IFS=',' read -r -a kv <<<"${v#*=}"
+    defs=
+    for e in "${kv[@]}"; do [[ $e == CLCHAT_PERSIST_DEFINES=* ]] && defs=${e#*=}; done
+    env "${kv[@]}" CLCHAT_PERSIST_TRACE=1 CLCHAT_PERSIST_DEFINES="$defs -cl-nv-verbose" \
+      build/clchat bench --synthetic smollm2-135m --quant q4_0 -p 0 -n 128 -r 2 --device gpu \
+      >"$out/trace_$label.log" 2>&1
+    log "$label trace: $(grep -o 'per token):.*' "$out/trace_$label.log" | head -1)"
+    log "$label $(grep -o 'Used [0-9]* registers.*' "$out/trace_$label.log" | head -1)"
+  done
+fi
+
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  for round in $(seq "${ROUNDS:-2}"); do
+    for v in "${variants[@]}"; do
+      label=${v%%=*}
+      envs=${v#*=}
+      IFS=',' read -r -a kv <<<"$envs"
+      bench "$label" "${QUANT:-q4_0}" "${DEPTH:-0}" "${kv[@]}"
+    done
+  done
+fi
+echo "total: $((SECONDS - start)) s"

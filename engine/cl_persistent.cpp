@@ -24,10 +24,15 @@ namespace clchat {
 
 namespace {
 
-constexpr size_t k_layer_offsets = 12;              // LO_N in persistent_layout.cl
-constexpr size_t k_lo_down_q = 8, k_lo_down_s = 9;  // LO_DOWN_Q, LO_DOWN_S there
-constexpr size_t k_att_split_max = 16;              // ATT_SPLIT_MAX in both persistent kernels
-constexpr const char* k_start_name = "start";       // the CPU kernel's lead stage
+constexpr size_t k_layer_offsets = 12;  // LO_N in persistent_layout.cl
+// Stages per layer, each ended by a grid barrier (P1..P5 in
+// decode_persistent.cl and decode_persistent_cpu.cl), and the names the
+// trace and the profile give them; the last name is the head's stage.
+constexpr size_t k_stages = 5;
+constexpr size_t k_att_split_max = 16;  // ATT_SPLIT_MAX in both persistent kernels
+constexpr const char* k_stage_names[k_stages + 1] = {"qkv",     "attention", "wo",
+                                                     "gate_up", "down",      "head"};
+constexpr const char* k_start_name = "start";  // the CPU kernel's lead stage
 constexpr size_t k_arena_align = 256;
 
 size_t mem_size(const ClMem& m) {
@@ -190,29 +195,13 @@ bool PersistentDecode::build(const std::vector<Shape>& shapes) {
   static_assert(sizeof(cl_ulong) == sizeof(uint64_t));
   layer_off_ = rt.upload(layer_off.data(), layer_off.size() * sizeof(uint64_t));
   if (layer_off.size() != f_.layers_.size() * k_layer_offsets) throw std::logic_error("layer_off");
-  layer_off_host_ = std::move(layer_off);
 
   n_groups_ = 0;  // the most work-groups any shape tries, for the sizes
   for (const Shape& s : shapes) {
     n_groups_ = std::max(n_groups_, *std::max_element(s.groups.begin(), s.groups.end()));
   }
   lead_barriers_ = cpu_ ? 1 : 0;
-  // Stages per layer, each ended by a grid barrier (P1..P5 in the kernels),
-  // and the names the trace and the profile give them; the last is the
-  // head's. On NVIDIA, CLCHAT_PERSIST_FUSE=down joins the down projection
-  // to gate/up (FUSE_DOWN; an experiment, off by default: no gain).
-  fuse_down_ = !cpu_ && std::getenv("CLCHAT_PERSIST_FUSE") &&
-               std::string(std::getenv("CLCHAT_PERSIST_FUSE")) == "down";
-  stage_names_ = {"qkv", "attention", "wo"};
-  if (fuse_down_) {
-    stage_names_.push_back("ffn");
-  } else {
-    stage_names_.push_back("gate_up");
-    stage_names_.push_back("down");
-  }
-  stage_names_.push_back("head");
-  const size_t stages = stage_names_.size() - 1;
-  barriers_per_token_ = uint32_t(stages * size_t(c.n_layer) + 1 + lead_barriers_);
+  barriers_per_token_ = uint32_t(k_stages * size_t(c.n_layer) + 1 + lead_barriers_);
   char eps[64];
   std::snprintf(eps, sizeof(eps), "%.9ef", double(c.rms_eps));
   std::string defines =
@@ -255,8 +244,6 @@ bool PersistentDecode::build(const std::vector<Shape>& shapes) {
   if (cpu_) {
     xn_ = rt.alloc(n_groups_ * (size_t(c.n_embd + 31) / 32 * 32) * 4);  // XN_STRIDE per group
     work_ = rt.alloc(4);
-  } else {
-    x_fix_ = rt.alloc(3 * size_t(c.n_embd) * 8);  // decode_persistent.cl's XFIX
   }
   add("persistent_layout");
   if (cpu_) {
@@ -267,12 +254,11 @@ bool PersistentDecode::build(const std::vector<Shape>& shapes) {
     add("attention_cpu");
     add("decode_persistent_cpu");
   } else {
-    defines += " -DFUSE_DOWN=" + std::to_string(int(fuse_down_));
     add("decode_persistent");
   }
   trace_ = rt.alloc((barriers_per_token_ + 1) * 8, true);
   trace_all_ = env_flag("CLCHAT_PERSIST_TRACE");
-  trace_sum_us_.assign(stage_names_.size(), 0.0);
+  trace_sum_us_.assign(k_stages + 1, 0.0);
   for (const Shape& shape : shapes) {
     local_size_ = shape.local;
     try {
@@ -300,22 +286,6 @@ void PersistentDecode::build_kernel(const std::string& source, const std::string
   program_ = rt.build_program(
       cpu_ ? "decode_persistent_cpu" : "decode_persistent", source,
       tuning.build_options + defines + (cpu_ ? "" : " -DPWG=" + std::to_string(local_size_)));
-  // FUSE_DOWN reads Wd (block types) chunk-major: rewrite each layer's slot
-  // of the arena from the model's buffers (repack_down in the kernel).
-  const GgmlType down_type = f_.layers_.front().ffn_down.type;
-  if (fuse_down_ && is_block_type(down_type)) {
-    ClKernel repack = rt.create_kernel(program_, "repack_down");
-    const size_t global[2] = {size_t(f_.config_.n_embd), size_t(f_.config_.n_ff) / 8};
-    for (size_t il = 0; il < f_.layers_.size(); ++il) {
-      const DeviceMatrix& wd = f_.layers_[il].ffn_down;
-      set_args(repack, wd.q, wd.s, arena_,
-               cl_ulong(layer_off_host_[il * k_layer_offsets + k_lo_down_q]),
-               cl_ulong(layer_off_host_[il * k_layer_offsets + k_lo_down_s]));
-      cl_check(clEnqueueNDRangeKernel(rt.queue(), repack.get(), 2, nullptr, global, nullptr, 0,
-                                      nullptr, nullptr),
-               "clEnqueueNDRangeKernel(repack_down)");
-    }
-  }
   reset_barrier();
   kernel_ = rt.create_kernel(program_, "decode_token");
   set_args(kernel_, arena_, layer_off_, cl_ulong(embd_q_), cl_ulong(embd_s_), cl_ulong(head_q_),
@@ -332,7 +302,6 @@ void PersistentDecode::build_kernel(const std::string& source, const std::string
   } else {
     set_arg(kernel_.get(), 24, att_part_);
     set_arg(kernel_.get(), 25, att_count_);
-    set_arg(kernel_.get(), 26, x_fix_);
   }
   trace_arg_ = false;
 }
@@ -452,11 +421,10 @@ void PersistentDecode::read_trace(bool to_profile) {
     }
     const bool head = k == t.size() - 1;
     const size_t in_layers = k - 1 - lead_barriers_;
-    const size_t stages = stage_names_.size() - 1;
-    const size_t stage = head ? stages : in_layers % stages;
+    const size_t stage = head ? k_stages : in_layers % k_stages;
     if (trace_all_) trace_sum_us_[stage] += us;
-    p.kernel_us[stage_names_[stage]] += us;
-    if (!head) p.layer_us[in_layers / stages] += us;
+    p.kernel_us[k_stage_names[stage]] += us;
+    if (!head) p.layer_us[in_layers / k_stages] += us;
   }
   if (trace_all_) ++trace_tokens_;
   if (to_profile) profile_ = std::move(p);
@@ -539,7 +507,7 @@ PersistentDecode::~PersistentDecode() {
   for (size_t i = 0; i < trace_sum_us_.size(); ++i) {
     const double us = trace_sum_us_[i] / trace_tokens_;
     total += us;
-    line += " " + stage_names_[i] + " " + std::to_string(us) + " us;";
+    line += std::string(" ") + k_stage_names[i] + " " + std::to_string(us) + " us;";
   }
   spdlog::warn(
       "persistent trace over {} tokens (per token):{} total {:.1f} us; bare barrier {:.2f} us",

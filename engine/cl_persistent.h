@@ -15,9 +15,11 @@
 // allocation (they are copied into an arena so the kernel can address every
 // layer through offsets: OpenCL 1.2 has no device pointers), and a start-up
 // barrier test showing every work-group resident. CLCHAT_NO_PERSISTENT=1
-// turns the path off; CLCHAT_PERSIST_WGS sets work-groups per compute unit
-// (default 2 on NVIDIA, or 1 where two do not pass the self-test; 1 on CPU
-// devices: one per PoCL worker thread), CLCHAT_PERSIST_GROUPS their total.
+// turns the path off. NVIDIA: one work-group of 512 work-items per SM is
+// tried first, then two of 256 per SM, then one (CLCHAT_PERSIST_PWG=256 or
+// 512 keeps one size); CPU devices: one work-group per core (one per PoCL
+// worker thread). CLCHAT_PERSIST_WGS sets work-groups per compute unit,
+// CLCHAT_PERSIST_GROUPS their total.
 #pragma once
 
 #include <cstdint>
@@ -102,8 +104,6 @@ class PersistentDecode {
   ClProgram program_;
   ClKernel kernel_;
   ClMem arena_, layer_off_, bar_, abort_, part_val_, part_idx_;
-  std::vector<uint64_t> layer_off_host_;  // the layer offsets (LO_* per layer)
-  bool fuse_down_ = false;                // NVIDIA: FUSE_DOWN
   // Byte offsets in the arena: embedding, lm_head, output norm.
   uint64_t embd_q_ = 0, embd_s_ = 0, head_q_ = 0, head_s_ = 0, out_norm_ = 0;
   // CPU (decode_persistent_cpu.cl): the chunk-claim counter and each
@@ -112,8 +112,6 @@ class PersistentDecode {
   // Both kernels: per (head, split) attention partials (ATT_SPLIT_MAX
   // splits) and per head the count of splits done.
   ClMem att_part_, att_count_;
-  // NVIDIA: the residual stream in 64-bit fixed point (summed by atomics).
-  ClMem x_fix_;
   bool cpu_ = false;
   size_t n_groups_ = 0;
   size_t local_size_ = 256;
@@ -128,8 +126,6 @@ class PersistentDecode {
   ClMem trace_;
   bool trace_all_ = false;
   bool trace_arg_ = false;  // the kernel's trace argument is set
-  // Per-layer stage names (the stages end at grid barriers), then "head".
-  std::vector<std::string> stage_names_;
   ProfileReport profile_;
   std::vector<double> trace_sum_us_;
   double trace_start_us_ = 0;

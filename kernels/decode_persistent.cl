@@ -480,179 +480,6 @@ inline void prefetch_row(const __global uchar* wq, const __global uchar* ws, siz
 #define HEAD_PF_LAYERS 4
 #endif
 
-// ---- the residual stream --------------------------------------------------------
-
-// FUSE_DOWN: the down projection joins gate/up, one grid barrier less per
-// layer: a work-group takes FFC consecutive values of h, computes them, and
-// adds Wd[:, those] h[those] into the residual. The residual is then summed
-// by atomics from many work-groups in any order, so it is held in 64-bit
-// fixed point (2^-32 units): integer sums do not depend on their order, so
-// the result is the same every run. The FFN stage also reads the residual
-// (its norm), and a work-group that finishes early would add while others
-// still read: so its versions rotate over three buffers (x_fix, 3 x
-// N_EMBD): a stage that changes the residual reads version k (buffer
-// k % 3), writes or sums into k + 1 (zeroed one such stage before; one
-// work-group adds version k's values to the sums) and zeroes the buffer of
-// k + 2, whose last readers finished at the grid barrier before it.
-#ifndef FUSE_DOWN
-#define FUSE_DOWN 0
-#endif
-// FFC: a warp per value of h (8 or 16: a Q4 block's quarter or half).
-#ifndef FFC
-#define FFC WARPS
-#endif
-#ifndef DOWN_EARLY
-#define DOWN_EARLY 2
-#endif
-#if FUSE_DOWN && FFC != 8 && FFC != 16
-#error "FFC must be 8 or 16"
-#endif
-#define XFIX FUSE_DOWN
-#define FIX_ONE 4294967296.0f
-#if XFIX
-typedef long xres_t;
-inline long to_fix(float v) { return convert_long_sat_rte(v * FIX_ONE); }
-inline xres_t xres_add(xres_t a, float v) { return a + to_fix(v); }
-inline float4 xres_load4(volatile const __global xres_t* p, int i) {
-  const long4 v = ((volatile const __global long4*)p)[i];
-  return convert_float4(v) * (1.0f / FIX_ONE);
-}
-// One partial sum into the residual: fire and forget (no value comes back).
-inline void fix_add(__global xres_t* p, long v) {
-  asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-#else
-typedef float xres_t;
-inline xres_t xres_add(xres_t a, float v) { return a + v; }
-inline float4 xres_load4(volatile const __global xres_t* p, int i) {
-  return ((volatile const __global float4*)p)[i];
-}
-#endif
-
-#if FUSE_DOWN
-// A work-group's down-projection partial: work-item lid takes rows lid,
-// lid + PWG, ... (DOWN_RPT at most) of Wd's columns c0 .. c0 + FFC - 1 (c0
-// a multiple of FFC). For block types the arena holds Wd chunk-major
-// (repack_down below): chunk c's payload for rows 0, 1, ... one after the
-// other, so a warp's loads are contiguous (row-major they were 32 sectors
-// of 32 bytes per load instruction: ~1.2 us per layer on the H200), and
-// the scales block-major. All of a work-item's weights are loaded before
-// any sum goes out (the atomics are asm with a memory clobber: a load after
-// one would wait for it).
-#define DOWN_RPT ((N_EMBD + PWG - 1) / PWG)
-#define DOWN_REGS (WT_DOWN == 2 || WT_DOWN == 3 || WT_DOWN == 8)
-// Payload bytes per (chunk, row): FFC nibbles, or FFC bytes (Q8_0).
-#define DOWN_CHUNK_BYTES (WT_DOWN == 8 ? FFC : FFC / 2)
-#if DOWN_CHUNK_BYTES == 4
-typedef uint down_q_t;
-#define DOWN_WORDS(q) {q}
-#elif DOWN_CHUNK_BYTES == 8
-typedef uint2 down_q_t;
-#define DOWN_WORDS(q) {q.x, q.y}
-#else
-typedef uint4 down_q_t;
-#define DOWN_WORDS(q) {q.x, q.y, q.z, q.w}
-#endif
-
-// Rewrites one layer's Wd (block types) from the row-major repacked layout
-// (src_q, src_s) into the chunk-major one at dst_q, dst_s (the layer's slot
-// in the arena; the same sizes): work-item (row, c) writes chunk c of row
-// `row`, value j of the chunk at nibble j (Q4: byte j / 2, low nibble for
-// even j) or byte j (Q8_0); work-items with c < N_FF / 32 also move the
-// scale of block c.
-__kernel void repack_down(const __global uchar* src_q, const __global uchar* src_s,
-                          __global uchar* arena, ulong dst_q_off, ulong dst_s_off) {
-  const int row = get_global_id(0), c = get_global_id(1);
-  if (row >= N_EMBD || c >= N_FF / FFC) return;
-  __global uchar* dq = arena + dst_q_off + ((size_t)c * N_EMBD + row) * DOWN_CHUNK_BYTES;
-  for (int j = 0; j < FFC; ++j) {
-    const int v = c * FFC + j, b = v / 32, k = v % 32;
-#if WT_DOWN == 8
-    dq[j] = src_q[(size_t)row * N_FF + v];
-#else
-    const uchar byte = src_q[((size_t)row * (N_FF / 32) + b) * 16 + k % 16];
-    const uchar code = k < 16 ? (byte & 15) : (byte >> 4);
-    if (j % 2 == 0) {
-      dq[j / 2] = code;
-    } else {
-      dq[j / 2] |= code << 4;
-    }
-#endif
-  }
-  if (c < N_FF / 32) {
-    const int sb = WT_DOWN == 3 ? 4 : 2;  // bytes of a block's scale (and min)
-    for (int i = 0; i < sb; ++i) {
-      arena[dst_s_off + ((size_t)c * N_EMBD + row) * sb + i] =
-          src_s[((size_t)row * (N_FF / 32) + c) * sb + i];
-    }
-  }
-}
-
-// (scale, min) per row: Q4_0's min is -8 * scale, Q8_0's unused.
-inline void down_load(const __global uchar* wq, const __global uchar* ws, int c0, down_q_t* q,
-                      float2* dm) {
-#if DOWN_REGS
-  const int lid = get_local_id(0);
-#pragma unroll
-  for (int k = 0; k < DOWN_RPT; ++k) {
-    const int row = lid + k * PWG;
-    if (row < N_EMBD) {
-      q[k] = ((const __global down_q_t*)wq)[(size_t)(c0 / FFC) * N_EMBD + row];
-      const size_t si = (size_t)(c0 / 32) * N_EMBD + row;
-#if WT_DOWN == 3
-      dm[k] = vload_half2(si, (const __global half*)ws);
-#else
-      const float d = vload_half(si, (const __global half*)ws);
-      dm[k] = (float2)(d, -8.0f * d);
-#endif
-    }
-  }
-#endif
-}
-// sum_j Wd[row][c0 + j] hv[j] for j < FFC from what down_load loaded (block
-// types) or from the row-major matrix (F32, F16).
-inline float down_dot(const __global uchar* wq, int row, int c0, down_q_t q, float2 dm,
-                      const __local float* hv) {
-#if !DOWN_REGS
-  float s = 0.0f;
-  for (int j = 0; j < FFC; j += 4) {
-#if WT_DOWN == 0
-    const float4 w = vload4(0, (const __global float*)wq + (size_t)row * N_FF + c0 + j);
-#else
-    const float4 w = vload_half4(0, (const __global half*)wq + (size_t)row * N_FF + c0 + j);
-#endif
-    s += dot(w, vload4(0, hv + j));
-  }
-  return s;
-#else
-  const uint words[DOWN_CHUNK_BYTES / 4] = DOWN_WORDS(q);
-#if WT_DOWN == 8
-  float s = 0.0f;
-#pragma unroll
-  for (int w = 0; w < FFC / 4; ++w) {
-    const char4 c = as_char4(words[w]);
-    const float4 h4 = vload4(w, hv);
-    s += (float)c.x * h4.x + (float)c.y * h4.y + (float)c.z * h4.z + (float)c.w * h4.w;
-  }
-  return dm.x * s;
-#else
-  float acc = 0.0f, hs = 0.0f;
-#pragma unroll
-  for (int w = 0; w < FFC / 8; ++w) {
-    const uint v = words[w];
-    const float4 lo = vload4(2 * w, hv), hi = vload4(2 * w + 1, hv);
-    acc += (float)(v & 15) * lo.x + (float)((v >> 4) & 15) * lo.y +
-           (float)((v >> 8) & 15) * lo.z + (float)((v >> 12) & 15) * lo.w +
-           (float)((v >> 16) & 15) * hi.x + (float)((v >> 20) & 15) * hi.y +
-           (float)((v >> 24) & 15) * hi.z + (float)(v >> 28) * hi.w;
-    hs += lo.x + lo.y + lo.z + lo.w + hi.x + hi.y + hi.z + hi.w;
-  }
-  return dm.x * acc + dm.y * hs;
-#endif
-#endif
-}
-#endif
-
 // ---- work-group helpers -------------------------------------------------------
 
 // xl[i] = src[i] for i < n into the padded layout (XP); volatile: written by
@@ -681,7 +508,7 @@ inline void load_norm(float4* gw, const __global float* g) {
 // layout; src null: xl in place; g from load_norm) and the return value is
 // 1 / rms(src), which the caller applies to each row's dot product
 // (dot(W, x * g) * scale), so one local barrier suffices.
-inline float stage_norm(__local float* xl, volatile const __global xres_t* src, const float4* gw,
+inline float stage_norm(__local float* xl, volatile const __global float* src, const float4* gw,
                         __local float* red) {
   const int lid = get_local_id(0);
   float ss = 0.0f;
@@ -689,7 +516,7 @@ inline float stage_norm(__local float* xl, volatile const __global xres_t* src, 
   for (int k = 0; k < NORM_MAX; ++k) {
     const int i = lid + k * PWG;
     if (i < N_EMBD / 4) {
-      const float4 v = src ? xres_load4(src, i) : vload4(0, xl + XP(4 * i));
+      const float4 v = src ? ((volatile const __global float4*)src)[i] : vload4(0, xl + XP(4 * i));
       ss += dot(v, v);
       vstore4(v * gw[k], 0, xl + XP(4 * i));
     }
@@ -742,8 +569,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     __global float* att, __global float* h, __global float* logits, __global float* part_val,
     __global int* part_idx, __global int* ids, int token_index, int pos,
     volatile __global uint* bar, uint bar_base, volatile __global uint* abort_flag,
-    __global ulong* trace, __global float* att_part, volatile __global uint* att_count,
-    __global long* x_fix) {
+    __global ulong* trace, __global float* att_part, volatile __global uint* att_count) {
   __local float xl[LOCAL_XP];
   __local float red[WARPS];
   __local float att_sc[ATT_CHUNK];
@@ -752,32 +578,6 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   __local int red_i[WARPS];
   __local float sp_m[ATT_SPLIT_MAX], sp_l[ATT_SPLIT_MAX];
   __local int merge_here;
-#if FUSE_DOWN
-  __local float h_l[FFC];
-#endif
-  // The residual: with XFIX, version xv in buffer xv % 3 of x_fix (see
-  // "the residual stream"); else x, updated in place.
-#if XFIX
-  int xv = 0;
-#define X_BUF(k) (x_fix + ((k) % 3) * N_EMBD)
-#define X_CUR X_BUF(xv)
-#define X_NEXT X_BUF(xv + 1)
-  // A stage that adds into the residual zeroes the buffer of version xv + 2
-  // (the last work-groups, which have the least work in the fused stages).
-#define ZERO_X_AFTER_NEXT()                                                              \
-  for (int i = (n_groups - 1 - group) * PWG + lid; i < N_EMBD; i += n_groups * PWG) \
-  X_BUF(xv + 2)[i] = 0
-  // In a fused stage, the work-group that carries the residual's values
-  // into the next version: the last one if it has no unit of the stage's
-  // work (it then does nothing else), else -1: a unit that has them does it
-  // (head 0's, the first FFN chunk's).
-#define CARRIER(n_units) ((n_units) < n_groups ? n_groups - 1 : -1)
-#define CARRY_X()                                                                          \
-  for (int i = lid; i < N_EMBD; i += PWG) fix_add(X_NEXT + i, ((volatile const __global long*)X_CUR)[i])
-#else
-#define X_CUR x
-#define X_NEXT x
-#endif
 
   const int lid = get_local_id(0);
   const int lane = lid % 32;
@@ -836,12 +636,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   for (int i = lid; i < N_EMBD; i += PWG) {
     const float v = embd_value(arena + embd_q, arena + embd_s, token, i);
     xl[XP(i)] = v;
-    if (group == 0) {
-      X_CUR[i] = xres_add(0, v);
-#if XFIX
-      X_BUF(1)[i] = 0;  // the first stage's sums go there
-#endif
-    }
+    if (group == 0) x[i] = v;
   }
   barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -880,7 +675,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     load_norm(gw, (const __global float*)(arena + lo[LO_ATTN_NORM]));
     const float2 cs_first = gwarp < N_QKV / 2 ? PAIR_CS(2 * gwarp) : (float2)(0.0f);
 #endif
-    float scale = stage_norm(xl, il > 0 ? X_CUR : 0, gw, red);
+    float scale = stage_norm(xl, il > 0 ? x : 0, gw, red);
     for (int pair = gwarp; pair < N_QKV / 2; pair += n_gwarps) {
       const int r0 = 2 * pair;
       const bool rotate = PAIR_ROTATES(r0);
@@ -1061,109 +856,30 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 
     // P3: x += Wo att.
     stage_padded(xl, att, N_EMBD);
-#if XFIX
-    ZERO_X_AFTER_NEXT();
-#endif
     for (int row = gwarp; row < N_EMBD; row += n_gwarps) {
-      const xres_t x_row = lane == 0 ? ((volatile __global xres_t*)X_CUR)[row] : 0;  // early
+      const float x_row = lane == 0 ? ((volatile __global float*)x)[row] : 0.0f;  // early
       if (row != gwarp) {
         ROW_LOAD(WT_WO)(arena + lo[LO_WO_Q], arena + lo[LO_WO_S], N_EMBD, row, lane, qa, sa);
       }
       const float v = warp_sum(ROW_DOT_REGS(WT_WO)(arena + lo[LO_WO_Q], arena + lo[LO_WO_S], N_EMBD,
                                                    row, xl, lane, qa, sa));
-      if (lane == 0) X_NEXT[row] = xres_add(x_row, v);
+      if (lane == 0) x[row] = x_row + v;
     }
-#if XFIX
-    ++xv;
-#endif
     grid_arrive(bar);
-    // The first gate/up rows of this warp: row gwarp, or with FUSE_DOWN value
-    // `warp` of the work-group's first chunk of FFC.
-#if FUSE_DOWN
-    const int ffn_first = group < N_FF / FFC && warp < FFC ? group * FFC + warp : -1;
-#else
-    const int ffn_first = gwarp < N_FF ? gwarp : -1;
-#endif
-    if (ffn_first >= 0) {
-      ROW_LOAD(WT_FFN)(arena + lo[LO_GATE_Q], arena + lo[LO_GATE_S], N_EMBD, ffn_first, lane, qa,
-                       sa);
-      ROW_LOAD(WT_FFN)(arena + lo[LO_UP_Q], arena + lo[LO_UP_S], N_EMBD, ffn_first, lane, qb, sb);
+    if (gwarp < N_FF) {
+      ROW_LOAD(WT_FFN)(arena + lo[LO_GATE_Q], arena + lo[LO_GATE_S], N_EMBD, gwarp, lane, qa, sa);
+      ROW_LOAD(WT_FFN)(arena + lo[LO_UP_Q], arena + lo[LO_UP_S], N_EMBD, gwarp, lane, qb, sb);
     }
-#if FUSE_DOWN
-    // The down projection's weights for the work-group's first chunk:
-    // DOWN_EARLY 1 loads them here, before the barrier wait; 2 the same
-    // but not in work-item 0, which polls the barrier (an acquire poll waits
-    // for the poller's loads in flight); 0 after the wait.
-    down_q_t dq[DOWN_RPT];
-    float2 dmm[DOWN_RPT];
-    const bool down_first = group < N_FF / FFC;
-#if DOWN_EARLY == 2
-    const bool down_early = lid != 0;
-#else
-    const bool down_early = DOWN_EARLY == 1;
-#endif
-    if (down_first && down_early) {
-      down_load(arena + lo[LO_DOWN_Q], arena + lo[LO_DOWN_S], group * FFC, dq, dmm);
-    }
-#endif
 #if EARLY_LOADS
     load_norm(gw, (const __global float*)(arena + lo[LO_FFN_NORM]));
 #endif
     GRID_WAIT();
 
-    // P4: norm, gate and up, SwiGLU (FUSE_DOWN: then the down projection's
-    // partial sums of the work-group's FFC values).
+    // P4: norm, gate and up, SwiGLU.
 #if !EARLY_LOADS
     load_norm(gw, (const __global float*)(arena + lo[LO_FFN_NORM]));
 #endif
-#if FUSE_DOWN
-    if (down_first && !down_early) {
-      down_load(arena + lo[LO_DOWN_Q], arena + lo[LO_DOWN_S], group * FFC, dq, dmm);
-    }
-#endif
-    scale = stage_norm(xl, X_CUR, gw, red);
-#if FUSE_DOWN
-    ZERO_X_AFTER_NEXT();
-    const int ffn_carrier = CARRIER(N_FF / FFC);
-    if (group == ffn_carrier) CARRY_X();
-    for (int unit = group; unit < N_FF / FFC; unit += n_groups) {
-      const int c0 = unit * FFC;
-      if (unit != group) down_load(arena + lo[LO_DOWN_Q], arena + lo[LO_DOWN_S], c0, dq, dmm);
-      for (int j = warp; j < FFC; j += WARPS) {
-        const int row = c0 + j;
-        if (row != ffn_first) {
-          ROW_LOAD(WT_FFN)(arena + lo[LO_GATE_Q], arena + lo[LO_GATE_S], N_EMBD, row, lane, qa, sa);
-          ROW_LOAD(WT_FFN)(arena + lo[LO_UP_Q], arena + lo[LO_UP_S], N_EMBD, row, lane, qb, sb);
-        }
-        float g = ROW_DOT_REGS(WT_FFN)(arena + lo[LO_GATE_Q], arena + lo[LO_GATE_S], N_EMBD, row,
-                                       xl, lane, qa, sa);
-        float u = ROW_DOT_REGS(WT_FFN)(arena + lo[LO_UP_Q], arena + lo[LO_UP_S], N_EMBD, row, xl,
-                                       lane, qb, sb);
-        g = warp_sum(g) * scale;
-        u = warp_sum(u) * scale;
-        if (lane == 0) h_l[j] = g / (1.0f + exp(-g)) * u;
-      }
-      barrier(CLK_LOCAL_MEM_FENCE);
-      float pv[DOWN_RPT];
-#pragma unroll
-      for (int k = 0; k < DOWN_RPT; ++k) {
-        const int row = lid + k * PWG;
-        pv[k] = row < N_EMBD ? down_dot(arena + lo[LO_DOWN_Q], row, c0, dq[k], dmm[k], h_l) : 0.0f;
-      }
-#pragma unroll
-      for (int k = 0; k < DOWN_RPT; ++k) {
-        const int row = lid + k * PWG;
-        if (row < N_EMBD) {
-          const long old =
-              c0 == 0 && ffn_carrier < 0 ? ((volatile const __global long*)X_CUR)[row] : 0;
-          fix_add(X_BUF(xv + 1) + row, old + to_fix(pv[k]));
-        }
-      }
-      barrier(CLK_LOCAL_MEM_FENCE);  // h_l is the next chunk's
-    }
-    ++xv;
-    grid_arrive(bar);
-#else
+    scale = stage_norm(xl, x, gw, red);
     for (int row = gwarp; row < N_FF; row += n_gwarps) {
       if (row != gwarp) {
         ROW_LOAD(WT_FFN)(arena + lo[LO_GATE_Q], arena + lo[LO_GATE_S], N_EMBD, row, lane, qa, sa);
@@ -1185,23 +901,16 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 
     // P5: x += Wd h.
     stage_padded(xl, h, N_FF);
-#if XFIX
-    ZERO_X_AFTER_NEXT();
-#endif
     for (int row = gwarp; row < N_EMBD; row += n_gwarps) {
-      const xres_t x_row = lane == 0 ? ((volatile __global xres_t*)X_CUR)[row] : 0;  // early
+      const float x_row = lane == 0 ? ((volatile __global float*)x)[row] : 0.0f;  // early
       if (row != gwarp) {
         ROW_LOAD(WT_DOWN)(arena + lo[LO_DOWN_Q], arena + lo[LO_DOWN_S], N_FF, row, lane, qa, sa);
       }
       const float v = warp_sum(ROW_DOT_REGS(WT_DOWN)(arena + lo[LO_DOWN_Q], arena + lo[LO_DOWN_S],
                                                      N_FF, row, xl, lane, qa, sa));
-      if (lane == 0) X_NEXT[row] = xres_add(x_row, v);
+      if (lane == 0) x[row] = x_row + v;
     }
-#if XFIX
-    ++xv;
-#endif
     grid_arrive(bar);
-#endif
     if (il + 1 < N_LAYER && gwarp < N_QKV / 2) LOAD_QKV_PAIR(lo + LO_N, gwarp);
 #if EARLY_LOADS
     load_norm(gw, (const __global float*)(arena + (il + 1 < N_LAYER ? lo[LO_N + LO_ATTN_NORM]
@@ -1214,7 +923,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 #if !EARLY_LOADS
   load_norm(gw, (const __global float*)(arena + out_norm));
 #endif
-  const float scale = stage_norm(xl, X_CUR, gw, red);
+  const float scale = stage_norm(xl, x, gw, red);
   float best = 0.0f;
   int best_i = -1;
   // Four rows per iteration so their loads overlap (eight: slower); rows
@@ -1275,14 +984,6 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   if (lid == 0) ids[0] = *abort_flag ? -2 : (best_i < 0 ? 0 : best_i);
 #undef GRID_SYNC
 #undef GRID_WAIT
-#undef X_CUR
-#undef X_NEXT
-#if XFIX
-#undef X_BUF
-#undef ZERO_X_AFTER_NEXT
-#undef CARRIER
-#undef CARRY_X
-#endif
 #undef LOAD_QKV_PAIR
 #undef PAIR_ROTATES
 #undef PAIR_CS

@@ -2,7 +2,11 @@
 # Runs ON the lent GPU machine (see README "Performance"): builds clchat,
 # checks the persistent decode kernel against the CPU reference, then times
 # kernel variants in one call so that A/B pairs share a machine.
-#   bash .device/setup.sh && bash tests/device_ab.sh [tests|bench|all] [VARIANT...]
+#   bash .device/setup.sh && bash tests/device_ab.sh MODE [VARIANT...]
+# MODE: tests (test_cl_persistent), gpucheck (also test_cl_forward without
+# the SmolLM2 file's cases, test_fault_opencl, test_cl_object_counts; the
+# small models in .device/shared/models), testvar, bench, trace, all
+# (tests and bench).
 # A variant is LABEL=ENV[,ENV...] with ENV a NAME=VALUE pair (commas cannot
 # appear inside values), e.g. 'fused=CLCHAT_PERSIST_FUSE=wo+down'
 # 'ffc16=CLCHAT_PERSIST_DEFINES=-DFFC=16'. Each variant's tg128 is taken
@@ -17,7 +21,9 @@ export XDG_STATE_HOME=/tmp/clchat-state
 rm -rf "$XDG_STATE_HOME"
 start=$SECONDS
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$out/cmake.log" 2>&1
-if ! cmake --build build -j"$(nproc)" --target clchat test_cl_persistent >"$out/build.log" 2>&1; then
+targets=(clchat test_cl_persistent)
+[ "$what" = gpucheck ] && targets+=(test_cl_forward test_fault_opencl test_cl_object_counts)
+if ! cmake --build build -j"$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1; then
   tail -40 "$out/build.log"
   exit 1
 fi
@@ -30,6 +36,16 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   CLCHAT_TEST_DEVICE=gpu timeout 300 build/tests/test_cl_persistent >"$out/test_persistent_${TEST_LABEL:-default}.log" 2>&1
   log "test_cl_persistent (${TEST_LABEL:-default}): rc $? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/test_persistent_${TEST_LABEL:-default}.log" | tr '\n' ' ')"
   grep -E "^\[  FAILED|Failure|error" "$out/test_persistent_${TEST_LABEL:-default}.log" | head -20
+fi
+
+if [ "$what" = gpucheck ]; then
+  export CLCHAT_SHARED_DIR=$PWD/.device/shared
+  for t in test_cl_persistent test_cl_forward test_fault_opencl test_cl_object_counts; do
+    CLCHAT_TEST_DEVICE=gpu timeout 400 "build/tests/$t" \
+      --gtest_filter='-ClForward.SmolLM2LogitsMatchCpu:ClForward.SmolLM2GreedyIdsMatchReference' \
+      >"$out/$t.log" 2>&1
+    log "$t: rc $? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$t.log" | tr '\n' ' ')"
+  done
 fi
 
 # bench LABEL QUANT DEPTH ENV... : one tg128 -r 5 line.

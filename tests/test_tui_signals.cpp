@@ -2,8 +2,10 @@
 // streamed reply: SIGKILL loses at most the turn in progress (the autosave of
 // the turns before it is a valid file and --resume reopens them); SIGTERM and
 // SIGHUP stop the reply, keep it marked stopped in the autosave, restore the
-// terminal and exit with 128 + the signal. The long reply runs in an 8192-token
-// context, so it is still streaming when the signal comes.
+// terminal and exit with 128 + the signal. The long reply runs in a
+// 32768-token context, so it is still streaming when the signal comes (with
+// 8192 it lasted ~5 s on PoCL at ~1,600 tok/s, and once, on a loaded
+// machine, no capture of the pane fell inside it).
 #include <gtest/gtest.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -41,10 +43,10 @@ size_t count(const std::string& screen, const std::string& text) {
   return n;
 }
 
-// The KV cache fill the panel shows (" KV cache  ███  N/8192"), or -1.
+// The KV cache fill the panel shows (" KV cache  ███  N/32768"), or -1.
 int cache_used(const std::string& screen) {
   std::smatch m;
-  if (!std::regex_search(screen, m, std::regex(R"(KV cache\D*?([0-9]+)/8192)"))) return -1;
+  if (!std::regex_search(screen, m, std::regex(R"(KV cache\D*?([0-9]+)/32768)"))) return -1;
   return std::stoi(m[1]);
 }
 
@@ -74,7 +76,7 @@ TEST(TuiSignals, SigkillMidReplyLosesOnlyThatTurnAndResumeReopensTheRest) {
       fs::temp_directory_path() / ("clchat-sigkill-" + std::to_string(::getpid()));
   fs::remove_all(saved);
   {
-    TmuxSession t(100, 30, "-c 8192 -n 8");
+    TmuxSession t(100, 30, "-c 32768 -n 8");
     ASSERT_TRUE(t.wait_ready());
     t.type("Remember the blue kite");
     ASSERT_TRUE(t.wait_text("[max_tokens reached]"));
@@ -118,7 +120,7 @@ class TuiQuitSignal : public ::testing::TestWithParam<int> {};
 
 TEST_P(TuiQuitSignal, StopsTheReplyAutosavesAndRestoresTheTerminal) {
   const int sig = GetParam();
-  TmuxSession t(100, 30, "-c 8192 -n 8");
+  TmuxSession t(100, 30, "-c 32768 -n 8");
   ASSERT_TRUE(t.wait_ready());
   ASSERT_TRUE(start_long_reply(t, "Tell me a very long story"));
   send_signal(t, sig);

@@ -8,9 +8,10 @@
 # small models in .device/shared/models), testvar, bench, trace, all
 # (tests and bench).
 # A variant is LABEL=ENV[,ENV...] with ENV a NAME=VALUE pair (commas cannot
-# appear inside values), e.g. 'fused=CLCHAT_PERSIST_FUSE=wo+down'
-# 'ffc16=CLCHAT_PERSIST_DEFINES=-DFFC=16'. Each variant's tg128 is taken
-# twice, interleaved with the others; results go to $OUT/ab.txt.
+# appear inside values), e.g. 'pwg256=CLCHAT_PERSIST_PWG=256'
+# 'ppg2=CLCHAT_PERSIST_DEFINES=-DATT_PPG=2'. bench takes each variant's tg128
+# ROUNDS times (2), interleaved with the others (QUANT, DEPTH: q4_0, 0);
+# results go to $OUT/ab.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/device_out}
@@ -32,10 +33,14 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 
 log() { echo "$*" | tee -a "$out/ab.txt"; }
 
+# The summary lines of a gtest log.
+gtest_summary() { grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$1" | tr '\n' ' '; }
+
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  CLCHAT_TEST_DEVICE=gpu timeout 300 build/tests/test_cl_persistent >"$out/test_persistent_${TEST_LABEL:-default}.log" 2>&1
-  log "test_cl_persistent (${TEST_LABEL:-default}): rc $? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/test_persistent_${TEST_LABEL:-default}.log" | tr '\n' ' ')"
-  grep -E "^\[  FAILED|Failure|error" "$out/test_persistent_${TEST_LABEL:-default}.log" | head -20
+  test_log=$out/test_persistent_${TEST_LABEL:-default}.log
+  CLCHAT_TEST_DEVICE=gpu timeout 300 build/tests/test_cl_persistent >"$test_log" 2>&1
+  log "test_cl_persistent (${TEST_LABEL:-default}): rc $? $(gtest_summary "$test_log")"
+  grep -E "^\[  FAILED|Failure|error" "$test_log" | head -20
 fi
 
 if [ "$what" = gpucheck ]; then
@@ -44,7 +49,7 @@ if [ "$what" = gpucheck ]; then
     CLCHAT_TEST_DEVICE=gpu timeout 400 "build/tests/$t" \
       --gtest_filter='-ClForward.SmolLM2LogitsMatchCpu:ClForward.SmolLM2GreedyIdsMatchReference' \
       >"$out/$t.log" 2>&1
-    log "$t: rc $? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$t.log" | tr '\n' ' ')"
+    log "$t: rc $? $(gtest_summary "$out/$t.log")"
   done
 fi
 
@@ -60,12 +65,16 @@ bench() {
 
 variants=("$@")
 [ ${#variants[@]} -eq 0 ] && variants=("default=")
+# Splits variant $1 (LABEL=ENV[,ENV...]) into label and the array kv.
+parse_variant() {
+  label=${1%%=*}
+  IFS=',' read -r -a kv <<<"${1#*=}"
+}
 
 # test_cl_persistent under each variant (GTEST_FILTER, GTEST_REPEAT).
 if [ "$what" = testvar ]; then
   for v in "${variants[@]}"; do
-    label=${v%%=*}
-    IFS=',' read -r -a kv <<<"${v#*=}"
+    parse_variant "$v"
     env "${kv[@]}" CLCHAT_TEST_DEVICE=gpu timeout 300 build/tests/test_cl_persistent \
       --gtest_filter="${GTEST_FILTER:-*}" --gtest_repeat="${GTEST_REPEAT:-1}" >"$out/test_$label.log" 2>&1
     log "test $label: rc $? passed $(grep -c '^\[       OK' "$out/test_$label.log") failed $(grep -c '^\[  FAILED  \] .*ms)' "$out/test_$label.log") failures $(grep -c 'Failure' "$out/test_$label.log")"
@@ -76,8 +85,7 @@ fi
 # register count (-cl-nv-verbose) of each variant.
 if [ "$what" = trace ]; then
   for v in "${variants[@]}"; do
-    label=${v%%=*}
-    IFS=',' read -r -a kv <<<"${v#*=}"
+    parse_variant "$v"
     defs=
     for e in "${kv[@]}"; do [[ $e == CLCHAT_PERSIST_DEFINES=* ]] && defs=${e#*=}; done
     env "${kv[@]}" CLCHAT_PERSIST_TRACE=1 CLCHAT_PERSIST_DEFINES="$defs -cl-nv-verbose" \
@@ -91,9 +99,7 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   for round in $(seq "${ROUNDS:-2}"); do
     for v in "${variants[@]}"; do
-      label=${v%%=*}
-      envs=${v#*=}
-      IFS=',' read -r -a kv <<<"$envs"
+      parse_variant "$v"
       bench "$label" "${QUANT:-q4_0}" "${DEPTH:-0}" "${kv[@]}"
     done
   done

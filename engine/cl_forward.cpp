@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -95,6 +97,12 @@ void ClForward::start_persistent_decode() {
   if (!persistent_ || persistent_->n_timeouts() > 0) {
     spdlog::warn("persistent decode kernel timed out on its first token; not used");
     persistent_.reset();
+    return;
+  }
+  // A measurement-only kernel (its results are wrong by design: the
+  // SKELETON knob of kernels/decode_persistent.cl) is kept for timing.
+  if (const char* d = std::getenv("CLCHAT_PERSIST_DEFINES"); d && std::strstr(d, "SKELETON")) {
+    spdlog::warn("persistent decode kernel built with {}: timing only, its tokens are wrong", d);
     return;
   }
   if (!(rel <= 1e-3) || device_token_ < 0) {

@@ -121,12 +121,15 @@ std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
         std::getenv("CLCHAT_PERSIST_PWG") ? std::atoi(std::getenv("CLCHAT_PERSIST_PWG")) : 0;
     if (pwg != 256) shapes.push_back({512, {cus}});
     if (pwg != 512) shapes.push_back({256, {2 * cus, cus}});
-    // decode_persistent.cl's local memory: xl (padded), att_acc and att_sc
-    // (ATT_GROUPS = PWG / ATT_TPR groups), small arrays.
+    // decode_persistent.cl's local memory: xl (padded), att_acc (a row of
+    // AW_STRIDE floats per warp, at least one float per work-item), small
+    // arrays.
     std::erase_if(shapes, [&](const Shape& s) {
-      const size_t att_groups = s.local / size_t(std::min(32, c.head_dim / 4));
-      const size_t local_bytes = size_t(std::max(c.n_embd, c.n_ff)) / 32 * 36 * 4 +
-                                 att_groups * size_t(c.head_dim + 8) * 4 + 512;
+      const size_t parts = s.local / size_t(c.head_dim);
+      const size_t stride = size_t(c.head_dim) + (parts > 1 ? 32 / parts : 0);
+      const size_t att_acc = std::max(s.local / 32 * stride, s.local);
+      const size_t local_bytes =
+          size_t(std::max(c.n_embd, c.n_ff)) / 32 * 36 * 4 + att_acc * 4 + 512;
       return local_bytes > dev.local_mem_bytes;
     });
     if (shapes.empty()) return no("activations do not fit local memory");

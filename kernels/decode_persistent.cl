@@ -71,17 +71,14 @@
 #ifndef ATT_SPLIT_SPAN
 #define ATT_SPLIT_SPAN (ATT_SPLIT_POS < 64 ? ATT_SPLIT_POS : 64)
 #endif
-// Attention work-items: ATT_TPR per position, each holding ATT_F4 float4 of
-// the head's dimensions (HEAD_DIM a power of two, 32 to 256); ATT_GROUPS
-// positions at a time, ATT_PPG rounds per chunk of ATT_CHUNK positions.
-#define ATT_TPR (HEAD_DIM / 4 < 32 ? HEAD_DIM / 4 : 32)
-#define ATT_F4 (HEAD_DIM / 4 / ATT_TPR)
-#define ATT_GROUPS (PWG / ATT_TPR)
-// (8 held too many registers for two work-groups per SM on the H200.)
-#ifndef ATT_PPG
-#define ATT_PPG 4
-#endif
-#define ATT_CHUNK (ATT_GROUPS * ATT_PPG)
+// Attention (P2): a warp per position at a time, lane l holding dimensions
+// l * AW_D .. + AW_D - 1 (HEAD_DIM a power of two, 32 to 256); the warps'
+// partials meet in att_acc, a row of AW_STRIDE floats per warp, where
+// work-item (d, p) of ATT_PARTS per dimension adds every ATT_PARTS-th warp
+// (the stride's padding puts those loads in distinct banks).
+#define AW_D (HEAD_DIM / 32)
+#define ATT_PARTS (PWG / HEAD_DIM)
+#define AW_STRIDE (HEAD_DIM + (ATT_PARTS > 1 ? 32 / ATT_PARTS : 0))
 
 // ---- warp primitives (PTX) --------------------------------------------------
 
@@ -480,6 +477,36 @@ inline void prefetch_row(const __global uchar* wq, const __global uchar* ws, siz
 #define HEAD_PF_LAYERS 4
 #endif
 
+// SKELETON (a measurement knob, results are wrong): 1 = no weight loads,
+// prefetches or dot products, while every stage keeps its input staging,
+// reductions, stores and grid barriers; 2 = attention skipped as well. The
+// time per token is then the floor of this stage structure (the host keeps
+// such a kernel without checking its first token).
+#ifndef SKELETON
+#define SKELETON 0
+#endif
+#if SKELETON
+inline void row_load_none(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                          int lane, uint4* q, float2* s) {}
+inline float row_dot_regs_none(const __global uchar* wq, const __global uchar* ws, int n_in,
+                               int row, const __local float* x, int lane, const uint4* q,
+                               const float2* s) {
+  return 0.0f;
+}
+inline float row_dot_none(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                          const __local float* x, int lane) {
+  return 0.0f;
+}
+#undef ROW_LOAD
+#undef ROW_DOT_REGS
+#undef ROW_DOT
+#undef PREFETCH_ROWS
+#define ROW_LOAD(T) row_load_none
+#define ROW_DOT_REGS(T) row_dot_regs_none
+#define ROW_DOT(T) row_dot_none
+#define PREFETCH_ROWS(T, q_off, s_off, n_in, n_rows)
+#endif
+
 // ---- work-group helpers -------------------------------------------------------
 
 // xl[i] = src[i] for i < n into the padded layout (XP); volatile: written by
@@ -560,6 +587,50 @@ inline int workgroup_argmax(float best, int best_i, __local float* red_v, __loca
   return best_i;
 }
 
+// One round of the warp-per-position attention (P2): this warp's
+// positions p0, p0 + WARPS, ... (nb of them, those before s_end), their K
+// and V rows loaded at once, folded into the warp's online softmax (*m, *l,
+// acc). Lane l holds dimensions l * AW_D .. + AW_D - 1 of q, K, V and acc.
+inline void att_warp_round(const __global float* k_cache, const __global float* v_cache,
+                           size_t row0, int p0, int s_end, const int nb, const float* qv,
+                           float* acc, float* m, float* l) {
+  float kr[8][AW_D], vr[8][AW_D], sc[8];
+#pragma unroll
+  for (int i = 0; i < nb; ++i) {
+    const int p = p0 + WARPS * i;
+#pragma unroll
+    for (int d = 0; d < AW_D; ++d) {
+      kr[i][d] = vr[i][d] = 0.0f;
+      if (p < s_end) {
+        kr[i][d] = k_cache[row0 + (size_t)p * N_EMBD_KV + d];
+        vr[i][d] = v_cache[row0 + (size_t)p * N_EMBD_KV + d];
+      }
+    }
+  }
+  float bm = *m;
+#pragma unroll
+  for (int i = 0; i < nb; ++i) {
+    float sd = 0.0f;
+#pragma unroll
+    for (int d = 0; d < AW_D; ++d) sd += kr[i][d] * qv[d];
+    sc[i] = warp_sum(sd);
+    if (p0 + WARPS * i < s_end) bm = fmax(bm, sc[i]);
+  }
+  const float corr = exp(*m - bm);
+  float ls = *l * corr;
+#pragma unroll
+  for (int d = 0; d < AW_D; ++d) acc[d] *= corr;
+#pragma unroll
+  for (int i = 0; i < nb; ++i) {
+    const float e = p0 + WARPS * i < s_end ? exp(sc[i] - bm) : 0.0f;
+    ls += e;
+#pragma unroll
+    for (int d = 0; d < AW_D; ++d) acc[d] += e * vr[i][d];
+  }
+  *m = bm;
+  *l = ls;
+}
+
 // ---- the token ----------------------------------------------------------------
 
 __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
@@ -572,8 +643,8 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     __global ulong* trace, __global float* att_part, volatile __global uint* att_count) {
   __local float xl[LOCAL_XP];
   __local float red[WARPS];
-  __local float att_sc[ATT_CHUNK];
-  __local float att_acc[ATT_GROUPS * HEAD_DIM];
+  __local float att_acc[WARPS * AW_STRIDE > PWG ? WARPS * AW_STRIDE : PWG];
+  __local float aw_m[WARPS], aw_l[WARPS];
   __local float red_v[WARPS];  // the head's argmax (red is stage_norm's)
   __local int red_i[WARPS];
   __local float sp_m[ATT_SPLIT_MAX], sp_l[ATT_SPLIT_MAX];
@@ -601,6 +672,31 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   do {               \
     grid_arrive(bar); \
     GRID_WAIT();     \
+  } while (0)
+  // SKELETON with SKEL_DROP bit k set: the barrier after stage k of a layer
+  // (0 Q/K/V, 1 attention, 2 Wo, 3 gate/up) is left out, the floor of a
+  // design with fewer barriers; work-group 0 adds the arrivals the host
+  // counts on.
+#ifndef SKEL_DROP
+#define SKEL_DROP 0
+#endif
+#define STAGE_DROPPED(k) (SKELETON && ((SKEL_DROP >> (k)) & 1))
+#define STAGE_ARRIVE(k)                  \
+  do {                                   \
+    if (!STAGE_DROPPED(k)) {             \
+      grid_arrive(bar);                  \
+    } else if (group == 0 && lid == 0) { \
+      atomic_add(bar, (uint)n_groups);   \
+    }                                    \
+  } while (0)
+#define STAGE_WAIT(k)                                                        \
+  do {                                                                       \
+    if (!STAGE_DROPPED(k)) {                                                 \
+      GRID_WAIT();                                                           \
+    } else {                                                                 \
+      ++n_bar;                                                               \
+      if (trace && group == 0 && lid == 0) trace[n_bar] = global_timer_ns(); \
+    }                                                                        \
   } while (0)
   // This warp's first row(s) of the next stage (ROW_LOAD): row a, row b.
   uint4 qa[2 * RB], qb[2 * RB];
@@ -707,7 +803,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
         dst[1] = b;
       }
     }
-    grid_arrive(bar);
+    STAGE_ARRIVE(0);
     // Weights of this layer's later stages and of the next layer's (or the
     // head's) first stage start moving into L2 while this work-group waits
     // at P1's barrier. (Before P1's work: 2.5% slower with the interleaved
@@ -721,7 +817,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
       PREFETCH_ROWS(WT_QKV, lo[LO_N + LO_QKV_Q], lo[LO_N + LO_QKV_S], N_EMBD, N_QKV);
     }
     // The head's rows: a share in each of the last HEAD_PF_LAYERS layers.
-    if (il >= N_LAYER - HEAD_PF_LAYERS) {
+    if (!SKELETON && il >= N_LAYER - HEAD_PF_LAYERS) {
       const int j = il - (N_LAYER - HEAD_PF_LAYERS);
       const int r_end = (int)((long)(j + 1) * N_VOCAB / HEAD_PF_LAYERS);
       for (int r = (int)((long)j * N_VOCAB / HEAD_PF_LAYERS) + gwarp; r < r_end; r += n_gwarps) {
@@ -729,85 +825,82 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
                      ROW_S_BYTES(WT_HEAD, N_EMBD), r, lane);
       }
     }
-    GRID_WAIT();
+    STAGE_WAIT(0);
 
-    // P2: attention. A unit is (head, split): a work-group per unit. Its
-    // work-items form ATT_GROUPS groups of ATT_TPR, a group per position at
-    // a time and each work-item a slice of the head's dimensions, so K and V
-    // rows are read whole by a group (coalesced) and a score is a sum over
-    // the group's lanes (shuffles). Positions go in chunks of ATT_CHUNK,
-    // ATT_PPG per group, with both K and V rows loaded at once; the chunk's
-    // scores meet in local memory, where every warp takes the same max and
-    // sum (online softmax over chunks). One split: the result goes straight
-    // to att; more: partials to att_part, which the head's last split to
-    // finish merges into att.
-    for (int unit = group; unit < N_HEAD * n_split; unit += n_groups) {
+    // P2: attention. A unit is (head, split): a work-group per unit. Warp w
+    // takes the unit's positions s_begin + w, + WARPS, ... in rounds of 4 or
+    // 8 (att_warp_round: their K and V rows loaded at once), lane l
+    // dimensions l * AW_D .. + AW_D - 1, so K and V rows are read whole by a
+    // warp (coalesced) and a score is a warp sum; each warp keeps its own
+    // online softmax (max m, sum l, unnormalised sum of V) in registers. One
+    // local barrier then merges the warps: work-item (d, p) rescales the
+    // AW_D warps p, p + ATT_PARTS, ... of dimension d to the work-group's
+    // max, and the ATT_PARTS adjacent lanes meet by shuffles. (H200 against
+    // groups of 16 work-items per position with chunk-wide softmax passes
+    // in local memory, three local barriers: tg128 2,289-2,301 vs
+    // 2,228-2,246 tok/s, d512 1,966-1,975 vs 1,915-1,930.) One split: the
+    // result goes straight to att; more: partials to att_part, which the
+    // head's last split to finish merges into att.
+    for (int unit = group; SKELETON < 2 && unit < N_HEAD * n_split; unit += n_groups) {
       const int hd = unit / n_split, sp = unit % n_split;
       const int kvh = hd / (N_HEAD / N_HEAD_KV);
       const int s_span = (n_pos + n_split - 1) / n_split;
       const int s_begin = sp * s_span, s_end = min(n_pos, s_begin + s_span);
-      const int tg = lid / ATT_TPR, slice = (lid % ATT_TPR) * 4 * ATT_F4;
-      const size_t row0 = cache_base + kvh * HEAD_DIM + slice;
-      float4 qs[ATT_F4], acc[ATT_F4];
-      for (int f = 0; f < ATT_F4; ++f) {
-        qs[f] = ((volatile const __global float4*)(q + hd * HEAD_DIM + slice))[f] *
-                rsqrt((float)HEAD_DIM);
-        acc[f] = 0.0f;
+      const size_t row0 = cache_base + kvh * HEAD_DIM + lane * AW_D;
+      volatile const __global float* qh = q + hd * HEAD_DIM + lane * AW_D;
+      float qv[AW_D], acc[AW_D];
+#pragma unroll
+      for (int d = 0; d < AW_D; ++d) {
+        qv[d] = qh[d] * rsqrt((float)HEAD_DIM);
+        acc[d] = 0.0f;
       }
       float m = -1e30f, l = 0.0f;
-      for (int c0 = s_begin; c0 < s_end; c0 += ATT_CHUNK) {
-        float4 kr[ATT_PPG][ATT_F4], vr[ATT_PPG][ATT_F4];
-#pragma unroll
-        for (int i = 0; i < ATT_PPG; ++i) {
-          const int p = c0 + tg + ATT_GROUPS * i;
-          for (int f = 0; f < ATT_F4; ++f) {
-            kr[i][f] = vr[i][f] = 0.0f;
-            if (p < s_end) {
-              kr[i][f] = vload4(f, k_cache + row0 + (size_t)p * N_EMBD_KV);
-              vr[i][f] = vload4(f, v_cache + row0 + (size_t)p * N_EMBD_KV);
-            }
-          }
+      // Rounds of 8 positions per warp where the unit gives a warp more
+      // than 4, else of 4 (H200, against 4 always: tg128 2,316-2,320 vs
+      // 2,289-2,301 tok/s; at d512, where a split is 64 positions, 8 always
+      // lost: 1,937-1,953 vs 1,966-1,975).
+      if (s_end - s_begin > 4 * WARPS) {
+        for (int p0 = s_begin + warp; p0 < s_end; p0 += 8 * WARPS) {
+          att_warp_round(k_cache, v_cache, row0, p0, s_end, 8, qv, acc, &m, &l);
         }
-#pragma unroll
-        for (int i = 0; i < ATT_PPG; ++i) {
-          float sd = 0.0f;
-          for (int f = 0; f < ATT_F4; ++f) sd += dot(kr[i][f], qs[f]);
-          for (int mask = ATT_TPR / 2; mask > 0; mask >>= 1) sd += shfl_bfly(sd, mask);
-          if (lid % ATT_TPR == 0) att_sc[tg + ATT_GROUPS * i] = sd;
+      } else {
+        for (int p0 = s_begin + warp; p0 < s_end; p0 += 4 * WARPS) {
+          att_warp_round(k_cache, v_cache, row0, p0, s_end, 4, qv, acc, &m, &l);
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        const int n_c = min(ATT_CHUNK, s_end - c0);
-        float cm = -1e30f;
-        for (int i = lane; i < n_c; i += 32) cm = fmax(cm, att_sc[i]);
-        const float new_m = fmax(m, warp_max(cm));
-        float cs = 0.0f;
-        for (int i = lane; i < n_c; i += 32) cs += exp(att_sc[i] - new_m);
-        const float corr = exp(m - new_m);
-        l = l * corr + warp_sum(cs);
-        m = new_m;
-        for (int f = 0; f < ATT_F4; ++f) acc[f] *= corr;
-#pragma unroll
-        for (int i = 0; i < ATT_PPG; ++i) {
-          const int k = tg + ATT_GROUPS * i;
-          const float e = k < n_c ? exp(att_sc[k] - m) : 0.0f;
-          for (int f = 0; f < ATT_F4; ++f) acc[f] += e * vr[i][f];
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);  // att_sc is the next chunk's
       }
-      // Every work-item holds the same m and l; the groups' sums of V meet.
-      for (int f = 0; f < ATT_F4; ++f) vstore4(acc[f], 0, att_acc + tg * HEAD_DIM + slice + 4 * f);
+#pragma unroll
+      for (int d = 0; d < AW_D; ++d) att_acc[warp * AW_STRIDE + lane * AW_D + d] = acc[d];
+      if (lane == 0) {
+        aw_m[warp] = m;
+        aw_l[warp] = l;
+      }
       barrier(CLK_LOCAL_MEM_FENCE);
-      if (lid < HEAD_DIM) {
-        float num = 0.0f;
-        for (int g = 0; g < ATT_GROUPS; ++g) num += att_acc[g * HEAD_DIM + lid];
-        if (n_split == 1) {
-          att[hd * HEAD_DIM + lid] = num / l;
-        } else {
-          __global float* pp = att_part + (hd * ATT_SPLIT_MAX + sp) * ATT_PART;
-          pp[lid] = num;
-          if (lid == 0) {
-            pp[HEAD_DIM] = m;
-            pp[HEAD_DIM + 1] = l;
+      {
+        float mm = -1e30f;
+        for (int w = 0; w < WARPS; ++w) mm = fmax(mm, aw_m[w]);
+        const int d = lid / ATT_PARTS, pt = lid % ATT_PARTS;
+        float num = 0.0f, den = 0.0f;
+#pragma unroll
+        for (int j = 0; j < AW_D; ++j) {
+          const int w = pt + j * ATT_PARTS;
+          const float f = exp(aw_m[w] - mm);
+          num += f * att_acc[w * AW_STRIDE + d];
+          den += f * aw_l[w];
+        }
+        for (int mask = ATT_PARTS / 2; mask > 0; mask >>= 1) {
+          num += shfl_bfly(num, mask);
+          den += shfl_bfly(den, mask);
+        }
+        if (pt == 0) {
+          if (n_split == 1) {
+            att[hd * HEAD_DIM + d] = num / den;
+          } else {
+            __global float* pp = att_part + (hd * ATT_SPLIT_MAX + sp) * ATT_PART;
+            pp[d] = num;
+            if (d == 0) {
+              pp[HEAD_DIM] = mm;
+              pp[HEAD_DIM + 1] = den;
+            }
           }
         }
       }
@@ -848,11 +941,11 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
       }
       barrier(CLK_LOCAL_MEM_FENCE);
     }
-    grid_arrive(bar);
+    STAGE_ARRIVE(1);
     if (gwarp < N_EMBD) {
       ROW_LOAD(WT_WO)(arena + lo[LO_WO_Q], arena + lo[LO_WO_S], N_EMBD, gwarp, lane, qa, sa);
     }
-    GRID_WAIT();
+    STAGE_WAIT(1);
 
     // P3: x += Wo att.
     stage_padded(xl, att, N_EMBD);
@@ -865,7 +958,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
                                                    row, xl, lane, qa, sa));
       if (lane == 0) x[row] = x_row + v;
     }
-    grid_arrive(bar);
+    STAGE_ARRIVE(2);
     if (gwarp < N_FF) {
       ROW_LOAD(WT_FFN)(arena + lo[LO_GATE_Q], arena + lo[LO_GATE_S], N_EMBD, gwarp, lane, qa, sa);
       ROW_LOAD(WT_FFN)(arena + lo[LO_UP_Q], arena + lo[LO_UP_S], N_EMBD, gwarp, lane, qb, sb);
@@ -873,7 +966,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 #if EARLY_LOADS
     load_norm(gw, (const __global float*)(arena + lo[LO_FFN_NORM]));
 #endif
-    GRID_WAIT();
+    STAGE_WAIT(2);
 
     // P4: norm, gate and up, SwiGLU.
 #if !EARLY_LOADS
@@ -893,11 +986,11 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
       u = warp_sum(u) * scale;
       if (lane == 0) h[row] = g / (1.0f + exp(-g)) * u;
     }
-    grid_arrive(bar);
+    STAGE_ARRIVE(3);
     if (gwarp < N_EMBD) {
       ROW_LOAD(WT_DOWN)(arena + lo[LO_DOWN_Q], arena + lo[LO_DOWN_S], N_FF, gwarp, lane, qa, sa);
     }
-    GRID_WAIT();
+    STAGE_WAIT(3);
 
     // P5: x += Wd h.
     stage_padded(xl, h, N_FF);
@@ -984,6 +1077,9 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   if (lid == 0) ids[0] = *abort_flag ? -2 : (best_i < 0 ? 0 : best_i);
 #undef GRID_SYNC
 #undef GRID_WAIT
+#undef STAGE_ARRIVE
+#undef STAGE_WAIT
+#undef STAGE_DROPPED
 #undef LOAD_QKV_PAIR
 #undef PAIR_ROTATES
 #undef PAIR_CS

@@ -9,7 +9,7 @@
 # (tests and bench).
 # A variant is LABEL=ENV[,ENV...] with ENV a NAME=VALUE pair (commas cannot
 # appear inside values), e.g. 'pwg256=CLCHAT_PERSIST_PWG=256'
-# 'ppg2=CLCHAT_PERSIST_DEFINES=-DATT_PPG=2'. bench takes each variant's tg128
+# 'span128=CLCHAT_PERSIST_DEFINES=-DATT_SPLIT_SPAN=128'. bench takes each variant's tg128
 # ROUNDS times (2), interleaved with the others (QUANT, DEPTH: q4_0, 0);
 # results go to $OUT/ab.txt.
 set -uo pipefail

@@ -20,10 +20,7 @@
 // them (and around the written column range) that must stay NaN.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <ctime>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -315,35 +312,6 @@ INSTANTIATE_TEST_SUITE_P(Types, ClEmbedRows,
                          [](const testing::TestParamInfo<GgmlType>& info) {
                            return std::string(ggml_type_name(info.param));
                          });
-
-// ---- speed (printed, not asserted) -------------------------------------------------
-
-// The SmolLM2 FFN gate shape over a 512-token chunk, Q4_0 and Q4_1, with the
-// device's tuning: GFLOP/s for the record (the CPU is shared, so no threshold).
-TEST(ClMatmulSpeed, SmolLM2GateChunk512) {
-  const PrefillTuning t = PrefillTuning::for_device(test::cl_test_runtime().device());
-  const int n_in = 576, rows = 1536, n_tok = 512;
-  const auto x = test::random_floats(size_t(n_tok) * n_in, 5);
-  const ClMem x_dev = cl_buffer(x);
-  const ClMem out = test::cl_test_runtime().alloc(size_t(n_tok) * rows * 4);
-  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1}) {
-    const TestMatrix w = test::make_test_matrix(type, n_in, rows, 9);
-    const ClKernel k = matmul_kernel(type, t);
-    set_args(k, w.dev.q, w.dev.s, cl_int(n_in), cl_int(rows), x_dev, cl_int(n_in), cl_int(n_tok),
-             out, cl_int(rows), cl_int(0), cl_int(0));
-    run_matmul(k, t, rows, n_tok);  // warm-up
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::clock_t c0 = std::clock();  // process CPU time: less noisy on a shared machine
-    const int reps = 3;
-    for (int r = 0; r < reps; ++r) run_matmul(k, t, rows, n_tok);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double cpu_s = double(std::clock() - c0) / CLOCKS_PER_SEC;
-    const double flop = 2.0 * n_in * rows * n_tok * reps;
-    std::printf("matmul %s %dx%d x %d tokens (%s): %.2f ms, %.1f GFLOP/s, %.1f GFLOP per CPU-s\n",
-                ggml_type_name(type), rows, n_in, n_tok, describe(t).c_str(), 1e3 * s / reps,
-                flop / s / 1e9, flop / cpu_s / 1e9);
-  }
-}
 
 }  // namespace
 }  // namespace clchat

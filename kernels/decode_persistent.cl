@@ -464,10 +464,10 @@ inline void prefetch_row(const __global uchar* wq, const __global uchar* ws, siz
   }
   if (s_bytes && lane == 31) prefetch_l2(ws + (size_t)row * s_bytes);
 }
-#define PREFETCH_ROWS(T, q_off, s_off, n_in, n_rows)                                 \
-  for (int r = gwarp; r < (n_rows); r += n_gwarps)                                   \
-  prefetch_row(arena + (q_off), arena + (s_off), ROW_Q_BYTES(T, n_in), ROW_S_BYTES(T, n_in), \
-               r, lane)
+#define PREFETCH_ROWS(T, q_off, s_off, n_in, n_rows)                                            \
+  for (int r = pf_w; r < (n_rows); r += pf_n)                                                   \
+  prefetch_row(arena + (q_off), arena + (s_off), ROW_Q_BYTES(T, n_in), ROW_S_BYTES(T, n_in), r, \
+               lane)
 
 // The lm_head's rows (49152 x 576 Q8_0 here: 28 MB, a third of a token's
 // weights) are prefetched into L2 in shares during P1's barrier wait of the
@@ -658,7 +658,16 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   // Warp index in the grid, interleaved: consecutive rows go to different
   // work-groups, so a stage with fewer rows than warps busies every SM a
   // little instead of some SMs fully (H200: +5% against group-major).
-  const int gwarp = warp * n_groups + group;
+  // WARP_ROT: warp w takes slot w - WARP_ROT (mod WARPS). With 1, warp 0,
+  // whose work-item 0 polls the barriers, gets rows only where a stage has
+  // more than (WARPS - 1) * n_groups of them (here only the lm_head), so it
+  // loads no next-stage rows and issues no prefetches before its polls
+  // (H200 against 0: tg128 2,458-2,459 vs 2,385-2,390, @d512 2,088-2,095 vs
+  // 2,046-2,049, @d2048 1,795-1,806 vs 1,723-1,754).
+#ifndef WARP_ROT
+#define WARP_ROT 1
+#endif
+  const int gwarp = ((warp + WARPS - WARP_ROT) % WARPS) * n_groups + group;
   const int n_gwarps = n_groups * WARPS;
   uint n_bar = 0;
   // With a trace buffer, work-group 0 records the GPU clock after each barrier
@@ -710,6 +719,42 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
                      lane, qb, sb);                                                            \
   } while (0)
   if (trace && group == 0 && lid == 0) trace[0] = global_timer_ns();
+  // The weights of a layer's later stages and of the next layer's (or the
+  // head's) first stage, prefetched into L2 by warps first_, first_ +
+  // stride_, ... (rows by warp; the head's rows a share in each of the last
+  // HEAD_PF_LAYERS layers). L2_PF 2: by the work-groups that have no
+  // attention unit, at the start of P2, where at least 1 / PF_IDLE_DIV of
+  // the work-groups are idle there, else as 1. 1: by every warp between its
+  // work-group's arrival at P1's barrier and its wait, which delayed P1's
+  // barrier (H200 against 1: tg128 2,417-2,421 vs 2,323-2,336 (1/2), @d512
+  // 2,056-2,089 vs 1,959-1,980 (1/4; with 1/2 a d512 token has too few idle
+  // work-groups); with 1/32, d2048's 6 idle work-groups prefetching
+  // everything: 1,381 vs 1,723-1,754). 0: none (A/B: slower, 2,302-2,320).
+#ifndef L2_PF
+#define L2_PF 2
+#endif
+#ifndef PF_IDLE_DIV
+#define PF_IDLE_DIV 4
+#endif
+#define LAYER_PREFETCH(first_, stride_)                                                      \
+  do {                                                                                       \
+    const int pf_w = (first_), pf_n = (stride_);                                             \
+    PREFETCH_ROWS(WT_WO, lo[LO_WO_Q], lo[LO_WO_S], N_EMBD, N_EMBD);                          \
+    PREFETCH_ROWS(WT_FFN, lo[LO_GATE_Q], lo[LO_GATE_S], N_EMBD, N_FF);                       \
+    PREFETCH_ROWS(WT_FFN, lo[LO_UP_Q], lo[LO_UP_S], N_EMBD, N_FF);                           \
+    PREFETCH_ROWS(WT_DOWN, lo[LO_DOWN_Q], lo[LO_DOWN_S], N_FF, N_EMBD);                      \
+    if (il + 1 < N_LAYER) {                                                                  \
+      PREFETCH_ROWS(WT_QKV, lo[LO_N + LO_QKV_Q], lo[LO_N + LO_QKV_S], N_EMBD, N_QKV);        \
+    }                                                                                        \
+    if (!SKELETON && il >= N_LAYER - HEAD_PF_LAYERS) {                                       \
+      const int j = il - (N_LAYER - HEAD_PF_LAYERS);                                         \
+      const int r_end = (int)((long)(j + 1) * N_VOCAB / HEAD_PF_LAYERS);                     \
+      for (int r = (int)((long)j * N_VOCAB / HEAD_PF_LAYERS) + pf_w; r < r_end; r += pf_n) { \
+        prefetch_row(arena + head_q, arena + head_s, ROW_Q_BYTES(WT_HEAD, N_EMBD),           \
+                     ROW_S_BYTES(WT_HEAD, N_EMBD), r, lane);                                 \
+      }                                                                                      \
+    }                                                                                        \
+  } while (0)
 
   // token_index < 0: the start-up self-test, run by this kernel itself so
   // that residency is judged with its own registers and local memory.
@@ -762,6 +807,10 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   const int n_split = n_pos <= ATT_SPLIT_POS
                           ? 1
                           : clamp((n_pos + ATT_SPLIT_SPAN - 1) / ATT_SPLIT_SPAN, 1, split_cap);
+  const int n_units = N_HEAD * n_split;
+#if L2_PF == 2
+  const bool pf_idle = n_groups - n_units >= n_groups / PF_IDLE_DIV;
+#endif
   for (int il = 0; il < N_LAYER; ++il) {
     const __global ulong* lo = layer_off + il * LO_N;
     const size_t cache_base = ((size_t)il * N_CTX) * N_EMBD_KV;
@@ -804,27 +853,11 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
       }
     }
     STAGE_ARRIVE(0);
-    // Weights of this layer's later stages and of the next layer's (or the
-    // head's) first stage start moving into L2 while this work-group waits
-    // at P1's barrier. (Before P1's work: 2.5% slower with the interleaved
-    // warps, which give every work-group some of these prefetches; 1%
-    // faster with group-major warps.)
-    PREFETCH_ROWS(WT_WO, lo[LO_WO_Q], lo[LO_WO_S], N_EMBD, N_EMBD);
-    PREFETCH_ROWS(WT_FFN, lo[LO_GATE_Q], lo[LO_GATE_S], N_EMBD, N_FF);
-    PREFETCH_ROWS(WT_FFN, lo[LO_UP_Q], lo[LO_UP_S], N_EMBD, N_FF);
-    PREFETCH_ROWS(WT_DOWN, lo[LO_DOWN_Q], lo[LO_DOWN_S], N_FF, N_EMBD);
-    if (il + 1 < N_LAYER) {
-      PREFETCH_ROWS(WT_QKV, lo[LO_N + LO_QKV_Q], lo[LO_N + LO_QKV_S], N_EMBD, N_QKV);
-    }
-    // The head's rows: a share in each of the last HEAD_PF_LAYERS layers.
-    if (!SKELETON && il >= N_LAYER - HEAD_PF_LAYERS) {
-      const int j = il - (N_LAYER - HEAD_PF_LAYERS);
-      const int r_end = (int)((long)(j + 1) * N_VOCAB / HEAD_PF_LAYERS);
-      for (int r = (int)((long)j * N_VOCAB / HEAD_PF_LAYERS) + gwarp; r < r_end; r += n_gwarps) {
-        prefetch_row(arena + head_q, arena + head_s, ROW_Q_BYTES(WT_HEAD, N_EMBD),
-                     ROW_S_BYTES(WT_HEAD, N_EMBD), r, lane);
-      }
-    }
+#if L2_PF == 1
+    LAYER_PREFETCH(gwarp, n_gwarps);
+#elif L2_PF == 2
+    if (!pf_idle) LAYER_PREFETCH(gwarp, n_gwarps);
+#endif
     STAGE_WAIT(0);
 
     // P2: attention. A unit is (head, split): a work-group per unit. Warp w
@@ -841,7 +874,12 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     // 2,228-2,246 tok/s, d512 1,966-1,975 vs 1,915-1,930.) One split: the
     // result goes straight to att; more: partials to att_part, which the
     // head's last split to finish merges into att.
-    for (int unit = group; SKELETON < 2 && unit < N_HEAD * n_split; unit += n_groups) {
+#if L2_PF == 2
+    if (pf_idle && group >= n_units) {
+      LAYER_PREFETCH(warp * (n_groups - n_units) + group - n_units, WARPS * (n_groups - n_units));
+    }
+#endif
+    for (int unit = group; SKELETON < 2 && unit < n_units; unit += n_groups) {
       const int hd = unit / n_split, sp = unit % n_split;
       const int kvh = hd / (N_HEAD / N_HEAD_KV);
       const int s_span = (n_pos + n_split - 1) / n_split;
@@ -1081,6 +1119,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 #undef STAGE_WAIT
 #undef STAGE_DROPPED
 #undef LOAD_QKV_PAIR
+#undef LAYER_PREFETCH
 #undef PAIR_ROTATES
 #undef PAIR_CS
 }

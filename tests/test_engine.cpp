@@ -121,9 +121,14 @@ TEST_P(EngineTest, CancelStopsTheReply) {
   o.sampling.max_tokens = 1000;
   Engine engine(o);
   events_until<ev::Ready>(engine);
-  // Cancelled before the engine thread can have begun it: the turn still
-  // counts as cancelled, so this cannot race with the reply's end. The
-  // first token (not an end token for this prompt) is shown, none is fed.
+  // Cancelled right after it is posted: the turn counts as cancelled
+  // whether or not the engine thread has begun it (cancel goes by turn
+  // number), so only a reply that ends on its own first could race: this
+  // prompt's greedy reply has no end token in 1000, ~0.1 s of decoding,
+  // against the microseconds to the next line. How far the thread got
+  // first is not knowable here (a loaded CI machine once let it feed 8
+  // tokens); the exact "within one token" count is ChatSessionTest's
+  // CancelKeepsThePartialReplyAndAConsistentCache, with a deterministic hook.
   engine.post(cmd::SubmitTurn{"Once upon a time"});
   engine.cancel();
   const auto rest = events_until<ev::TurnFinished>(engine);
@@ -132,7 +137,7 @@ TEST_P(EngineTest, CancelStopsTheReply) {
   EXPECT_EQ(done->reason, ev::FinishReason::Cancelled);
   EXPECT_FALSE(done->reply.empty());
   EXPECT_EQ(streamed_text(rest), done->reply);
-  EXPECT_EQ(last_of<ev::Stats>(rest)->decode_tokens, 0);
+  EXPECT_LT(last_of<ev::Stats>(rest)->decode_tokens, o.sampling.max_tokens);
   // A cancel while idle does not cancel the next turn.
   engine.cancel();
   engine.post(cmd::SetSampling{SamplingParams{.max_tokens = 5}});

@@ -719,41 +719,50 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
                      lane, qb, sb);                                                            \
   } while (0)
   if (trace && group == 0 && lid == 0) trace[0] = global_timer_ns();
-  // The weights of a layer's later stages and of the next layer's (or the
-  // head's) first stage, prefetched into L2 by warps first_, first_ +
-  // stride_, ... (rows by warp; the head's rows a share in each of the last
-  // HEAD_PF_LAYERS layers). L2_PF 2: by the work-groups that have no
-  // attention unit, at the start of P2, where at least 1 / PF_IDLE_DIV of
-  // the work-groups are idle there, else as 1. 1: by every warp between its
-  // work-group's arrival at P1's barrier and its wait, which delayed P1's
-  // barrier (H200 against 1: tg128 2,417-2,421 vs 2,323-2,336 (1/2), @d512
-  // 2,056-2,089 vs 1,959-1,980 (1/4; with 1/2 a d512 token has too few idle
-  // work-groups); with 1/32, d2048's 6 idle work-groups prefetching
-  // everything: 1,381 vs 1,723-1,754). 0: none (A/B: slower, 2,302-2,320).
+    // Layer il + PF_AHEAD's Wo, gate, up and down rows and the next layer's
+    // Q/K/V rows, prefetched into L2 by warps first_, first_ + stride_, ...
+    // (rows by warp; the head's rows a share in each of the last
+    // HEAD_PF_LAYERS layers). L2_PF 2: by the work-groups that have no
+    // attention unit, at the start of P2, where at least 1 / PF_IDLE_DIV of
+    // the work-groups are idle there, else as 1. 1: by every warp between its
+    // work-group's arrival at P1's barrier and its wait, which delayed P1's
+    // barrier (H200 against 1: tg128 2,417-2,421 vs 2,323-2,336 (1/2), @d512
+    // 2,056-2,089 vs 1,959-1,980 (1/4; with 1/2 a d512 token has too few idle
+    // work-groups); with 1/32, d2048's 6 idle work-groups prefetching
+    // everything: 1,381 vs 1,723-1,754). 0: none (A/B: slower, 2,302-2,320).
 #ifndef L2_PF
 #define L2_PF 2
+#endif
+// PF_AHEAD: the layer stages' rows are prefetched that many layers ahead
+// (layer 0 also prefetches its own). H200, 1 against 0: tg128 2,453-2,459
+// vs 2,433-2,437, @d512 2,100-2,115 vs 2,077-2,079, @d2048 1,820 vs 1,784.
+#ifndef PF_AHEAD
+#define PF_AHEAD 1
 #endif
 #ifndef PF_IDLE_DIV
 #define PF_IDLE_DIV 4
 #endif
-#define LAYER_PREFETCH(first_, stride_)                                                      \
-  do {                                                                                       \
-    const int pf_w = (first_), pf_n = (stride_);                                             \
-    PREFETCH_ROWS(WT_WO, lo[LO_WO_Q], lo[LO_WO_S], N_EMBD, N_EMBD);                          \
-    PREFETCH_ROWS(WT_FFN, lo[LO_GATE_Q], lo[LO_GATE_S], N_EMBD, N_FF);                       \
-    PREFETCH_ROWS(WT_FFN, lo[LO_UP_Q], lo[LO_UP_S], N_EMBD, N_FF);                           \
-    PREFETCH_ROWS(WT_DOWN, lo[LO_DOWN_Q], lo[LO_DOWN_S], N_FF, N_EMBD);                      \
-    if (il + 1 < N_LAYER) {                                                                  \
-      PREFETCH_ROWS(WT_QKV, lo[LO_N + LO_QKV_Q], lo[LO_N + LO_QKV_S], N_EMBD, N_QKV);        \
-    }                                                                                        \
-    if (!SKELETON && il >= N_LAYER - HEAD_PF_LAYERS) {                                       \
-      const int j = il - (N_LAYER - HEAD_PF_LAYERS);                                         \
-      const int r_end = (int)((long)(j + 1) * N_VOCAB / HEAD_PF_LAYERS);                     \
-      for (int r = (int)((long)j * N_VOCAB / HEAD_PF_LAYERS) + pf_w; r < r_end; r += pf_n) { \
-        prefetch_row(arena + head_q, arena + head_s, ROW_Q_BYTES(WT_HEAD, N_EMBD),           \
-                     ROW_S_BYTES(WT_HEAD, N_EMBD), r, lane);                                 \
-      }                                                                                      \
-    }                                                                                        \
+#define LAYER_PREFETCH(first_, stride_)                                                       \
+  do {                                                                                        \
+    const int pf_w = (first_), pf_n = (stride_);                                              \
+    for (int lp = il + (il == 0 ? 0 : PF_AHEAD); lp <= il + PF_AHEAD && lp < N_LAYER; ++lp) { \
+      const __global ulong* lq = layer_off + lp * LO_N;                                       \
+      PREFETCH_ROWS(WT_WO, lq[LO_WO_Q], lq[LO_WO_S], N_EMBD, N_EMBD);                         \
+      PREFETCH_ROWS(WT_FFN, lq[LO_GATE_Q], lq[LO_GATE_S], N_EMBD, N_FF);                      \
+      PREFETCH_ROWS(WT_FFN, lq[LO_UP_Q], lq[LO_UP_S], N_EMBD, N_FF);                          \
+      PREFETCH_ROWS(WT_DOWN, lq[LO_DOWN_Q], lq[LO_DOWN_S], N_FF, N_EMBD);                     \
+      if (lp + 1 < N_LAYER) {                                                                 \
+        PREFETCH_ROWS(WT_QKV, lq[LO_N + LO_QKV_Q], lq[LO_N + LO_QKV_S], N_EMBD, N_QKV);       \
+      }                                                                                       \
+    }                                                                                         \
+    if (!SKELETON && il >= N_LAYER - HEAD_PF_LAYERS) {                                        \
+      const int j = il - (N_LAYER - HEAD_PF_LAYERS);                                          \
+      const int r_end = (int)((long)(j + 1) * N_VOCAB / HEAD_PF_LAYERS);                      \
+      for (int r = (int)((long)j * N_VOCAB / HEAD_PF_LAYERS) + pf_w; r < r_end; r += pf_n) {  \
+        prefetch_row(arena + head_q, arena + head_s, ROW_Q_BYTES(WT_HEAD, N_EMBD),            \
+                     ROW_S_BYTES(WT_HEAD, N_EMBD), r, lane);                                  \
+      }                                                                                       \
+    }                                                                                         \
   } while (0)
 
   // token_index < 0: the start-up self-test, run by this kernel itself so

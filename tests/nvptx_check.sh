@@ -25,4 +25,4 @@ clang-14 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -O2 -S -Wall -Werror \
   -Xclang -mlink-builtin-bitcode -Xclang /usr/lib/clc/nvptx64--nvidiacl.bc -Dasm=__asm__ \
   $shape $types ${1:-} "$tmp/k.cl" -o "$tmp/k.ptx"
 sed -i 's/^\.target sm_[0-9]*.*/.target sm_90/; s/^\.version [0-9.]*/.version 8.0/' "$tmp/k.ptx"
-ptxas -arch=sm_90 -v "$tmp/k.ptx" -o "$tmp/k.cubin" 2>&1 | grep -E "error|registers|spill"
+ptxas -arch=sm_90 -v "$tmp/k.ptx" -o "$tmp/k.cubin" 2>&1 | grep -E "error|fatal|registers|spill"

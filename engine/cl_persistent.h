@@ -48,6 +48,7 @@ class PersistentDecode {
   void enqueue(int token_index, int pos, bool traced = false);
   const ProfileReport& profile() const { return profile_; }
   int n_groups() const { return int(n_groups_); }
+  bool on_cpu() const { return cpu_; }
 
   // Lookahead for greedy decoding: the token at `pos` enqueued with the id in
   // ids[0] as its input (what the kernel before it chose), followed by a

@@ -71,12 +71,24 @@
 #ifndef ATT_SPLIT_SPAN
 #define ATT_SPLIT_SPAN (ATT_SPLIT_POS < 64 ? ATT_SPLIT_POS : 64)
 #endif
-// Attention (P2): a warp per position at a time, lane l holding dimensions
-// l * AW_D .. + AW_D - 1 (HEAD_DIM a power of two, 32 to 256); the warps'
+// Attention (P2): a warp per position at a time, lane l holding AW_D of the
+// dimensions (HEAD_DIM a power of two, 32 to 256); the warps'
 // partials meet in att_acc, a row of AW_STRIDE floats per warp, where
 // work-item (d, p) of ATT_PARTS per dimension adds every ATT_PARTS-th warp
 // (the stride's padding puts those loads in distinct banks).
 #define AW_D (HEAD_DIM / 32)
+// ATT_DIM_STRIDE: 1, lane l holds dimensions l, l + 32, ... (each load
+// instruction of a warp reads 128 contiguous bytes); 0 (A/B), l * AW_D ..
+// + AW_D - 1. H200, 1 against 0: tg128 2,434-2,445 vs 2,425-2,429, @d512
+// 2,086-2,099 vs 2,072-2,086, @d2048 1,798 vs 1,754.
+#ifndef ATT_DIM_STRIDE
+#define ATT_DIM_STRIDE 1
+#endif
+#define AW_LANE(lane) ((lane) * (ATT_DIM_STRIDE ? 1 : AW_D))
+#define AW_STEP (ATT_DIM_STRIDE ? 32 : 1)
+// Positions per warp in a long round: K and V of 8 positions are 16 * AW_D
+// floats per work-item; 4 for heads of 256 keep that at 64.
+#define ATT_LONG_ROUND (AW_D <= 4 ? 8 : 4)
 #define ATT_PARTS (PWG / HEAD_DIM)
 #define AW_STRIDE (HEAD_DIM + (ATT_PARTS > 1 ? 32 / ATT_PARTS : 0))
 
@@ -464,15 +476,19 @@ inline void prefetch_row(const __global uchar* wq, const __global uchar* ws, siz
   }
   if (s_bytes && lane == 31) prefetch_l2(ws + (size_t)row * s_bytes);
 }
+// The rows of a matrix go to warps pf_w, pf_w + pf_n, ... (set by
+// LAYER_PREFETCH in decode_token, the only user).
 #define PREFETCH_ROWS(T, q_off, s_off, n_in, n_rows)                                            \
   for (int r = pf_w; r < (n_rows); r += pf_n)                                                   \
   prefetch_row(arena + (q_off), arena + (s_off), ROW_Q_BYTES(T, n_in), ROW_S_BYTES(T, n_in), r, \
                lane)
 
 // The lm_head's rows (49152 x 576 Q8_0 here: 28 MB, a third of a token's
-// weights) are prefetched into L2 in shares during P1's barrier wait of the
-// last HEAD_PF_LAYERS layers (A/B knob; H200 tg128 against 1, all in the
-// last layer: +0.5% at depth 0, +0.9% at 512; 2 and 8 gained less).
+// weights) are prefetched into L2 in shares in the last HEAD_PF_LAYERS
+// layers, with the layers' prefetches (LAYER_PREFETCH). (A/B knob; H200
+// tg128 against 1, all in the last layer: +0.5% at depth 0, +0.9% at 512;
+// 2 and 8 gained less, 8 again with the idle work-groups prefetching: no
+// change.)
 #ifndef HEAD_PF_LAYERS
 #define HEAD_PF_LAYERS 4
 #endif
@@ -590,11 +606,12 @@ inline int workgroup_argmax(float best, int best_i, __local float* red_v, __loca
 // One round of the warp-per-position attention (P2): this warp's
 // positions p0, p0 + WARPS, ... (nb of them, those before s_end), their K
 // and V rows loaded at once, folded into the warp's online softmax (*m, *l,
-// acc). Lane l holds dimensions l * AW_D .. + AW_D - 1 of q, K, V and acc.
+// acc). Lane l holds dimensions AW_LANE(l) + AW_STEP * d, d < AW_D, of q, K,
+// V and acc; row0 includes AW_LANE(l).
 inline void att_warp_round(const __global float* k_cache, const __global float* v_cache,
                            size_t row0, int p0, int s_end, const int nb, const float* qv,
                            float* acc, float* m, float* l) {
-  float kr[8][AW_D], vr[8][AW_D], sc[8];
+  float kr[ATT_LONG_ROUND][AW_D], vr[ATT_LONG_ROUND][AW_D], sc[ATT_LONG_ROUND];
 #pragma unroll
   for (int i = 0; i < nb; ++i) {
     const int p = p0 + WARPS * i;
@@ -602,8 +619,8 @@ inline void att_warp_round(const __global float* k_cache, const __global float* 
     for (int d = 0; d < AW_D; ++d) {
       kr[i][d] = vr[i][d] = 0.0f;
       if (p < s_end) {
-        kr[i][d] = k_cache[row0 + (size_t)p * N_EMBD_KV + d];
-        vr[i][d] = v_cache[row0 + (size_t)p * N_EMBD_KV + d];
+        kr[i][d] = k_cache[row0 + (size_t)p * N_EMBD_KV + AW_STEP * d];
+        vr[i][d] = v_cache[row0 + (size_t)p * N_EMBD_KV + AW_STEP * d];
       }
     }
   }
@@ -658,16 +675,18 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   // Warp index in the grid, interleaved: consecutive rows go to different
   // work-groups, so a stage with fewer rows than warps busies every SM a
   // little instead of some SMs fully (H200: +5% against group-major).
-  // WARP_ROT: warp w takes slot w - WARP_ROT (mod WARPS). With 1, warp 0,
-  // whose work-item 0 polls the barriers, gets rows only where a stage has
-  // more than (WARPS - 1) * n_groups of them (here only the lm_head), so it
-  // loads no next-stage rows and issues no prefetches before its polls
-  // (H200 against 0: tg128 2,458-2,459 vs 2,385-2,390, @d512 2,088-2,095 vs
+  // WARP_ROT: warp w takes slot w - WARP_ROT (mod WARPS) in every stage's
+  // rows and prefetches. With 1, warp 0, whose work-item 0 polls the
+  // barriers, takes the last slot: rows only where a stage has more than
+  // (WARPS - 1) * n_groups of them (here only the lm_head), so it loads no
+  // next-stage rows before its polls, and the fewest prefetches (H200
+  // against 0: tg128 2,458-2,459 vs 2,385-2,390, @d512 2,088-2,095 vs
   // 2,046-2,049, @d2048 1,795-1,806 vs 1,723-1,754).
 #ifndef WARP_ROT
 #define WARP_ROT 1
 #endif
-  const int gwarp = ((warp + WARPS - WARP_ROT) % WARPS) * n_groups + group;
+  const int slot = (warp + WARPS - WARP_ROT % WARPS) % WARPS;
+  const int gwarp = slot * n_groups + group;
   const int n_gwarps = n_groups * WARPS;
   uint n_bar = 0;
   // With a trace buffer, work-group 0 records the GPU clock after each barrier
@@ -689,7 +708,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 #ifndef SKEL_DROP
 #define SKEL_DROP 0
 #endif
-#define STAGE_DROPPED(k) (SKELETON && ((SKEL_DROP >> (k)) & 1))
+#define STAGE_DROPPED(k) (SKELETON && (((SKEL_DROP) >> (k)) & 1))
 #define STAGE_ARRIVE(k)                  \
   do {                                   \
     if (!STAGE_DROPPED(k)) {             \
@@ -747,6 +766,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     const int pf_w = (first_), pf_n = (stride_);                                              \
     for (int lp = il + (il == 0 ? 0 : PF_AHEAD); lp <= il + PF_AHEAD && lp < N_LAYER; ++lp) { \
       const __global ulong* lq = layer_off + lp * LO_N;                                       \
+      (void)lq; /* unused in SKELETON builds */                                               \
       PREFETCH_ROWS(WT_WO, lq[LO_WO_Q], lq[LO_WO_S], N_EMBD, N_EMBD);                         \
       PREFETCH_ROWS(WT_FFN, lq[LO_GATE_Q], lq[LO_GATE_S], N_EMBD, N_FF);                      \
       PREFETCH_ROWS(WT_FFN, lq[LO_UP_Q], lq[LO_UP_S], N_EMBD, N_FF);                          \
@@ -818,7 +838,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
                           : clamp((n_pos + ATT_SPLIT_SPAN - 1) / ATT_SPLIT_SPAN, 1, split_cap);
   const int n_units = N_HEAD * n_split;
 #if L2_PF == 2
-  const bool pf_idle = n_groups - n_units >= n_groups / PF_IDLE_DIV;
+  const bool pf_idle = n_groups > n_units && n_groups - n_units >= n_groups / PF_IDLE_DIV;
 #endif
   for (int il = 0; il < N_LAYER; ++il) {
     const __global ulong* lo = layer_off + il * LO_N;
@@ -872,8 +892,8 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     // P2: attention. A unit is (head, split): a work-group per unit. Warp w
     // takes the unit's positions s_begin + w, + WARPS, ... in rounds of 4 or
     // 8 (att_warp_round: their K and V rows loaded at once), lane l
-    // dimensions l * AW_D .. + AW_D - 1, so K and V rows are read whole by a
-    // warp (coalesced) and a score is a warp sum; each warp keeps its own
+    // dimensions l, l + 32, ..., so K and V rows are read whole by a warp
+    // (coalesced) and a score is a warp sum; each warp keeps its own
     // online softmax (max m, sum l, unnormalised sum of V) in registers. One
     // local barrier then merges the warps: work-item (d, p) rescales the
     // AW_D warps p, p + ATT_PARTS, ... of dimension d to the work-group's
@@ -885,7 +905,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     // head's last split to finish merges into att.
 #if L2_PF == 2
     if (pf_idle && group >= n_units) {
-      LAYER_PREFETCH(warp * (n_groups - n_units) + group - n_units, WARPS * (n_groups - n_units));
+      LAYER_PREFETCH(slot * (n_groups - n_units) + group - n_units, WARPS * (n_groups - n_units));
     }
 #endif
     for (int unit = group; SKELETON < 2 && unit < n_units; unit += n_groups) {
@@ -893,22 +913,22 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
       const int kvh = hd / (N_HEAD / N_HEAD_KV);
       const int s_span = (n_pos + n_split - 1) / n_split;
       const int s_begin = sp * s_span, s_end = min(n_pos, s_begin + s_span);
-      const size_t row0 = cache_base + kvh * HEAD_DIM + lane * AW_D;
-      volatile const __global float* qh = q + hd * HEAD_DIM + lane * AW_D;
+      const size_t row0 = cache_base + kvh * HEAD_DIM + AW_LANE(lane);
+      volatile const __global float* qh = q + hd * HEAD_DIM + AW_LANE(lane);
       float qv[AW_D], acc[AW_D];
 #pragma unroll
       for (int d = 0; d < AW_D; ++d) {
-        qv[d] = qh[d] * rsqrt((float)HEAD_DIM);
+        qv[d] = qh[AW_STEP * d] * rsqrt((float)HEAD_DIM);
         acc[d] = 0.0f;
       }
       float m = -1e30f, l = 0.0f;
-      // Rounds of 8 positions per warp where the unit gives a warp more
-      // than 4, else of 4 (H200, against 4 always: tg128 2,316-2,320 vs
-      // 2,289-2,301 tok/s; at d512, where a split is 64 positions, 8 always
-      // lost: 1,937-1,953 vs 1,966-1,975).
+      // Rounds of 8 positions per warp (ATT_LONG_ROUND) where the unit
+      // gives a warp more than 4, else of 4 (H200, against 4 always: tg128
+      // 2,316-2,320 vs 2,289-2,301 tok/s; at d512, where a split is 64
+      // positions, 8 always lost: 1,937-1,953 vs 1,966-1,975).
       if (s_end - s_begin > 4 * WARPS) {
-        for (int p0 = s_begin + warp; p0 < s_end; p0 += 8 * WARPS) {
-          att_warp_round(k_cache, v_cache, row0, p0, s_end, 8, qv, acc, &m, &l);
+        for (int p0 = s_begin + warp; p0 < s_end; p0 += ATT_LONG_ROUND * WARPS) {
+          att_warp_round(k_cache, v_cache, row0, p0, s_end, ATT_LONG_ROUND, qv, acc, &m, &l);
         }
       } else {
         for (int p0 = s_begin + warp; p0 < s_end; p0 += 4 * WARPS) {
@@ -916,7 +936,8 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
         }
       }
 #pragma unroll
-      for (int d = 0; d < AW_D; ++d) att_acc[warp * AW_STRIDE + lane * AW_D + d] = acc[d];
+      for (int d = 0; d < AW_D; ++d)
+        att_acc[warp * AW_STRIDE + AW_LANE(lane) + AW_STEP * d] = acc[d];
       if (lane == 0) {
         aw_m[warp] = m;
         aw_l[warp] = l;

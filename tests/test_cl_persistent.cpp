@@ -3,8 +3,9 @@
 // CLCHAT_TEST_DEVICE=gpu: kernels/decode_persistent.cl; a CPU device of an
 // x86-64 host, PoCL here: decode_persistent_cpu.cl), the logits of every
 // position against the CPU reference for every weight type, tied and untied,
-// over more positions than 8 attention chunks of 32 (so the NVIDIA kernel's
-// chunks grow); the ids staying the same when debug mode switches to the
+// over 300 positions (the NVIDIA kernel's warps take rounds of 4, then of 8
+// positions, then its heads split); head sizes 32 to 256 in work-groups of
+// 512 and 256; the ids staying the same when debug mode switches to the
 // multi-kernel plan and back, through lookahead interruptions and with
 // profiling; and, on CPU devices, more work-groups than worker threads
 // failing the start-up barrier test (a timeout) so the plan is used. On other
@@ -96,7 +97,7 @@ class ScopedEnv {
 };
 
 // Logits of the persistent path at every position 0..299 against the CPU
-// reference (300 > 8 attention chunks of 32: longer chunks too).
+// reference.
 // `reshape` may change spec_for's shape.
 void expect_logits_match_cpu(const PersistentCase& c, int token_step,
                              const std::function<void(SyntheticSpec&)>& reshape = {}) {
@@ -138,7 +139,8 @@ TEST(PersistentDecode, AttentionSplitOverWorkGroupsMatchesCpu) {
 
 // Two work-groups: every stage gives a warp (NVIDIA) several rows, past the
 // one it loads while waiting at the barrier, and a head one attention split
-// (2 x 128 positions, then some: the chunks' online softmax). FFN 1152 = 36
+// (up to 300 positions: rounds of 8 per warp, each warp's online softmax
+// over several rounds). FFN 1152 = 36
 // blocks of 32, so a lane holds two blocks of each down-projection row; 2
 // heads of 64 sharing one KV head.
 TEST(PersistentDecode, FewWorkGroupsAndLongRowsMatchCpu) {
@@ -151,6 +153,26 @@ TEST(PersistentDecode, FewWorkGroupsAndLongRowsMatchCpu) {
       s.n_head = 2;
       s.n_head_kv = 1;
     });
+  }
+}
+
+// Heads of 128 and 256 (NVIDIA: 4 or 8 dimensions per lane, 4, 2 or 1
+// merge parts per dimension), in work-groups of 512 and of 256 (the CPU
+// kernel ignores the work-group size).
+TEST(PersistentDecode, LargeHeadsInBothWorkGroupSizesMatchCpu) {
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
+  for (const char* pwg : {"512", "256"}) {
+    ScopedEnv size("CLCHAT_PERSIST_PWG", pwg);
+    for (const int n_head : {2, 1}) {
+      SCOPED_TRACE(std::string("work-group ") + pwg + ", head size " +
+                   std::to_string(256 / n_head));
+      expect_logits_match_cpu({GgmlType::Q4_0, GgmlType::Q8_0, true}, 7919,
+                              [n_head](SyntheticSpec& s) {
+                                s.n_embd = 256;
+                                s.n_head = n_head;
+                                s.n_head_kv = 1;
+                              });
+    }
   }
 }
 

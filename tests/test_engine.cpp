@@ -125,9 +125,10 @@ TEST_P(EngineTest, CancelStopsTheReply) {
   // whether or not the engine thread has begun it (cancel goes by turn
   // number), so only a reply that ends on its own first could race: this
   // prompt's greedy reply has no end token in 1000, ~0.1 s of decoding,
-  // against the microseconds to the next line. How far the thread got
-  // first is not knowable here (a loaded CI machine once let it feed 8
-  // tokens); the exact "within one token" count is ChatSessionTest's
+  // against the microseconds to the next line. The reply is not empty: the
+  // first token is shown before the cancel is checked. How many tokens the
+  // thread fed first is not knowable here (a loaded CI machine once let it
+  // feed 8); the exact "within one token" count is ChatSessionTest's
   // CancelKeepsThePartialReplyAndAConsistentCache, with a deterministic hook.
   engine.post(cmd::SubmitTurn{"Once upon a time"});
   engine.cancel();
@@ -137,7 +138,6 @@ TEST_P(EngineTest, CancelStopsTheReply) {
   EXPECT_EQ(done->reason, ev::FinishReason::Cancelled);
   EXPECT_FALSE(done->reply.empty());
   EXPECT_EQ(streamed_text(rest), done->reply);
-  EXPECT_LT(last_of<ev::Stats>(rest)->decode_tokens, o.sampling.max_tokens);
   // A cancel while idle does not cancel the next turn.
   engine.cancel();
   engine.post(cmd::SetSampling{SamplingParams{.max_tokens = 5}});

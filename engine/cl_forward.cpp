@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -99,15 +97,9 @@ void ClForward::start_persistent_decode() {
     persistent_.reset();
     return;
   }
-  // A measurement-only NVIDIA kernel (-DSKELETON=N, N > 0, in
-  // CLCHAT_PERSIST_DEFINES: its results are wrong by design) is kept for
-  // timing.
-  if (const char* d = std::getenv("CLCHAT_PERSIST_DEFINES"); d && !persistent_->on_cpu()) {
-    const char* k = std::strstr(d, "-DSKELETON=");
-    if (k && std::atoi(k + std::strlen("-DSKELETON=")) > 0) {
-      spdlog::warn("persistent decode kernel built with {}: timing only, its tokens are wrong", d);
-      return;
-    }
+  if (persistent_->timing_only()) {
+    spdlog::warn("persistent decode kernel built for timing only (SKELETON): its tokens are wrong");
+    return;
   }
   if (!(rel <= 1e-3) || device_token_ < 0) {
     spdlog::warn(

@@ -48,7 +48,9 @@ class PersistentDecode {
   void enqueue(int token_index, int pos, bool traced = false);
   const ProfileReport& profile() const { return profile_; }
   int n_groups() const { return int(n_groups_); }
-  bool on_cpu() const { return cpu_; }
+  // Built for timing only (a SKELETON kernel): the host keeps it without
+  // checking its first token.
+  bool timing_only() const { return timing_only_; }
 
   // Lookahead for greedy decoding: the token at `pos` enqueued with the id in
   // ids[0] as its input (what the kernel before it chose), followed by a
@@ -114,6 +116,7 @@ class PersistentDecode {
   // splits) and per head the count of splits done.
   ClMem att_part_, att_count_;
   bool cpu_ = false;
+  bool timing_only_ = false;
   size_t n_groups_ = 0;
   size_t local_size_ = 256;
   uint32_t lead_barriers_ = 0;  // barriers before layer 0 (CPU: after the embedding)

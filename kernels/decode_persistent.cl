@@ -91,6 +91,11 @@
 #define ATT_LONG_ROUND (AW_D <= 4 ? 8 : 4)
 #define ATT_PARTS (PWG / HEAD_DIM)
 #define AW_STRIDE (HEAD_DIM + (ATT_PARTS > 1 ? 32 / ATT_PARTS : 0))
+// att_acc also serves the split merge as PWG floats: WARPS * AW_STRIDE is at
+// least PWG for every HEAD_DIM from 32 on.
+#if WARPS * AW_STRIDE < PWG
+#error "att_acc: fewer than PWG floats"
+#endif
 
 // ---- warp primitives (PTX) --------------------------------------------------
 
@@ -660,7 +665,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     __global ulong* trace, __global float* att_part, volatile __global uint* att_count) {
   __local float xl[LOCAL_XP];
   __local float red[WARPS];
-  __local float att_acc[WARPS * AW_STRIDE > PWG ? WARPS * AW_STRIDE : PWG];
+  __local float att_acc[WARPS * AW_STRIDE];
   __local float aw_m[WARPS], aw_l[WARPS];
   __local float red_v[WARPS];  // the head's argmax (red is stage_norm's)
   __local int red_i[WARPS];
@@ -738,6 +743,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
                      lane, qb, sb);                                                            \
   } while (0)
   if (trace && group == 0 && lid == 0) trace[0] = global_timer_ns();
+
     // Layer il + PF_AHEAD's Wo, gate, up and down rows and the next layer's
     // Q/K/V rows, prefetched into L2 by warps first_, first_ + stride_, ...
     // (rows by warp; the head's rows a share in each of the last

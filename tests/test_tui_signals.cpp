@@ -43,10 +43,14 @@ size_t count(const std::string& screen, const std::string& text) {
   return n;
 }
 
+// The long reply's context size, and clchat's options for it.
+const std::string k_ctx = "32768";
+const std::string k_options = "-c " + k_ctx + " -n 8";
+
 // The KV cache fill the panel shows (" KV cache  ███  N/32768"), or -1.
 int cache_used(const std::string& screen) {
   std::smatch m;
-  if (!std::regex_search(screen, m, std::regex(R"(KV cache\D*?([0-9]+)/32768)"))) return -1;
+  if (!std::regex_search(screen, m, std::regex(R"(KV cache\D*?([0-9]+)/)" + k_ctx))) return -1;
   return std::stoi(m[1]);
 }
 
@@ -76,7 +80,7 @@ TEST(TuiSignals, SigkillMidReplyLosesOnlyThatTurnAndResumeReopensTheRest) {
       fs::temp_directory_path() / ("clchat-sigkill-" + std::to_string(::getpid()));
   fs::remove_all(saved);
   {
-    TmuxSession t(100, 30, "-c 32768 -n 8");
+    TmuxSession t(100, 30, k_options);
     ASSERT_TRUE(t.wait_ready());
     t.type("Remember the blue kite");
     ASSERT_TRUE(t.wait_text("[max_tokens reached]"));
@@ -120,7 +124,7 @@ class TuiQuitSignal : public ::testing::TestWithParam<int> {};
 
 TEST_P(TuiQuitSignal, StopsTheReplyAutosavesAndRestoresTheTerminal) {
   const int sig = GetParam();
-  TmuxSession t(100, 30, "-c 32768 -n 8");
+  TmuxSession t(100, 30, k_options);
   ASSERT_TRUE(t.wait_ready());
   ASSERT_TRUE(start_long_reply(t, "Tell me a very long story"));
   send_signal(t, sig);

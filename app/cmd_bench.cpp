@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
-#include "engine/cl_forward.h"
-#include "engine/synthetic.h"
+#include "engine/cl/forward.h"
+#include "engine/model/synthetic.h"
 
 namespace clchat::app {
 

@@ -13,8 +13,8 @@
 #include <string>
 
 #include "app/commands.h"
-#include "engine/cl_build_error.h"
-#include "engine/cl_object_counts.h"
+#include "engine/cl/build_error.h"
+#include "engine/cl/object_counts.h"
 #include "engine/engine.h"
 
 namespace clchat::app {

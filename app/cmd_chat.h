@@ -17,7 +17,7 @@ struct ChatOptions {
   EngineOptions engine;
   bool verbose = false;  // a statistics line on stderr after every reply
   // Line mode: the live OpenCL objects on stderr after every reply and at
-  // exit (engine/cl_object_counts.h), for leak checks.
+  // exit (engine/cl/object_counts.h), for leak checks.
   bool cl_object_counts = false;
 };
 

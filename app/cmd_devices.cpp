@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "app/commands.h"
-#include "engine/cl_runtime.h"
+#include "engine/cl/runtime.h"
 
 namespace clchat::app {
 

@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
-#include "engine/model.h"
-#include "engine/utf8.h"
+#include "engine/model/model.h"
+#include "common/utf8.h"
 
 namespace clchat::app {
 

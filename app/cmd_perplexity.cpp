@@ -15,9 +15,9 @@
 #include <cstdio>
 
 #include "app/commands.h"
-#include "engine/backend.h"
-#include "engine/cl_forward.h"
-#include "engine/tokenizer.h"
+#include "engine/model/backend.h"
+#include "engine/cl/forward.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace clchat::app {
 

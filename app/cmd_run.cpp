@@ -8,10 +8,10 @@
 
 #include "app/cmd_chat.h"
 #include "app/commands.h"
-#include "engine/backend.h"
-#include "engine/cl_forward.h"
-#include "engine/device_fit.h"
-#include "engine/tokenizer.h"
+#include "engine/model/backend.h"
+#include "engine/cl/forward.h"
+#include "engine/cl/device_fit.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace clchat::app {
 

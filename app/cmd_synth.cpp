@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "app/commands.h"
-#include "engine/synthetic.h"
+#include "engine/model/synthetic.h"
 
 namespace clchat::app {
 

@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include "app/commands.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace clchat::app {
 

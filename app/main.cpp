@@ -12,9 +12,9 @@
 #include "app/cmd_chat.h"
 #include "app/commands.h"
 #include "config/logging.h"
-#include "engine/cl_build_error.h"
-#include "engine/cl_runtime.h"
-#include "engine/gguf.h"
+#include "engine/cl/build_error.h"
+#include "engine/cl/runtime.h"
+#include "engine/gguf/gguf.h"
 
 int main(int argc, char** argv) {
   // Log lines go to stderr, never stdout (replies, --ids and --json are data);

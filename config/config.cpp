@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "config/xdg.h"
-#include "engine/utf8.h"
+#include "common/utf8.h"
 
 namespace clchat::config {
 

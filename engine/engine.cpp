@@ -17,9 +17,9 @@
 #include <thread>
 #include <utility>
 
-#include "engine/cl_build_error.h"
+#include "engine/cl/build_error.h"
 #include "engine/engine_worker.h"
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 namespace clchat {
 

@@ -6,8 +6,8 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "engine/cl_forward.h"
-#include "engine/device_fit.h"
+#include "engine/cl/forward.h"
+#include "engine/cl/device_fit.h"
 
 namespace clchat {
 

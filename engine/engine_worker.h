@@ -7,12 +7,12 @@
 #include <atomic>
 #include <memory>
 
-#include "engine/backend.h"
-#include "engine/chat_session.h"
-#include "engine/cl_runtime.h"
+#include "engine/model/backend.h"
+#include "engine/chat/session.h"
+#include "engine/cl/runtime.h"
 #include "engine/messages.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace clchat {
 

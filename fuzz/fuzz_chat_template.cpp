@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/chat_template.h"
+#include "engine/chat/template.h"
 #include "fuzz/fuzz_targets.h"
 
 namespace clchat::fuzz {

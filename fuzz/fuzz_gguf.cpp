@@ -9,11 +9,11 @@
 #include <memory>
 #include <string>
 
-#include "engine/chat_template.h"
-#include "engine/cpu_forward.h"
-#include "engine/gguf.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/chat/template.h"
+#include "engine/cpu/forward.h"
+#include "engine/gguf/gguf.h"
+#include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "fuzz/fuzz_targets.h"
 
 namespace clchat::fuzz {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 #include "fuzz/fuzz_targets.h"
 #include "tests/gguf_fixtures.h"
 

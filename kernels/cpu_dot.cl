@@ -2,7 +2,7 @@
 // (one launch per matrix) and kernels/decode_persistent_cpu.cl (one launch
 // per token); built before either. No kernels here.
 //
-// Device weight layout (engine/cl_weights.h): per block of 32 values 16
+// Device weight layout (engine/cl/weights.h): per block of 32 values 16
 // nibble bytes (byte j holds value j in its low half, value j + 16 in its
 // high half) or 32 int8, and the fp16 scales in a separate array (Q4_1: a
 // (scale, min) pair per block); F32 and F16 rows as they are.

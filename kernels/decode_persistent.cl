@@ -29,7 +29,7 @@
 // (LO_* in kernels/persistent_layout.cl, built before this file). Types are
 // compile-time: WT_QKV, WT_WO, WT_FFN (gate and up), WT_DOWN, WT_HEAD,
 // WT_EMBD (GGML type ids 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0); layouts are
-// the repacked ones of engine/cl_weights.h.
+// the repacked ones of engine/cl/weights.h.
 //
 // The barrier counts arrivals on a counter that only the host resets: barrier
 // k of this launch waits until counter - (bar_base + k * n_groups) >= 0 in

@@ -39,7 +39,7 @@
 // the ids read on the device.
 //
 // Only core OpenCL 1.2: fp16 is read with vload_half (no cl_khr_fp16), no
-// subgroups. Tunables (host defaults per device type in engine/cl_prefill.cpp):
+// subgroups. Tunables (host defaults per device type in engine/cl/prefill.cpp):
 // MM_VR rows per work-item (1, 2, 4, 8 or 16), MM_NR work-items along rows,
 // MM_WT tokens per work-item, MM_NT work-items along tokens; a work-group is
 // (MM_NR, MM_NT) and its tile TILE_R = MM_NR * MM_VR rows by

@@ -1,5 +1,5 @@
 // Tensor-core variant of matmul.cl's `matmul` for quantized weights (WTYPE 2
-// Q4_0, 3 Q4_1, 8 Q8_0, repacked layout of engine/cl_weights.h), NVIDIA only:
+// Q4_0, 3 Q4_1, 8 Q8_0, repacked layout of engine/cl/weights.h), NVIDIA only:
 // it uses inline PTX (mma.sync m16n8k16 with fp16 inputs and fp32
 // accumulation, sub.f16x2, shfl.sync), which NVIDIA's OpenCL C accepts without
 // cl_khr_fp16 because fp16 values travel as packed uint bits. The host selects

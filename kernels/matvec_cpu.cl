@@ -3,7 +3,7 @@
 // after kernels/cpu_dot.cl (the row dot products and their algorithm). Same
 // kernel names, arguments and launch geometry as kernels/matvec.cl
 // (work-groups of ROWS work-items for ROWS output rows), same device weight
-// layout (engine/cl_weights.h).
+// layout (engine/cl/weights.h).
 //
 // PoCL runs the ROWS work-items of a group as a plain loop and spreads the
 // groups over the cores. NR (even, dividing ROWS) rows per work-item share

@@ -1,6 +1,6 @@
 // What the persistent decode kernels (decode_persistent.cl on NVIDIA,
 // decode_persistent_cpu.cl on CPU devices) share, built before either: the
-// weight arena's layout (engine/cl_persistent.cpp copies every weight buffer
+// weight arena's layout (engine/cl/persistent_decode.cpp copies every weight buffer
 // into one arena and passes, per layer il, the byte offsets
 // layer_off[il * LO_N + LO_*]), the embedding lookup and the argmax rule.
 // No kernels here.

@@ -12,7 +12,7 @@
 #include <random>
 #include <stdexcept>
 
-#include "engine/quant.h"
+#include "engine/gguf/quant.h"
 
 namespace clchat::test {
 

@@ -8,7 +8,7 @@
 // both its encoded bytes and the float values they decode to, so a reference
 // implementation can use the exact weights the engine will see.
 //
-// The raw-byte side is independent of engine/gguf.cpp: ByteWriter appends
+// The raw-byte side is independent of engine/gguf/gguf.cpp: ByteWriter appends
 // little-endian fields by hand, and parse_gguf_layout() walks a header and
 // records where each field lies, so malformed-file tests can patch one field
 // (a count, a type id, a dimension) in an otherwise valid file.
@@ -22,8 +22,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/ggml_types.h"
-#include "engine/gguf.h"
+#include "engine/gguf/ggml_types.h"
+#include "engine/gguf/gguf.h"
 
 namespace clchat::test {
 

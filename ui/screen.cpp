@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "engine/utf8.h"
+#include "common/utf8.h"
 #include "ui/perf.h"
 #include "ui/status.h"
 #include "ui/text.h"

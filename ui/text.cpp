@@ -3,7 +3,7 @@
 
 #include <cwchar>
 
-#include "engine/utf8.h"
+#include "common/utf8.h"
 
 namespace clchat::ui {
 

@@ -1,0 +1,306 @@
+// ChatSession: turns in, replies out, and the bookkeeping that keeps the KV
+// cache equal to the conversation (see chat_session.h for the invariants).
+#include "engine/chat/session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <stdexcept>
+
+namespace clchat {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+ChatSession::ChatSession(Backend& backend, const Tokenizer& tokenizer, ChatTemplate chat_template,
+                         std::string system)
+    : backend_(backend), tokenizer_(tokenizer), template_(std::move(chat_template)) {
+  set_system_prompt(std::move(system));
+  for (const std::string& marker : template_.stop_markers()) {
+    if (auto id = tokenizer_.find_token(marker)) stop_ids_.push_back(*id);
+  }
+}
+
+bool ChatSession::is_stop(int32_t id) const {
+  return tokenizer_.is_eog(id) || id == tokenizer_.eos_id() ||
+         std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end();
+}
+
+void ChatSession::clear() {
+  turns_.clear();
+  tokens_.clear();
+  pending_ = -1;
+  synced_ = true;
+  reply_start_ = 0;
+  sampler_.reseed();
+}
+
+void ChatSession::set_system_prompt(std::string system) {
+  system_ = system.empty() ? template_.default_system() : std::move(system);
+  synced_ = false;
+}
+
+void ChatSession::load(std::string system, std::vector<Turn> turns) {
+  set_system_prompt(std::move(system));
+  turns_.clear();
+  for (Turn& t : turns) {
+    if (t.role != Role::System) turns_.push_back(std::move(t));
+  }
+  synced_ = false;
+}
+
+void ChatSession::set_sampling(const SamplingParams& params) { sampler_.set_params(params); }
+
+int ChatSession::reply_reserve() const {
+  return std::max(0, std::min(sampler_.params().max_tokens, capacity() / 4));
+}
+
+std::vector<int32_t> ChatSession::tokenize_conversation(std::span<const Turn> turns) const {
+  // Cut where the incremental path cuts: before each reply, so a rebuilt
+  // cache is tokenized the way the turns were first fed, replies aside.
+  std::vector<int32_t> out;
+  ChatText segment = template_.prefix(system_);
+  bool first_user = true;
+  auto flush = [&] {
+    const auto ids = tokenizer_.encode_chat(segment.text, segment.content, out.empty());
+    out.insert(out.end(), ids.begin(), ids.end());
+    segment = {};
+  };
+  for (const Turn& t : turns) {
+    if (t.role == Role::User) {
+      segment += template_.user_turn(t.text, system_, first_user);
+      first_user = false;
+    } else if (t.role == Role::Assistant) {
+      flush();
+      segment.message(t.text);
+      segment += template_.assistant_end();
+    }
+  }
+  if (!segment.text.empty() || out.empty()) flush();
+  return out;
+}
+
+bool ChatSession::plan_prompt(std::vector<int32_t>& prompt, TurnResult& result,
+                              const TurnHooks& hooks, bool new_turn) {
+  const int n_ctx = capacity();
+  const int reserve = reply_reserve();
+  const bool first = turns_.size() == 1;
+  if (synced_) {
+    prompt.clear();
+    if (pending_ >= 0) prompt.push_back(pending_);
+    const ChatText turn = template_.next_turn(turns_.back().text, system_, first);
+    const auto ids =
+        tokenizer_.encode_chat(turn.text, turn.content, tokens_.empty() && pending_ < 0);
+    prompt.insert(prompt.end(), ids.begin(), ids.end());
+    if (n_past() + int(prompt.size()) + reserve <= n_ctx) return true;
+  }
+  // Rebuild from text, dropping the oldest exchanges until the turn and the
+  // reply reserve fit. The last turn is the new user turn: never dropped.
+  const std::span<const Turn> all(turns_);
+  size_t drop = 0;
+  std::vector<int32_t> kept = tokenize_conversation(all);
+  const size_t full_size = kept.size();
+  while (int(kept.size()) + reserve > n_ctx && drop + 1 < turns_.size()) {
+    ++drop;  // a user turn and the reply after it go together
+    while (drop + 1 < turns_.size() && turns_[drop].role != Role::User) ++drop;
+    kept = tokenize_conversation(all.subspan(drop));
+  }
+  if (int(kept.size()) >= n_ctx) {
+    // Even alone with the system prompt it leaves no room for one reply
+    // token: refuse it and leave the conversation and cache as they were.
+    result.reason = ev::FinishReason::ContextFull;
+    result.error = "the turn needs " + std::to_string(kept.size()) +
+                   " tokens with the system prompt, but the context holds " +
+                   std::to_string(n_ctx) + (new_turn ? "; it was not sent" : "");
+    if (new_turn) turns_.pop_back();
+    return false;
+  }
+  if (drop > 0) {
+    result.turns_dropped = int(drop);
+    result.tokens_dropped = int(full_size - kept.size());
+    turns_.erase(turns_.begin(), turns_.begin() + std::ptrdiff_t(drop));
+    if (hooks.on_trim) hooks.on_trim(result.turns_dropped, result.tokens_dropped);
+  }
+  tokens_.clear();
+  pending_ = -1;
+  synced_ = true;
+  prompt = std::move(kept);
+  return true;
+}
+
+ChatSession::Snapshot ChatSession::snapshot() const {
+  return {turns_, tokens_, pending_, synced_, reply_start_};
+}
+
+void ChatSession::restore(Snapshot before) {
+  // A failed backend call at pos may have written the cache from pos on, so
+  // the old bookkeeping holds only when everything it lists is still in the
+  // cache, untouched (the failed turn fed its prompt after it).
+  const bool cache_intact = tokens_.size() >= before.tokens.size() &&
+                            std::equal(before.tokens.begin(), before.tokens.end(), tokens_.begin());
+  turns_ = std::move(before.turns);
+  if (cache_intact) {
+    tokens_ = std::move(before.tokens);
+    pending_ = before.pending;
+    synced_ = before.synced;
+    reply_start_ = before.reply_start;
+  } else {
+    // Rebuilt from the text on the next turn.
+    pending_ = -1;
+    synced_ = false;
+    reply_start_ = 0;
+  }
+}
+
+TurnResult ChatSession::submit(std::string_view user_text, const TurnHooks& hooks) {
+  Snapshot before = snapshot();
+  turns_.push_back({Role::User, std::string(user_text)});
+  TurnResult result;
+  std::vector<int32_t> prompt;
+  if (!plan_prompt(prompt, result, hooks, true)) return result;
+  return respond(std::move(prompt), std::move(result), hooks, std::move(before));
+}
+
+TurnResult ChatSession::regenerate(const TurnHooks& hooks) {
+  TurnResult result;
+  if (turns_.empty() || turns_.back().role != Role::Assistant) {
+    result.reason = ev::FinishReason::Error;
+    result.error = "there is no reply to regenerate";
+    return result;
+  }
+  Snapshot before = snapshot();
+  Turn reply = std::move(turns_.back());
+  turns_.pop_back();
+  if (synced_ && reply_start_ > 0 && reply_start_ <= tokens_.size()) {
+    // Roll back to the end of the prompt and feed its last token again: that
+    // gives the first reply token's logits without re-running the prompt.
+    const std::vector<int32_t> last{tokens_[reply_start_ - 1]};
+    tokens_.resize(reply_start_ - 1);
+    pending_ = -1;
+    return respond(last, std::move(result), hooks, std::move(before));
+  }
+  const bool was_synced = synced_;
+  synced_ = false;
+  std::vector<int32_t> prompt;
+  if (!plan_prompt(prompt, result, hooks, false)) {
+    // Refused before the cache was touched: the reply stays as it was.
+    turns_.push_back(std::move(reply));
+    synced_ = was_synced;
+    return result;
+  }
+  return respond(std::move(prompt), std::move(result), hooks, std::move(before));
+}
+
+bool ChatSession::device_argmax() const {
+  // The repeat penalty changes the logits before the argmax: the device's
+  // argmax of the raw logits would ignore it.
+  const SamplingParams& p = sampler_.params();
+  return p.greedy() &&
+         (p.repeat_penalty == 1.0f || p.repeat_penalty <= 0.0f || p.repeat_last_n == 0);
+}
+
+int32_t ChatSession::run_prompt(std::span<const int32_t> prompt) {
+  // Device argmax: the backend's prefill returns it. Sampling or a repeat
+  // penalty needs the last position's logits, so that one goes through step().
+  const size_t n_batch = device_argmax() ? prompt.size() : prompt.size() - 1;
+  int32_t next = -1;
+  for (size_t at = 0; at < n_batch; at += size_t(prefill_chunk_)) {
+    const auto chunk = prompt.subspan(at, std::min(size_t(prefill_chunk_), n_batch - at));
+    next = backend_.prefill(chunk, n_past());
+    tokens_.insert(tokens_.end(), chunk.begin(), chunk.end());
+  }
+  if (n_batch < prompt.size()) next = step(prompt.back());
+  return next;
+}
+
+int32_t ChatSession::step(int32_t token) {
+  const int pos = n_past();
+  if (device_argmax()) {
+    const int32_t next = backend_.decode_argmax(token, pos);
+    tokens_.push_back(token);
+    return next;
+  }
+  const std::span<const float> logits = backend_.decode_logits(token, pos);
+  tokens_.push_back(token);
+  return sampler_.sample(logits, tokens_);
+}
+
+TurnResult ChatSession::respond(std::vector<int32_t> prompt, TurnResult result,
+                                const TurnHooks& hooks, Snapshot before) {
+  const auto t0 = Clock::now();
+  turns_.push_back({Role::Assistant, ""});
+  pending_ = -1;  // when there was one, it leads `prompt`
+  try {
+    if (prompt.empty()) throw std::logic_error("respond: empty prompt");
+    const int32_t first = run_prompt(prompt);
+    result.prefill_tokens = int(prompt.size());
+    result.t_prefill_s = seconds_since(t0);
+    result.ttft_ms = result.t_prefill_s * 1e3;
+    reply_start_ = tokens_.size();
+    generate(first, result, hooks);
+  } catch (const std::exception& e) {
+    // The turn is undone: the user turn (or the regenerated reply's
+    // replacement) and the partial reply go, as if it was never sent.
+    result.reason = ev::FinishReason::Error;
+    result.error = e.what();
+    result.reply.clear();  // streamed, but not kept
+    restore(std::move(before));
+    return result;
+  }
+  turns_.back().text = result.reply;
+  return result;
+}
+
+void ChatSession::generate(int32_t next, TurnResult& result, const TurnHooks& hooks) {
+  const auto t0 = Clock::now();
+  const int max_tokens = sampler_.params().max_tokens;
+  Utf8StreamDecoder utf8;
+  auto emit = [&](const std::string& text) {
+    if (text.empty()) return;
+    result.reply += text;
+    if (hooks.on_text) hooks.on_text(text);
+  };
+  int n_reply = 0;
+  for (;;) {
+    if (max_tokens <= 0) {
+      result.reason = ev::FinishReason::MaxTokens;
+      break;
+    }
+    if (is_stop(next)) {
+      result.reason = ev::FinishReason::Eos;
+      break;
+    }
+    ++n_reply;
+    if (!tokenizer_.is_control(next)) emit(utf8.push(tokenizer_.token_to_bytes(next)));
+    // The token is in the reply but not in the cache until it is fed.
+    pending_ = next;
+    if (n_reply >= max_tokens) {
+      result.reason = ev::FinishReason::MaxTokens;
+      break;
+    }
+    if (hooks.cancelled && hooks.cancelled()) {
+      result.reason = ev::FinishReason::Cancelled;
+      break;
+    }
+    if (n_past() >= capacity()) {
+      result.reason = ev::FinishReason::ContextFull;
+      break;
+    }
+    if (hooks.before_step) hooks.before_step(result.decode_tokens);
+    pending_ = -1;
+    next = step(next);
+    ++result.decode_tokens;
+    result.t_decode_s = seconds_since(t0);
+    if (hooks.after_step) hooks.after_step(result.decode_tokens - 1, result);
+  }
+  emit(utf8.finish());
+  result.t_decode_s = seconds_since(t0);
+}
+
+}  // namespace clchat

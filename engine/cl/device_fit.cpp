@@ -1,0 +1,117 @@
+// Weight footprint, the fit check and the other-device hint (see device_fit.h).
+#include "engine/cl/device_fit.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+
+#include "engine/cl/build_error.h"
+
+namespace clchat {
+
+namespace {
+
+// Bytes of the quant payload buffer that repack_matrix() makes from a tensor
+// (the scales go to a second, smaller buffer); floats stay whole.
+uint64_t payload_bytes(const GgufTensor& t) {
+  const uint64_t blocks = t.n_bytes / uint64_t(ggml_block_bytes(t.type));
+  switch (t.type) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+      return blocks * 16;
+    case GgmlType::Q8_0:
+      return blocks * 32;
+    default:
+      return t.n_bytes;
+  }
+}
+
+std::string size_text(uint64_t bytes) {
+  if (bytes < 1024 * 1024) return std::to_string(bytes) + " bytes";
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f MiB", double(bytes) / (1024.0 * 1024.0));
+  return s;
+}
+
+const char* kind_of(const DeviceInfo& d) { return d.is_gpu ? "gpu" : d.is_cpu ? "cpu" : "other"; }
+
+bool another_device_might_help(cl_int code) {
+  return code == CL_OUT_OF_RESOURCES || code == CL_MEM_OBJECT_ALLOCATION_FAILURE ||
+         code == CL_OUT_OF_HOST_MEMORY || code == CL_BUILD_PROGRAM_FAILURE ||
+         code == CL_INVALID_BUFFER_SIZE;
+}
+
+}  // namespace
+
+WeightFootprint weight_footprint(const Model& model) {
+  WeightFootprint f;
+  const ModelTensors& t = model.tensors;
+  auto add = [&](const GgufTensor* tensor) {
+    if (!tensor) return;
+    f.total_bytes += tensor->n_bytes;
+    f.largest_buffer_bytes = std::max(f.largest_buffer_bytes, payload_bytes(*tensor));
+  };
+  add(t.token_embd);
+  if (!model.config.tied_embeddings) add(t.output);
+  add(t.output_norm);
+  for (const LayerTensors& l : t.layers) {
+    for (const GgufTensor* m :
+         {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down}) {
+      add(m);
+    }
+    // Q, K and V of one type are uploaded as one stacked matrix.
+    if (l.wq && l.wk && l.wv && l.wq->type == l.wk->type && l.wq->type == l.wv->type) {
+      f.largest_buffer_bytes =
+          std::max(f.largest_buffer_bytes,
+                   payload_bytes(*l.wq) + payload_bytes(*l.wk) + payload_bytes(*l.wv));
+    }
+  }
+  return f;
+}
+
+void check_model_fits(const Model& model, const DeviceInfo& device) {
+  const WeightFootprint f = weight_footprint(model);
+  if (f.total_bytes > device.global_mem_bytes) {
+    throw ModelTooLargeError("the model's weights need " + size_text(f.total_bytes) + " but " +
+                             device.name + " has " + size_text(device.global_mem_bytes) +
+                             " of memory; use a smaller or more quantized model");
+  }
+  if (f.largest_buffer_bytes > device.max_alloc_bytes) {
+    throw ModelTooLargeError("the model needs a " + size_text(f.largest_buffer_bytes) +
+                             " buffer but " + device.name + " allocates at most " +
+                             size_text(device.max_alloc_bytes) +
+                             " at once; use a smaller or more quantized model");
+  }
+}
+
+std::string other_devices_hint(const std::vector<DeviceInfo>& devices, int current) {
+  std::string list;
+  for (const DeviceInfo& d : devices) {
+    if (d.index == current) continue;
+    list += (list.empty() ? "" : ", ") + std::to_string(d.index) + ": " + d.name + " (" +
+            kind_of(d) + ")";
+  }
+  if (list.empty()) return "";
+  return "; other OpenCL devices: " + list + "; select one with --device INDEX";
+}
+
+void rethrow_with_device_hint(const DeviceInfo& current) {
+  try {
+    throw;
+  } catch (const ModelTooLargeError& e) {
+    const std::string hint = other_devices_hint(list_devices(), current.index);
+    if (hint.empty()) throw;
+    throw ModelTooLargeError(e.what() + hint);
+  } catch (const ClBuildError& e) {
+    const std::string hint = other_devices_hint(list_devices(), current.index);
+    if (hint.empty()) throw;
+    throw ClBuildError(e.what() + hint, e.code(), e.log());
+  } catch (const ClError& e) {
+    if (!another_device_might_help(e.code())) throw;
+    const std::string hint = other_devices_hint(list_devices(), current.index);
+    if (hint.empty()) throw;
+    throw ClError(e.what() + hint, e.code());
+  }
+}
+
+}  // namespace clchat

@@ -1,0 +1,141 @@
+// The fast path of a decode step: the whole token as ONE launch of a
+// persistent kernel whose work-groups meet at grid-wide barriers (5 per layer
+// + 1 or 2): kernels/decode_persistent.cl on NVIDIA (warps, inline PTX),
+// kernels/decode_persistent_cpu.cl on CPU devices (one work-group per core,
+// spin barriers; PoCL wakes a sleeping worker thread for every launch, which
+// cost ~35 us each on the 2-core VM). ClForward uses it for plain decode
+// steps when create() succeeds; debug readback and prefill keep the
+// multi-kernel plan.
+//
+// Eligibility (otherwise create() returns null and says why in the log):
+// NVIDIA with the warp-shuffle self-test passed (inline PTX) and head size a
+// power of two from 32 to 256, or a CPU device of an x86-64 host with the CPU kernels on
+// (CLCHAT_CPU_KERNELS) and head size a multiple of 4; all layers sharing
+// their weight types with Q/K/V stacked, the weights fitting one extra
+// allocation (they are copied into an arena so the kernel can address every
+// layer through offsets: OpenCL 1.2 has no device pointers), and a start-up
+// barrier test showing every work-group resident. CLCHAT_NO_PERSISTENT=1
+// turns the path off. NVIDIA: one work-group of 512 work-items per SM is
+// tried first, then two of 256 per SM, then one (CLCHAT_PERSIST_PWG=256 or
+// 512 keeps one size); CPU devices: one work-group per core (one per PoCL
+// worker thread). CLCHAT_PERSIST_WGS sets work-groups per compute unit,
+// CLCHAT_PERSIST_GROUPS their total.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/cl/runtime.h"
+#include "engine/forward_reports.h"
+
+namespace clchat {
+
+class ClForward;
+
+class PersistentDecode {
+ public:
+  static std::unique_ptr<PersistentDecode> create(ClForward& forward);
+
+  // Enqueues the token at ids[token_index], position `pos`; the argmax lands
+  // in ids[0] (-2 there means the barrier gave up: work-groups were not all
+  // resident; the caller must then stop using this path).
+  // traced: also record the device clock after every barrier and make profile()
+  // this token's per-stage and per-layer times (a blocking read; profiling
+  // samples a few tokens).
+  void enqueue(int token_index, int pos, bool traced = false);
+  const ProfileReport& profile() const { return profile_; }
+  int n_groups() const { return int(n_groups_); }
+  // Built for timing only (a SKELETON kernel): the host keeps it without
+  // checking its first token.
+  bool timing_only() const { return timing_only_; }
+
+  // Lookahead for greedy decoding: the token at `pos` enqueued with the id in
+  // ids[0] as its input (what the kernel before it chose), followed by a
+  // non-blocking read of the id it chooses. Queued tokens run back to back on
+  // the device while the host handles the ones before.
+  void enqueue_ahead(int pos);
+  // The oldest token in flight is at `pos`.
+  bool ahead_at(int pos) const { return !ahead_.empty() && ahead_.front().pos == pos; }
+  size_t n_ahead() const { return ahead_.size(); }
+  // Waits for the oldest token in flight (at `pos`) and returns its id (-2:
+  // the barrier gave up, see enqueue).
+  int32_t take(int pos);
+  // Forgets the tokens in flight after they finish (their cache writes are
+  // past the last position the caller used: later steps overwrite them).
+  void drop_ahead();
+  // After a token came back as -2 (a barrier gave up: a work-group did not
+  // run for ~0.1 s) and the tokens in flight were dropped: clears the abort
+  // flag and counts from the barrier's current arrivals, so the next token
+  // can use the kernel again. False after k_max_timeouts: stop using it.
+  bool rearm();
+  int n_timeouts() const { return n_timeouts_; }
+  static constexpr int k_max_timeouts = 3;
+  ~PersistentDecode();
+
+ private:
+  explicit PersistentDecode(ClForward& forward) : f_(forward) {}
+  // Work-items per work-group and the work-group counts to try with them.
+  struct Shape {
+    size_t local;
+    std::vector<size_t> groups;
+  };
+  bool build(const std::vector<Shape>& shapes);
+  void build_kernel(const std::string& source, const std::string& defines);
+  void read_trace(bool to_profile);
+  bool barrier_self_test();
+  void reset_barrier();
+  cl_ulong spin_ticks() const;
+
+  struct Ahead {
+    int pos;
+    size_t slot;
+    ClEvent read;
+  };
+  ClForward& f_;
+  std::deque<Ahead> ahead_;
+  // Host slots the reads land in (a ring): a mapped CL_MEM_ALLOC_HOST_PTR
+  // buffer, i.e. pinned memory. NVIDIA's OpenCL completes a non-blocking read
+  // into ordinary (pageable) memory before returning from the enqueue, which
+  // stalls the host until the token before it is done.
+  static constexpr size_t k_slots = 4;
+  ClMem ahead_buf_;
+  int32_t* ahead_ids_ = nullptr;
+  size_t next_slot_ = 0;
+  ClProgram program_;
+  ClKernel kernel_;
+  ClMem arena_, layer_off_, bar_, abort_, part_val_, part_idx_;
+  // Byte offsets in the arena: embedding, lm_head, output norm.
+  uint64_t embd_q_ = 0, embd_s_ = 0, head_q_ = 0, head_s_ = 0, out_norm_ = 0;
+  // CPU (decode_persistent_cpu.cl): the chunk-claim counter and each
+  // work-group's normed stage input.
+  ClMem work_, xn_;
+  // Both kernels: per (head, split) attention partials (ATT_SPLIT_MAX
+  // splits) and per head the count of splits done.
+  ClMem att_part_, att_count_;
+  bool cpu_ = false;
+  bool timing_only_ = false;
+  size_t n_groups_ = 0;
+  size_t local_size_ = 256;
+  uint32_t lead_barriers_ = 0;  // barriers before layer 0 (CPU: after the embedding)
+  uint32_t barriers_per_token_ = 0;
+  uint32_t bar_base_ = 0;    // arrivals counted so far (wraps)
+  uint64_t n_enqueued_ = 0;  // tokens launched (CLCHAT_FAULT=barrier_timeout)
+  int n_timeouts_ = 0;
+  // Clock after every barrier: the GPU's in ns, the CPU's TSC in ticks.
+  // CLCHAT_PERSIST_TRACE=1 traces every token
+  // and logs the per-stage sums at the end.
+  ClMem trace_;
+  bool trace_all_ = false;
+  bool trace_arg_ = false;  // the kernel's trace argument is set
+  ProfileReport profile_;
+  std::vector<double> trace_sum_us_;
+  double trace_start_us_ = 0;
+  int trace_tokens_ = 0;
+  double barrier_us_ = 0;
+  double trace_ticks_per_us_ = 1000.0;
+};
+
+}  // namespace clchat

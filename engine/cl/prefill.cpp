@@ -1,0 +1,465 @@
+// ClPrefill: the chunked prefill plan (kernels built once, arguments preset;
+// per chunk only the token count, position and id offset change).
+#include "engine/cl/prefill.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "engine/cl/programs.h"
+#include "engine/cl/fault_injection.h"
+#include "engine/gguf/quant.h"
+
+namespace clchat {
+
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+size_t ceil_div(size_t n, size_t m) { return (n + m - 1) / m; }
+
+// Work-group size of an element-wise step over `global0` items: the largest
+// divisor of global0 up to 256 (and the device's limit).
+size_t elementwise_local(size_t global0, size_t device_max) {
+  const size_t cap = std::min<size_t>(256, std::max<size_t>(device_max, 1));
+  for (size_t l = std::min(cap, global0); l > 1; --l) {
+    if (global0 % l == 0) return l;
+  }
+  return 1;
+}
+
+}  // namespace
+
+PrefillTuning PrefillTuning::for_device(const DeviceInfo& device) {
+  PrefillTuning t;
+  if (device.is_cpu) {
+    // 1 row x 12 tokens = 12 float8 accumulators + the weights + x (AVX2 has
+    // 16 registers); measured best of 1x8, 1x12, 2x4, 2x6, 3x4, 4x3 on PoCL.
+    t.mm_direct = true;
+    t.mm_vr = 1;
+    t.mm_nr = 16;
+    t.mm_wt = 12;
+    t.mm_nt = 1;
+    t.att_tq = 16;
+    t.att_tk = 32;
+    t.att_ks = 1;  // PoCL: one work-item per query already fills the cores
+    t.norm_wg = 16;
+  }
+  t.mm_vr = env_int("CLCHAT_MM_VR", t.mm_vr);
+  t.mm_nr = env_int("CLCHAT_MM_NR", t.mm_nr);
+  t.mm_wt = env_int("CLCHAT_MM_WT", t.mm_wt);
+  t.mm_nt = env_int("CLCHAT_MM_NT", t.mm_nt);
+  t.mm_direct = env_int("CLCHAT_MM_DIRECT", t.mm_direct ? 1 : 0) != 0;
+  t.att_tq = env_int("CLCHAT_ATT_TQ", t.att_tq);
+  t.att_tk = env_int("CLCHAT_ATT_TK", t.att_tk);
+  t.att_ks = env_int("CLCHAT_ATT_KS", t.att_ks);
+  // Tensor cores through inline PTX: NVIDIA's OpenCL only (still subject to
+  // the per-type self-test in ClPrefill::mma_ok).
+  t.mma =
+      device.platform_name.find("NVIDIA") != std::string::npos && env_int("CLCHAT_NO_MMA", 0) == 0;
+  t.mma_mi = env_int("CLCHAT_MMA_MI", t.mma_mi);
+  t.mma_nj = env_int("CLCHAT_MMA_NJ", t.mma_nj);
+  t.mma_wr = env_int("CLCHAT_MMA_WR", t.mma_wr);
+  t.mma_wn = env_int("CLCHAT_MMA_WN", t.mma_wn);
+  t.mma_kb = env_int("CLCHAT_MMA_KB", t.mma_kb);
+  t.mma_split = env_int("CLCHAT_MMA_SPLIT", t.mma_split ? 1 : 0) != 0;
+  t.mma_fit = env_int("CLCHAT_MMA_FIT", t.mma_fit ? 1 : 0) != 0;
+  if (t.mma_mi < 1 || t.mma_nj < 1 || t.mma_wr < 1 || t.mma_wn < 1 || t.mma_kb < 1 ||
+      size_t(t.mma_threads()) > device.max_work_group_size) {
+    throw std::invalid_argument("invalid MMA prefill tuning (MI " + std::to_string(t.mma_mi) +
+                                ", NJ " + std::to_string(t.mma_nj) + ", WR " +
+                                std::to_string(t.mma_wr) + ", WN " + std::to_string(t.mma_wn) +
+                                ", KB " + std::to_string(t.mma_kb) + ")");
+  }
+  const bool vr_ok = (t.mm_direct && t.mm_vr >= 1 && t.mm_vr <= 16) || t.mm_vr == 1 ||
+                     t.mm_vr == 2 || t.mm_vr == 4 || t.mm_vr == 8 || t.mm_vr == 16;
+  const size_t max_wg = device.max_work_group_size;
+  if (!vr_ok || t.mm_nr < 1 || t.mm_wt < 1 || t.mm_nt < 1 || t.att_tq < 1 || t.att_tk < 1 ||
+      size_t(t.mm_nr) * size_t(t.mm_nt) > max_wg || t.att_ks < 1 || t.att_tk % t.att_ks != 0 ||
+      size_t(t.att_tq) * size_t(t.att_ks) > max_wg) {
+    throw std::invalid_argument(
+        "invalid prefill tuning (MM_VR " + std::to_string(t.mm_vr) + ", MM_NR " +
+        std::to_string(t.mm_nr) + ", MM_WT " + std::to_string(t.mm_wt) + ", MM_NT " +
+        std::to_string(t.mm_nt) + ", ATT_TQ " + std::to_string(t.att_tq) + ", ATT_TK " +
+        std::to_string(t.att_tk) + ", ATT_KS " + std::to_string(t.att_ks) + ") for " + device.name);
+  }
+  while (size_t(t.norm_wg) > max_wg) t.norm_wg /= 2;
+  return t;
+}
+
+ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const PrefillModel& m, int chunk,
+                     const std::string& build_options, const PrefillTuning& tuning)
+    : config_(config),
+      rt_(rt),
+      m_(m),
+      chunk_(chunk),
+      build_options_(build_options),
+      tuning_(tuning) {
+  if (chunk_ < 1) throw std::invalid_argument("prefill chunk must be at least 1");
+  profile_ = rt_.profiling() && env_int("CLCHAT_PREFILL_PROFILE", 0) != 0;
+  const ModelConfig& c = config_;
+  const size_t n = size_t(chunk_);
+  x_ = rt_.alloc(n * size_t(c.n_embd) * 4);
+  xn_ = rt_.alloc(n * size_t(c.n_embd) * 4);
+  qkv_ = rt_.alloc(n * size_t(c.n_embd + 2 * c.n_embd_kv()) * 4);
+  q_ = rt_.alloc(n * size_t(c.n_embd) * 4);
+  att_ = rt_.alloc(n * size_t(c.n_embd) * 4);
+  g_ = rt_.alloc(n * size_t(c.n_ff) * 4);
+  u_ = rt_.alloc(n * size_t(c.n_ff) * 4);
+  build_steps();
+}
+
+ClKernel ClPrefill::kernel(const std::string& stem, const std::string& defines, const char* name) {
+  const std::string key = stem + defines;
+  auto it = std::find_if(programs_.begin(), programs_.end(),
+                         [&](const auto& p) { return p.first == key; });
+  if (it == programs_.end()) {
+    programs_.emplace_back(key,
+                           rt_.build_program(stem, kernel_source(stem), build_options_ + defines));
+    it = programs_.end() - 1;
+  }
+  return rt_.create_kernel(it->second, name);
+}
+
+std::string ClPrefill::matmul_defines(GgmlType type, const PrefillTuning& t) {
+  return " -DWTYPE=" + std::to_string(int(type)) + " -DMM_VR=" + std::to_string(t.mm_vr) +
+         " -DMM_NR=" + std::to_string(t.mm_nr) + " -DMM_WT=" + std::to_string(t.mm_wt) +
+         " -DMM_NT=" + std::to_string(t.mm_nt) + (t.mm_direct ? " -DMM_DIRECT=1" : "");
+}
+
+std::string ClPrefill::attention_defines(int head_dim, const PrefillTuning& t) {
+  return " -DHEAD_DIM=" + std::to_string(head_dim) + " -DATT_TQ=" + std::to_string(t.att_tq) +
+         " -DATT_TK=" + std::to_string(t.att_tk) + " -DATT_KS=" + std::to_string(t.att_ks);
+}
+
+std::string ClPrefill::mma_defines(GgmlType type, const PrefillTuning& t) {
+  return " -DWTYPE=" + std::to_string(int(type)) + " -DMMA_MI=" + std::to_string(t.mma_mi) +
+         " -DMMA_NJ=" + std::to_string(t.mma_nj) + " -DMMA_WR=" + std::to_string(t.mma_wr) +
+         " -DMMA_WN=" + std::to_string(t.mma_wn) + " -DMMA_KB=" + std::to_string(t.mma_kb) +
+         " -DMMA_SPLIT=" + std::to_string(t.mma_split ? 1 : 0);
+}
+
+// A 40-row x 96 case (edge tiles on both axes, an odd block count) with 9
+// tokens against a float64 product of the same dequantized weights; any
+// exception (the driver rejecting the PTX included) or a mismatch selects the
+// portable kernel for this type.
+bool ClPrefill::mma_ok(GgmlType type) {
+  for (const auto& [t, ok] : mma_checked_) {
+    if (t == type) return ok;
+  }
+  bool ok = false;
+  try {
+    const int n_in = 96, rows = 40, n_tok = 9;
+    std::vector<float> wv(size_t(n_in) * rows), xv(size_t(n_in) * n_tok);
+    uint32_t st = 12345u + uint32_t(type);
+    auto rnd = [&st] {
+      st = st * 1664525u + 1013904223u;
+      return float(int((st >> 8) & 0xffff) - 32768) / 32768.0f;
+    };
+    for (float& v : wv) v = rnd();
+    for (float& v : xv) v = rnd();
+    const std::vector<uint8_t> bytes = quantize_matrix(type, wv, uint64_t(n_in));
+    const std::vector<float> deq = dequantize_matrix(type, bytes, uint64_t(n_in), uint64_t(rows));
+    const DeviceMatrix w = upload_matrix(rt_, repack_matrix(type, bytes.data(), n_in, rows));
+    ClMem x = rt_.alloc(xv.size() * 4);
+    ClMem out = rt_.alloc(size_t(n_tok) * rows * 4);
+    cl_check(clEnqueueWriteBuffer(rt_.queue(), x.get(), CL_TRUE, 0, xv.size() * 4, xv.data(), 0,
+                                  nullptr, nullptr),
+             "clEnqueueWriteBuffer(mma self-test)");
+    ClKernel k = kernel("matmul_mma", mma_defines(type, tuning_), "matmul_mma");
+    set_args(k, w.q, w.s, cl_int(n_in), cl_int(rows), x, cl_int(n_in), cl_int(n_tok), out,
+             cl_int(rows), cl_int(0), cl_int(0));
+    const size_t global[2] = {
+        ceil_div(size_t(rows), size_t(tuning_.mma_tile_rows())) * size_t(tuning_.mma_threads()),
+        ceil_div(size_t(n_tok), size_t(tuning_.mma_tile_tokens()))};
+    const size_t local[2] = {size_t(tuning_.mma_threads()), 1};
+    cl_check(clEnqueueNDRangeKernel(rt_.queue(), k.get(), 2, nullptr, global, local, 0, nullptr,
+                                    nullptr),
+             "clEnqueueNDRangeKernel(mma self-test)");
+    std::vector<float> got(size_t(n_tok) * rows);
+    cl_check(clEnqueueReadBuffer(rt_.queue(), out.get(), CL_TRUE, 0, got.size() * 4, got.data(), 0,
+                                 nullptr, nullptr),
+             "clEnqueueReadBuffer(mma self-test)");
+    double err = 0, norm = 0;
+    for (int t = 0; t < n_tok; ++t) {
+      for (int r = 0; r < rows; ++r) {
+        double want = 0;
+        for (int i = 0; i < n_in; ++i) {
+          want += double(deq[size_t(r) * n_in + i]) * double(xv[size_t(t) * n_in + i]);
+        }
+        const double d = double(got[size_t(t) * rows + r]) - want;
+        err += std::isfinite(d) ? d * d : 1e30;
+        norm += want * want;
+      }
+    }
+    const double rel = std::sqrt(err / norm);
+    ok = rel <= 1e-4;
+    if (ok) {
+      spdlog::info("tensor-core prefill matmul for {} enabled (self-test error {:.2g})",
+                   ggml_type_name(type), rel);
+    } else {
+      spdlog::warn(
+          "tensor-core prefill matmul self-test failed for {} (error {:.3g}); using "
+          "the portable kernel",
+          ggml_type_name(type), rel);
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("tensor-core prefill matmul unavailable for {} ({}); using the portable kernel",
+                 ggml_type_name(type), e.what());
+  }
+  mma_checked_.emplace_back(type, ok);
+  return ok;
+}
+
+ClKernel ClPrefill::weight_kernel(GgmlType type, const char* name) {
+  return kernel("matmul", matmul_defines(type, tuning_), name);
+}
+
+ClPrefill::Step ClPrefill::matmul_step(const DeviceMatrix& w, const ClMem& x, int ld_x,
+                                       const ClMem& out, int ld_out, int out_off, bool accumulate,
+                                       const char* label) {
+  Step s;
+  if (tuning_.mma && mma_type(w.type) && w.n_in % 32 == 0 && mma_ok(w.type)) {
+    // Fewer work-groups than compute units at a full chunk leave SMs idle
+    // (wo and ffn_down: 576 rows): halve the tile's warps along rows until
+    // the grid covers the device (unless CLCHAT_MMA_FIT=0).
+    PrefillTuning t = tuning_;
+    const size_t units = rt_.device().compute_units;
+    auto groups = [&] {
+      return ceil_div(size_t(w.rows), size_t(t.mma_tile_rows())) *
+             ceil_div(size_t(chunk_), size_t(t.mma_tile_tokens()));
+    };
+    while (t.mma_fit && t.mma_wr > 1 && groups() < units) t.mma_wr /= 2;
+    s.kernel = kernel("matmul_mma", mma_defines(w.type, t), "matmul_mma");
+    s.global0 = ceil_div(size_t(w.rows), size_t(t.mma_tile_rows())) * size_t(t.mma_threads());
+    s.local0 = size_t(t.mma_threads());
+    s.local1 = 1;
+    s.tokens_per_group = t.mma_tile_tokens();
+  } else {
+    const PrefillTuning& t = tuning_;
+    s.kernel = weight_kernel(w.type, "matmul");
+    s.global0 = ceil_div(size_t(w.rows), size_t(t.tile_rows())) * size_t(t.mm_nr);
+    s.local0 = size_t(t.mm_nr);
+    s.local1 = size_t(t.mm_nt);
+    s.tokens_per_group = t.tile_tokens();
+  }
+  s.arg_n_tok = 6;
+  s.label = label;
+  set_args(s.kernel, w.q, w.s, cl_int(w.n_in), cl_int(w.rows), x, cl_int(ld_x), cl_int(0), out,
+           cl_int(ld_out), cl_int(out_off), cl_int(accumulate ? 1 : 0));
+  return s;
+}
+
+ClPrefill::Step ClPrefill::norm_step(const ClMem& x, const ClMem& g, const ClMem& out,
+                                     const char* label) {
+  Step s;
+  s.kernel = kernel("prefill_ops", " -DNORM_WG=" + std::to_string(tuning_.norm_wg), "rmsnorm_rows");
+  s.global0 = size_t(tuning_.norm_wg);
+  s.local0 = size_t(tuning_.norm_wg);
+  s.local1 = 1;
+  s.arg_row0 = 1;
+  s.label = label;
+  set_args(s.kernel, x, cl_int(0), cl_int(config_.n_embd), g, config_.rms_eps, out);
+  return s;
+}
+
+void ClPrefill::build_steps() {
+  const ModelConfig& c = config_;
+  const std::string ops_defines = " -DNORM_WG=" + std::to_string(tuning_.norm_wg);
+  const int n_qkv = c.n_embd + 2 * c.n_embd_kv();
+  const size_t max_wg = rt_.device().max_work_group_size;
+  steps_.clear();
+  // attention_prefill's local memory: K and V tiles plus the partial
+  // (m, l, o) of att_ks - 1 key lanes per query. Fewer key lanes for wide
+  // heads (128: 89 KB at the GPU defaults) until it fits the device.
+  PrefillTuning att_tuning = tuning_;
+  auto att_local_bytes = [&] {
+    const size_t lanes = size_t(att_tuning.att_ks - 1) * size_t(att_tuning.att_tq);
+    return (lanes + 2 * size_t(att_tuning.att_tk)) * size_t(c.head_dim) * 4 + lanes * 8;
+  };
+  while (att_tuning.att_ks > 1 && att_local_bytes() > rt_.device().local_mem_bytes) {
+    att_tuning.att_ks /= 2;
+    while (att_tuning.att_tk % att_tuning.att_ks != 0) --att_tuning.att_ks;
+  }
+
+  // embedding of the chunk: x[t] = token_embd[ids[id_off + t]]
+  Step embed;
+  embed.kernel = weight_kernel(m_.token_embd->type, "embed_rows");
+  embed.global0 = size_t(c.n_embd);
+  embed.local0 = elementwise_local(embed.global0, max_wg);
+  embed.local1 = 1;
+  embed.arg_id_off = 4;
+  embed.arg_n_tok = 5;
+  embed.label = "embed";
+  set_args(embed.kernel, m_.token_embd->q, m_.token_embd->s, cl_int(c.n_embd), *m_.ids, cl_int(0),
+           cl_int(0), x_);
+  steps_.push_back(std::move(embed));
+
+  for (size_t il = 0; il < m_.layers.size(); ++il) {
+    const PrefillModel::Layer& w = m_.layers[il];
+    const cl_ulong layer_off = cl_ulong(il) * cl_ulong(m_.n_ctx) * cl_ulong(c.n_embd_kv());
+    // xn = rmsnorm(x) * attn_norm; qkv = [Wq; Wk; Wv] xn
+    steps_.push_back(norm_step(x_, w.attn_norm->q, xn_, "attn_norm"));
+    int row_base = 0;
+    for (const DeviceMatrix* m : w.qkv) {
+      steps_.push_back(matmul_step(*m, xn_, c.n_embd, qkv_, n_qkv, row_base, false, "qkv"));
+      row_base += m->rows;
+    }
+    // RoPE; q -> q_, k and v -> cache at pos0 + t
+    Step rope;
+    rope.kernel = kernel("prefill_ops", ops_defines, "rope_kv_rows");
+    rope.global0 = size_t(n_qkv / 2);
+    rope.local0 = elementwise_local(rope.global0, max_wg);
+    rope.local1 = 1;
+    rope.arg_n_tok = 1;
+    rope.arg_pos0 = 7;
+    rope.label = "rope_kv";
+    set_args(rope.kernel, qkv_, cl_int(0), cl_int(c.n_embd), cl_int(c.n_embd_kv()),
+             cl_int(c.head_dim), cl_int(c.n_rot), *m_.rope_cs, cl_int(0), q_, *m_.k_cache,
+             *m_.v_cache, layer_off);
+    steps_.push_back(std::move(rope));
+    // causal attention of the chunk against the cache
+    Step att;
+    att.kernel =
+        kernel("attention_prefill", attention_defines(c.head_dim, att_tuning), "attention_prefill");
+    att.global0 = size_t(c.n_head);
+    att.local0 = 1;
+    att.local1 = size_t(att_tuning.att_tq) * size_t(att_tuning.att_ks);
+    att.tokens_per_group = att_tuning.att_tq;
+    att.arg_pos0 = 4;
+    att.arg_n_tok = 5;
+    att.label = "attention";
+    set_args(att.kernel, q_, *m_.k_cache, *m_.v_cache, layer_off, cl_int(0), cl_int(0),
+             cl_int(c.n_head), cl_int(c.n_head_kv), att_);
+    steps_.push_back(std::move(att));
+    // x += Wo att
+    steps_.push_back(matmul_step(*w.wo, att_, c.n_embd, x_, c.n_embd, 0, true, "wo"));
+    // h = silu(Wg xn) * (Wu xn), xn = rmsnorm(x) * ffn_norm
+    steps_.push_back(norm_step(x_, w.ffn_norm->q, xn_, "ffn_norm"));
+    steps_.push_back(matmul_step(*w.ffn_gate, xn_, c.n_embd, g_, c.n_ff, 0, false, "ffn_gate"));
+    steps_.push_back(matmul_step(*w.ffn_up, xn_, c.n_embd, u_, c.n_ff, 0, false, "ffn_up"));
+    Step silu;
+    silu.kernel = kernel("prefill_ops", ops_defines, "silu_mul");
+    silu.global0 = size_t(c.n_ff);
+    silu.local0 = elementwise_local(silu.global0, max_wg);
+    silu.local1 = 1;
+    silu.arg_n_tok = 3;
+    silu.label = "silu_mul";
+    set_args(silu.kernel, g_, u_, cl_int(c.n_ff), cl_int(0));
+    steps_.push_back(std::move(silu));
+    // x += Wd h
+    steps_.push_back(matmul_step(*w.ffn_down, g_, c.n_ff, x_, c.n_embd, 0, true, "ffn_down"));
+  }
+  // final norm of rows row0.. and lm_head, for run_logits (logits_ set later)
+  head_norm_ = norm_step(x_, m_.output_norm->q, xn_, "output_norm");
+}
+
+void ClPrefill::enqueue(Step& s, int n_tok, int pos0, int id_off, int row0) {
+  if (s.arg_n_tok >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_n_tok), cl_int(n_tok));
+  if (s.arg_pos0 >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_pos0), cl_int(pos0));
+  if (s.arg_id_off >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_id_off), cl_int(id_off));
+  if (s.arg_row0 >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_row0), cl_int(row0));
+  if (s.local0 == 0 || s.local1 == 0) {
+    throw std::logic_error(std::string("prefill step ") + s.label + " has no local size");
+  }
+  const size_t groups1 = ceil_div(size_t(n_tok), size_t(s.tokens_per_group));
+  const size_t global[2] = {s.global0, groups1 * s.local1};
+  const size_t local[2] = {s.local0, s.local1};
+  cl_event ev = nullptr;
+  cl_int err = fault::enqueue_error();  // CLCHAT_FAULT=enqueue, a test hook
+  if (err == CL_SUCCESS) {
+    err = clEnqueueNDRangeKernel(rt_.queue(), s.kernel.get(), 2, nullptr, global, local, 0, nullptr,
+                                 profile_ ? &ev : nullptr);
+  }
+  if (ev) events_.emplace_back(s.label, ClEvent(ev));
+  if (err != CL_SUCCESS) {
+    throw ClError(
+        std::string("enqueueing prefill kernel ") + s.label + " failed: " + cl_error_name(err),
+        err);
+  }
+}
+
+// One chunk: ids[id_off .. id_off + n_tok) at positions pos0.., all layers;
+// the chunk's final hidden states are left in x_.
+void ClPrefill::enqueue_chunk(int id_off, int n_tok, int pos0) {
+  for (Step& s : steps_) enqueue(s, n_tok, pos0, id_off, 0);
+}
+
+void ClPrefill::run(int n_tokens, int pos, const ClMem& last_x) {
+  int n_chunk = 0;
+  for (int done = 0; done < n_tokens; done += n_chunk) {
+    n_chunk = std::min(chunk_, n_tokens - done);
+    enqueue_chunk(done, n_chunk, pos + done);
+  }
+  const size_t row_bytes = size_t(config_.n_embd) * 4;
+  cl_check(clEnqueueCopyBuffer(rt_.queue(), x_.get(), last_x.get(), size_t(n_chunk - 1) * row_bytes,
+                               0, row_bytes, 0, nullptr, nullptr),
+           "clEnqueueCopyBuffer(prefill last hidden state)");
+  if (profile_) report_profile(n_tokens);
+}
+
+// Device time per step label over the runs so far, to stderr (tuning aid:
+// CLCHAT_PREFILL_PROFILE=1 with a profiling queue, e.g. clchat bench --profile).
+void ClPrefill::report_profile(int n_tokens) {
+  rt_.finish();
+  std::vector<std::pair<std::string, double>> sums;
+  double total = 0;
+  for (const auto& [label, ev] : events_) {
+    cl_ulong t0 = 0, t1 = 0;
+    clGetEventProfilingInfo(ev.get(), CL_PROFILING_COMMAND_START, sizeof t0, &t0, nullptr);
+    clGetEventProfilingInfo(ev.get(), CL_PROFILING_COMMAND_END, sizeof t1, &t1, nullptr);
+    const double us = double(t1 - t0) / 1e3;
+    auto it =
+        std::find_if(sums.begin(), sums.end(), [&](const auto& p) { return p.first == label; });
+    if (it == sums.end()) {
+      sums.emplace_back(label, us);
+    } else {
+      it->second += us;
+    }
+    total += us;
+  }
+  std::fprintf(stderr, "prefill profile, %d tokens, %zu launches, %.1f us device time:\n", n_tokens,
+               events_.size(), total);
+  for (const auto& [label, us] : sums)
+    std::fprintf(stderr, "  %-12s %9.1f us\n", label.c_str(), us);
+  events_.clear();
+}
+
+void ClPrefill::run_logits(int n_tokens, int pos, int first_out, std::vector<float>& out) {
+  const ModelConfig& c = config_;
+  if (first_out < 0 || first_out >= n_tokens) {
+    throw std::out_of_range("prefill_logits: first output " + std::to_string(first_out) +
+                            " outside 0.." + std::to_string(n_tokens - 1));
+  }
+  if (!logits_) {
+    logits_ = rt_.alloc(size_t(chunk_) * size_t(c.n_vocab) * 4);
+    head_matmul_ = matmul_step(*m_.head, xn_, c.n_embd, logits_, c.n_vocab, 0, false, "lm_head");
+  }
+  const size_t row_floats = size_t(c.n_vocab);
+  out.resize(size_t(n_tokens - first_out) * row_floats);
+  int n_chunk = 0;
+  for (int done = 0; done < n_tokens; done += n_chunk) {
+    n_chunk = std::min(chunk_, n_tokens - done);
+    enqueue_chunk(done, n_chunk, pos + done);
+    // rows of this chunk that are wanted: [row0, n_chunk)
+    const int row0 = std::max(0, first_out - done);
+    if (row0 >= n_chunk) continue;
+    const int n_rows = n_chunk - row0;
+    enqueue(head_norm_, n_rows, 0, 0, row0);  // xn[0..n_rows) = norm(x[row0..])
+    enqueue(head_matmul_, n_rows, 0, 0, 0);
+    const size_t dst_row = size_t(done + row0 - first_out);
+    cl_check(
+        clEnqueueReadBuffer(rt_.queue(), logits_.get(), CL_TRUE, 0, size_t(n_rows) * row_floats * 4,
+                            out.data() + dst_row * row_floats, 0, nullptr, nullptr),
+        "clEnqueueReadBuffer(prefill logits)");
+  }
+}
+
+}  // namespace clchat

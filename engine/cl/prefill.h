@@ -1,0 +1,177 @@
+// Batched prompt prefill on OpenCL: the tokens of a prompt go through the
+// model a chunk at a time (ClForwardOptions::prefill_chunk, default 512), the
+// projections and the FFN as matrix-matrix products (kernels/matmul.cl), the
+// attention of the chunk against the KV cache in one launch per layer
+// (kernels/attention_prefill.cl). Per chunk, in model order:
+//   embed_rows -> per layer: rmsnorm_rows -> matmul [Wq;Wk;Wv] -> rope_kv_rows
+//   (q out, k and v appended to the cache) -> attention_prefill ->
+//   matmul Wo (+= residual) -> rmsnorm_rows -> matmul Wg, matmul Wu ->
+//   silu_mul -> matmul Wd (+= residual)
+// That is 9 launches per layer (11 when Wq, Wk, Wv differ in type) + 1.
+//
+// The weights, KV cache, RoPE table and token ids belong to ClForward, which
+// passes references (PrefillModel) and must outlive this object; ClPrefill
+// owns only its kernels and its chunk-sized scratch. It shares ClForward's
+// in-order queue and never waits, except to read logits back.
+//
+// After run(), the last position's hidden state (before the final norm) is in
+// the caller's buffer, so ClForward's own lm_head + argmax launches can follow:
+// only that one position goes through the lm_head. run_logits() instead
+// computes the logits of every position from `first_out` on (perplexity).
+//
+// Tunables (kernels/matmul.cl, attention_prefill.cl), defaults per device type;
+// env for tuning experiments: CLCHAT_MM_VR, CLCHAT_MM_NR, CLCHAT_MM_WT,
+// CLCHAT_MM_NT, CLCHAT_MM_DIRECT, CLCHAT_ATT_TQ, CLCHAT_ATT_TK, CLCHAT_ATT_KS.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/cl/runtime.h"
+#include "engine/cl/weights.h"
+#include "engine/model/model.h"
+
+namespace clchat {
+
+struct PrefillTuning {
+  int mm_vr = 4;     // matmul rows per work-item, as one vector (1, 2, 4, 8, 16)
+  int mm_nr = 16;    // matmul work-items along rows
+  int mm_wt = 4;     // matmul tokens per work-item
+  int mm_nt = 16;    // matmul work-items along tokens
+  int att_tq = 16;   // attention queries per work-group
+  int att_tk = 32;   // attention keys per local-memory tile
+  int att_ks = 8;    // attention work-items per query (key lanes; att_tk a multiple)
+  int norm_wg = 64;  // rmsnorm_rows work-group (power of two)
+  // matmul without local memory, vectorized along k (matmul.cl, CPU variant);
+  // then mm_vr may be any row count.
+  bool mm_direct = false;
+  // NVIDIA only: quantized weights through kernels/matmul_mma.cl (tensor-core
+  // mma.sync by inline PTX), per weight type after ClPrefill's self-test.
+  // CLCHAT_NO_MMA=1 keeps the portable kernel. Tile: mma_wr x mma_wn warps,
+  // each mma_mi x 16 rows by mma_nj x 8 tokens; mma_kb quant blocks per
+  // stage; mma_split: activations as fp16 hi + lo (see the kernel); mma_fit:
+  // fewer warps along rows for matrices whose grid would not cover the
+  // device (measured slower on the H200 at pp512: off). Defaults: the best
+  // tiling measured on the H200 (pp512, see the commit log); env
+  // CLCHAT_MMA_MI, _NJ, _WR, _WN, _KB, _SPLIT, _FIT.
+  bool mma = false;
+  int mma_mi = 1, mma_nj = 4, mma_wr = 8, mma_wn = 1, mma_kb = 4;
+  bool mma_split = true;
+  bool mma_fit = false;
+
+  int tile_rows() const { return mm_vr * mm_nr; }
+  int tile_tokens() const { return mm_wt * mm_nt; }
+  int mma_tile_rows() const { return mma_wr * mma_mi * 16; }
+  int mma_tile_tokens() const { return mma_wn * mma_nj * 8; }
+  int mma_threads() const { return mma_wr * mma_wn * 32; }
+  // GPUs: 16 x 16 work-items with 4 x 4 register tiles (64 x 64 outputs per
+  // work-group). CPUs: the direct variant, 1 row x 12 tokens per work-item.
+  static PrefillTuning for_device(const DeviceInfo& device);
+};
+
+// References into ClForward's weights and buffers.
+struct PrefillModel {
+  struct Layer {
+    const DeviceMatrix* attn_norm = nullptr;
+    const DeviceMatrix* ffn_norm = nullptr;
+    std::vector<const DeviceMatrix*> qkv;  // stacked [Wq; Wk; Wv], or the three
+    const DeviceMatrix* wo = nullptr;
+    const DeviceMatrix* ffn_gate = nullptr;
+    const DeviceMatrix* ffn_up = nullptr;
+    const DeviceMatrix* ffn_down = nullptr;
+  };
+  const DeviceMatrix* token_embd = nullptr;
+  const DeviceMatrix* output_norm = nullptr;
+  const DeviceMatrix* head = nullptr;  // lm_head (token_embd when tied)
+  std::vector<Layer> layers;
+  const ClMem* k_cache = nullptr;  // (n_layer, n_ctx, n_embd_kv) floats
+  const ClMem* v_cache = nullptr;
+  const ClMem* rope_cs = nullptr;  // (n_ctx, n_rot / 2) float2
+  const ClMem* ids = nullptr;      // token ids, n_ctx ints
+  int n_ctx = 0;
+};
+
+class ClPrefill {
+ public:
+  // `rt` and everything `m` points to must outlive this object.
+  // `build_options` are the engine's common ones (-cl-std=..., fast math).
+  ClPrefill(const ModelConfig& config, ClRuntime& rt, const PrefillModel& m, int chunk,
+            const std::string& build_options, const PrefillTuning& tuning);
+
+  int chunk() const { return chunk_; }
+  const PrefillTuning& tuning() const { return tuning_; }
+
+  // Runs the token ids ids[0..n_tokens) at positions pos.. (the caller wrote
+  // them and checked the range), filling the KV cache; then copies the last
+  // position's hidden state into `last_x` (n_embd floats).
+  void run(int n_tokens, int pos, const ClMem& last_x);
+  // Same, and the logits of positions pos + first_out .. pos + n_tokens - 1 into
+  // `out` ((n_tokens - first_out) x n_vocab, row-major). Blocks.
+  void run_logits(int n_tokens, int pos, int first_out, std::vector<float>& out);
+
+ private:
+  // A launch with tokens on dimension 1; its token-dependent arguments are
+  // set per chunk.
+  struct Step {
+    ClKernel kernel;
+    size_t global0 = 0;
+    // Always set: left to the runtime, PoCL picks a local size from the
+    // global one, so every new chunk length compiled a new kernel variant
+    // mid-chat (a stall, and +17 MB of LLVM in RSS).
+    size_t local0 = 0, local1 = 0;
+    int tokens_per_group = 1;  // global1 = ceil(n / tokens_per_group) * local1
+    int arg_n_tok = -1, arg_pos0 = -1, arg_id_off = -1, arg_row0 = -1;
+    const char* label = "";
+  };
+
+  void build_steps();
+  Step matmul_step(const DeviceMatrix& w, const ClMem& x, int ld_x, const ClMem& out, int ld_out,
+                   int out_off, bool accumulate, const char* label);
+  Step norm_step(const ClMem& x, const ClMem& g, const ClMem& out, const char* label);
+  ClKernel weight_kernel(GgmlType type, const char* name);
+
+ public:
+  // The -D options of kernels/matmul.cl for weights of `type` (also used by
+  // the kernel tests).
+  static std::string matmul_defines(GgmlType type, const PrefillTuning& t);
+  static std::string mma_defines(GgmlType type, const PrefillTuning& t);
+  static std::string attention_defines(int head_dim, const PrefillTuning& t);
+  static bool mma_type(GgmlType type) {
+    return type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0;
+  }
+  // Whether matmul_mma for `type` builds and matches a host reference on a
+  // small case (checked once per type; false on any error).
+  bool mma_ok(GgmlType type);
+
+ private:
+  ClKernel kernel(const std::string& stem, const std::string& defines, const char* name);
+  void enqueue(Step& s, int n_tok, int pos0, int id_off, int row0);
+  void enqueue_chunk(int id_off, int n_tok, int pos0);
+
+  const ModelConfig config_;
+  ClRuntime& rt_;
+  PrefillModel m_;
+  int chunk_;
+  std::string build_options_;
+  PrefillTuning tuning_;
+  std::vector<std::pair<std::string, ClProgram>> programs_;  // by stem + defines
+  std::vector<std::pair<GgmlType, bool>> mma_checked_;       // self-test results
+  bool profile_ = false;                                     // CLCHAT_PREFILL_PROFILE=1
+  std::vector<std::pair<std::string, ClEvent>> events_;
+  void report_profile(int n_tokens);
+
+  // Scratch, token-major, chunk_ rows each.
+  ClMem x_;       // residual stream (chunk, n_embd)
+  ClMem xn_;      // normed input (chunk, n_embd)
+  ClMem qkv_;     // (chunk, n_embd + 2 n_embd_kv)
+  ClMem q_;       // roped queries (chunk, n_embd)
+  ClMem att_;     // attention output (chunk, n_embd)
+  ClMem g_, u_;   // FFN gate / up, then h = silu(g) * u in g_ (chunk, n_ff)
+  ClMem logits_;  // (chunk, n_vocab), allocated by the first run_logits
+
+  std::vector<Step> steps_;       // embed, then the layers in order
+  Step head_norm_, head_matmul_;  // final norm + lm_head for run_logits
+};
+
+}  // namespace clchat

@@ -1,0 +1,86 @@
+// The OpenCL programs of the engine, built for one device with its tuning:
+// matvec.cl once per weight type in use (-DWTYPE=...), attention.cl and
+// argmax.cl once; on CPU devices matvec_cpu.cl, attention_cpu.cl and
+// argmax_cpu.cl instead (see KernelTuning::cpu_kernels). argmax is built
+// without fast-math flags. Kernel objects are created per use so each can keep its own
+// arguments (the decode plan sets most of them once).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "engine/cl/runtime.h"
+#include "engine/gguf/ggml_types.h"
+
+namespace clchat {
+
+struct KernelTuning {
+  int tpr = 8;          // work-items per matrix row (power of two)
+  int rows = 4;         // rows per work-group (even)
+  int att_wg = 128;     // attention work-group size (power of two)
+  int argmax_wg = 256;  // argmax work-group size (power of two)
+  std::string build_options = "-cl-std=CL1.2 -cl-mad-enable -cl-fast-relaxed-math";
+  // NVIDIA only: warp-shuffle reductions through inline PTX (no extension
+  // needed); kept only if the start-up self-test passes. CLCHAT_NO_SHFL=1
+  // forces the portable path.
+  bool nv_shfl = false;
+  // CPU devices: kernels/matvec_cpu.cl (whole rows per work-item, wide
+  // vectors, no barriers in the row loops) instead of matvec.cl when
+  // tpr == 1, attention_cpu.cl and argmax_cpu.cl (serial per work-group);
+  // each active matvec work-item computes cpu_nr rows. CLCHAT_CPU_KERNELS=0
+  // selects the portable kernels, CLCHAT_NR sets cpu_nr (even, dividing rows).
+  bool cpu_kernels = false;
+  int cpu_nr = 2;
+  // CPU kernels: the attention folded into qkv_rope and the argmax into the
+  // lm_head (32 launches fewer per SmolLM2 token). CLCHAT_CPU_FUSE=0: apart.
+  bool cpu_fuse = true;
+  // Tests: matvec_cpu.cl without its x86 builtin (F16C).
+  bool cpu_portable = false;
+
+  int matvec_wg() const { return tpr * rows; }
+  // GPUs: several work-items per row, coalesced block loads. CPUs (PoCL): one
+  // work-item per row, which PoCL vectorizes across rows. CLCHAT_TPR,
+  // CLCHAT_ROWS and CLCHAT_ATT_WG override (for tuning experiments).
+  static KernelTuning for_device(const DeviceInfo& device);
+};
+
+class ClPrograms {
+ public:
+  ClPrograms(const ClRuntime& rt, KernelTuning tuning);
+  const KernelTuning& tuning() const { return tuning_; }
+
+  // matvec.cl kernels for weights of `type`: "matvec", "ffn_gate_up",
+  // "qkv_rope", "get_row".
+  ClKernel weight_kernel(GgmlType type, const char* name);
+  ClKernel attention_kernel();               // "attention_decode"
+  ClKernel argmax_kernel(const char* name);  // "argmax_partial", "argmax_final"
+  // CPU devices: the lm_head with the greedy argmax folded in
+  // ("matvec_argmax" of matvec_cpu.cl, built after argmax_cpu.cl): one
+  // launch instead of three, each saving PoCL's ~20 us of waking its worker
+  // threads between commands.
+  bool fused_head_argmax() const { return use_cpu_matvec() && tuning_.cpu_fuse; }
+  ClKernel head_argmax_kernel(GgmlType type);
+  // CPU devices: qkv_rope over the stacked [Wq; Wk; Wv] with the decode
+  // attention folded in ("qkv_rope_attention" of matvec_cpu.cl, built after
+  // attention_cpu.cl): each head runs as soon as its rows are written.
+  bool fused_qkv_attention() const { return use_cpu_matvec() && tuning_.cpu_fuse; }
+  ClKernel qkv_attention_kernel(GgmlType type);
+
+ private:
+  // kernels/<stem>.cl built with defines (cached); stem "a+b" builds a.cl
+  // and b.cl as one program.
+  const ClProgram& program(const std::string& stem, const std::string& defines,
+                           bool strict_math = false);
+  std::string matvec_defines(GgmlType type) const;
+  std::string matvec_cpu_defines(GgmlType type) const;
+  bool use_cpu_matvec() const { return tuning_.cpu_kernels && tuning_.tpr == 1; }
+  bool shfl_self_test();
+  const ClRuntime& rt_;
+  KernelTuning tuning_;
+  std::map<std::string, ClProgram> programs_;  // by stem + defines
+};
+
+// Source text of kernels/<stem>.cl, embedded at build time.
+std::string_view kernel_source(const std::string& stem);
+
+}  // namespace clchat

@@ -1,0 +1,157 @@
+// OpenCL runtime: RAII handles, device discovery and selection, program builds
+// with an on-disk binary cache. Only core OpenCL 1.2 is required; optional
+// extensions are reported, never assumed.
+//
+// Errors throw ClError, whose message names the failing call and the CL error
+// (CL_OUT_OF_RESOURCES, ...). Destructors release quietly.
+#pragma once
+
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/cl/object_counts.h"
+
+namespace clchat {
+
+class ClError : public std::runtime_error {
+ public:
+  ClError(const std::string& what, cl_int code) : std::runtime_error(what), code_(code) {}
+  cl_int code() const { return code_; }
+
+ private:
+  cl_int code_;
+};
+
+// No OpenCL platform or no device matching the request.
+class NoDeviceError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+const char* cl_error_name(cl_int code);
+// Throws ClError("<call>: <error name>") unless code is CL_SUCCESS.
+void cl_check(cl_int code, const char* call);
+
+// A released-on-destruction OpenCL handle (cl_mem, cl_kernel, ...). Taking
+// ownership of a non-null handle and releasing it are counted
+// (engine/cl/object_counts.h).
+template <typename T, cl_int (*Release)(T)>
+class ClHandle {
+ public:
+  ClHandle() = default;
+  explicit ClHandle(T h) : h_(h) {
+    if (h_) note_cl_object_created(cl_object_kind(h_));
+  }
+  ~ClHandle() { reset(); }
+  ClHandle(ClHandle&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  ClHandle& operator=(ClHandle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  ClHandle(const ClHandle&) = delete;
+  ClHandle& operator=(const ClHandle&) = delete;
+  T get() const { return h_; }
+  explicit operator bool() const { return h_ != nullptr; }
+  void reset() {
+    if (h_) {
+      Release(h_);
+      note_cl_object_released(cl_object_kind(h_));
+    }
+    h_ = nullptr;
+  }
+
+ private:
+  T h_ = nullptr;
+};
+
+using ClMem = ClHandle<cl_mem, clReleaseMemObject>;
+using ClKernel = ClHandle<cl_kernel, clReleaseKernel>;
+using ClProgram = ClHandle<cl_program, clReleaseProgram>;
+using ClEvent = ClHandle<cl_event, clReleaseEvent>;
+using ClQueue = ClHandle<cl_command_queue, clReleaseCommandQueue>;
+using ClContextHandle = ClHandle<cl_context, clReleaseContext>;
+
+// What `clchat devices` shows and selection matches against.
+struct DeviceInfo {
+  int index = 0;  // across all platforms, in discovery order
+  cl_platform_id platform = nullptr;
+  cl_device_id device = nullptr;
+  std::string platform_name;
+  std::string name;
+  std::string vendor;
+  std::string driver_version;
+  std::string opencl_c_version;
+  bool is_gpu = false;
+  bool is_cpu = false;
+  uint32_t compute_units = 0;
+  uint64_t global_mem_bytes = 0;
+  uint64_t max_alloc_bytes = 0;
+  uint64_t local_mem_bytes = 0;
+  size_t max_work_group_size = 0;
+  std::string extensions;
+  bool has_extension(const std::string& name) const;
+};
+
+// Every device of every platform; an empty list when there is no platform.
+std::vector<DeviceInfo> list_devices();
+// Picks a device: "" or "auto" = the first GPU, else the first CPU; "gpu",
+// "cpu", a number (index in list_devices()), or a case-insensitive substring of
+// the device or platform name. Throws NoDeviceError saying what exists.
+DeviceInfo select_device(const std::string& spec);
+
+// A context and in-order queue on one device.
+class ClRuntime {
+ public:
+  ClRuntime(const DeviceInfo& device, bool profiling);
+  const DeviceInfo& device() const { return device_; }
+  cl_context context() const { return context_.get(); }
+  cl_command_queue queue() const { return queue_.get(); }
+  bool profiling() const { return profiling_; }
+
+  // Builds `source` (with `options`) or loads its cached binary; the cache key
+  // covers device, driver, options and source. A build failure throws ClError
+  // carrying the device's build log.
+  ClProgram build_program(const std::string& name, std::string_view source,
+                          const std::string& options) const;
+  ClKernel create_kernel(const ClProgram& program, const char* name) const;
+
+  // Device-only buffer (CL_MEM_READ_WRITE) or host-readable one.
+  ClMem alloc(size_t bytes, bool host_readable = false) const;
+  // Read-only buffer initialised from host memory.
+  ClMem upload(const void* data, size_t bytes) const;
+
+  void finish() const;
+
+ private:
+  DeviceInfo device_;
+  bool profiling_;
+  ClContextHandle context_;
+  ClQueue queue_;
+};
+
+// Directory for cached program binaries ($XDG_CACHE_HOME/clchat/kernels).
+std::string kernel_cache_dir();
+
+// Sets kernel arguments in order: set_args(k, buf, n, x) -> args 0, 1, 2.
+void set_arg(cl_kernel k, cl_uint index, const ClMem& m);
+template <typename T>
+void set_arg(cl_kernel k, cl_uint index, const T& value) {
+  cl_check(clSetKernelArg(k, index, sizeof(T), &value), "clSetKernelArg");
+}
+template <typename... Args>
+void set_args(const ClKernel& k, const Args&... args) {
+  cl_uint i = 0;
+  (set_arg(k.get(), i++, args), ...);
+}
+
+}  // namespace clchat

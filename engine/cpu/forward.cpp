@@ -1,0 +1,129 @@
+#include "engine/cpu/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "engine/cpu/ops.h"
+#include "engine/gguf/quant.h"
+
+namespace clchat {
+
+namespace {
+
+std::vector<float> dequantize(const GgufTensor* t) {
+  return dequantize_matrix(t->type, {t->data, t->n_bytes}, t->dims[0], t->n_rows());
+}
+
+}  // namespace
+
+CpuForward::CpuForward(const Model& model, int n_ctx)
+    : config_(model.config), n_ctx_(n_ctx > 0 ? n_ctx : model.config.n_ctx_train) {
+  const ModelConfig& c = config_;
+  const ModelTensors& t = model.tensors;
+  token_embd_ = dequantize(t.token_embd);
+  output_norm_ = dequantize(t.output_norm);
+  if (!c.tied_embeddings) output_ = dequantize(t.output);
+  for (const LayerTensors& l : t.layers) {
+    layers_.push_back({dequantize(l.attn_norm), dequantize(l.wq), dequantize(l.wk),
+                       dequantize(l.wv), dequantize(l.wo), dequantize(l.ffn_norm),
+                       dequantize(l.ffn_gate), dequantize(l.ffn_up), dequantize(l.ffn_down)});
+  }
+  x_.resize(c.n_embd);
+  xb_.resize(c.n_embd);
+  xb2_.resize(c.n_embd);
+  q_.resize(c.n_embd);
+  k_.resize(c.n_embd_kv());
+  v_.resize(c.n_embd_kv());
+  att_.resize(n_ctx_);
+  hb_.resize(c.n_ff);
+  hb2_.resize(c.n_ff);
+  logits_.resize(c.n_vocab);
+  const size_t cache = size_t(c.n_layer) * size_t(n_ctx_) * size_t(c.n_embd_kv());
+  k_cache_.assign(cache, 0.0f);
+  v_cache_.assign(cache, 0.0f);
+}
+
+// q, k, v for this position; RoPE; store k, v in the cache; softmax(q k^T /
+// sqrt(head_dim)) v per head, with n_head / n_head_kv query heads sharing one
+// KV head; then the output projection into xb2_.
+void CpuForward::attention(int il, int pos) {
+  const ModelConfig& c = config_;
+  const Layer& w = layers_[il];
+  const int kv_dim = c.n_embd_kv();
+  cpu::matvec(q_.data(), xb_.data(), w.wq.data(), c.n_embd, c.n_embd);
+  cpu::matvec(k_.data(), xb_.data(), w.wk.data(), c.n_embd, kv_dim);
+  cpu::matvec(v_.data(), xb_.data(), w.wv.data(), c.n_embd, kv_dim);
+  cpu::rope(q_.data(), c.n_head, c.head_dim, c.n_rot, pos, c.rope_freq_base);
+  cpu::rope(k_.data(), c.n_head_kv, c.head_dim, c.n_rot, pos, c.rope_freq_base);
+
+  const size_t layer_off = size_t(il) * n_ctx_ * kv_dim;
+  float* k_cache = k_cache_.data() + layer_off;
+  float* v_cache = v_cache_.data() + layer_off;
+  std::copy(k_.begin(), k_.end(), k_cache + size_t(pos) * kv_dim);
+  std::copy(v_.begin(), v_.end(), v_cache + size_t(pos) * kv_dim);
+
+  const int group = c.n_head / c.n_head_kv;
+  const double scale = 1.0 / std::sqrt(double(c.head_dim));
+  for (int h = 0; h < c.n_head; ++h) {
+    const float* q = q_.data() + h * c.head_dim;
+    const int kvh = h / group;
+    for (int t = 0; t <= pos; ++t) {
+      const float* k = k_cache + size_t(t) * kv_dim + kvh * c.head_dim;
+      double dot = 0.0;
+      for (int i = 0; i < c.head_dim; ++i) dot += double(q[i]) * double(k[i]);
+      att_[t] = float(dot * scale);
+    }
+    cpu::softmax(att_.data(), pos + 1);
+    float* out = xb_.data() + h * c.head_dim;
+    for (int i = 0; i < c.head_dim; ++i) {
+      double sum = 0.0;
+      for (int t = 0; t <= pos; ++t) {
+        sum += double(att_[t]) * double(v_cache[size_t(t) * kv_dim + kvh * c.head_dim + i]);
+      }
+      out[i] = float(sum);
+    }
+  }
+  cpu::matvec(xb2_.data(), xb_.data(), w.wo.data(), c.n_embd, c.n_embd);
+}
+
+// self.w2(F.silu(self.w1(x)) * self.w3(x)), result in xb2_.
+void CpuForward::feed_forward(int il) {
+  const ModelConfig& c = config_;
+  const Layer& w = layers_[il];
+  cpu::matvec(hb_.data(), xb_.data(), w.ffn_gate.data(), c.n_embd, c.n_ff);
+  cpu::matvec(hb2_.data(), xb_.data(), w.ffn_up.data(), c.n_embd, c.n_ff);
+  for (int i = 0; i < c.n_ff; ++i) hb_[i] = cpu::silu(hb_[i]) * hb2_[i];
+  cpu::matvec(xb2_.data(), hb_.data(), w.ffn_down.data(), c.n_ff, c.n_embd);
+}
+
+const std::vector<float>& CpuForward::forward(int32_t token, int pos) {
+  const ModelConfig& c = config_;
+  if (token < 0 || token >= c.n_vocab) {
+    throw std::out_of_range("token id " + std::to_string(token) + " is outside the vocabulary");
+  }
+  if (pos < 0 || pos >= n_ctx_) {
+    throw std::out_of_range("position " + std::to_string(pos) + " is outside the context (" +
+                            std::to_string(n_ctx_) + ")");
+  }
+  // embedding lookup
+  std::copy_n(token_embd_.begin() + size_t(token) * c.n_embd, c.n_embd, x_.begin());
+  for (int il = 0; il < c.n_layer; ++il) {
+    // attention block with residual
+    cpu::rmsnorm(xb_.data(), x_.data(), layers_[il].attn_norm.data(), c.n_embd, c.rms_eps);
+    attention(il, pos);
+    for (int i = 0; i < c.n_embd; ++i) x_[i] += xb2_[i];
+    // feed-forward block with residual
+    cpu::rmsnorm(xb_.data(), x_.data(), layers_[il].ffn_norm.data(), c.n_embd, c.rms_eps);
+    feed_forward(il);
+    for (int i = 0; i < c.n_embd; ++i) x_[i] += xb2_[i];
+  }
+  // final norm and lm_head (the token embedding when tied)
+  cpu::rmsnorm(xb_.data(), x_.data(), output_norm_.data(), c.n_embd, c.rms_eps);
+  const std::vector<float>& head = c.tied_embeddings ? token_embd_ : output_;
+  cpu::matvec(logits_.data(), xb_.data(), head.data(), c.n_embd, c.n_vocab);
+  return logits_;
+}
+
+}  // namespace clchat

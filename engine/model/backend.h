@@ -1,0 +1,58 @@
+// The interface the generation loop, the chat engine and the benchmarks drive:
+// one implementation runs the CPU reference, one the OpenCL engine. Positions
+// must be filled in order; a call at `pos` overwrites the cache from `pos` on.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/forward_reports.h"
+#include "engine/model/model.h"
+
+namespace clchat {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual int n_ctx() const = 0;
+
+  // Runs `tokens` at positions pos.. and returns the greedy next token (the
+  // argmax of the last position's logits).
+  virtual int32_t prefill(std::span<const int32_t> tokens, int pos) = 0;
+  // Same as prefill of one token, but may return the logits (n_vocab) instead.
+  virtual int32_t decode_argmax(int32_t token, int pos) = 0;
+  virtual std::span<const float> decode_logits(int32_t token, int pos) = 0;
+  // Runs `tokens` at positions pos.. and returns in `out` the logits of every
+  // position from tokens[first_out] on ((size - first_out) x n_vocab,
+  // row-major), e.g. for perplexity. Default: one decode_logits per token.
+  virtual void prefill_logits(std::span<const int32_t> tokens, int pos, int first_out,
+                              std::vector<float>& out) {
+    if (first_out < 0 || size_t(first_out) >= tokens.size()) {
+      throw std::out_of_range("prefill_logits: first output outside the tokens");
+    }
+    out.clear();
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const std::span<const float> logits = decode_logits(tokens[i], pos + int(i));
+      if (i >= size_t(first_out)) out.insert(out.end(), logits.begin(), logits.end());
+    }
+  }
+
+  // Debug readback mode: per-layer statistics and the top-5 of the last
+  // position, refreshed by every call while on. Backends without it ignore it.
+  virtual void set_debug(bool /*on*/) {}
+  virtual bool debug() const { return false; }
+  virtual const DebugReport* debug_report() const { return nullptr; }
+  // Device times per kernel and per layer of the last call, when supported.
+  virtual void set_profiling(bool /*on*/) {}
+  virtual const ProfileReport* profile_report() const { return nullptr; }
+};
+
+// The CPU reference forward pass behind the Backend interface.
+std::unique_ptr<Backend> make_reference_backend(const Model& model, int n_ctx);
+
+}  // namespace clchat

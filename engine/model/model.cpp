@@ -1,0 +1,147 @@
+// Hyper-parameters and tensor checks for llama-architecture GGUF models.
+// Key names follow llama.cpp's conventions ("llama.embedding_length", ...).
+#include "engine/model/model.h"
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+namespace clchat {
+
+namespace {
+
+// Bounds that keep a corrupted header from asking for absurd buffers.
+constexpr uint64_t k_max_embd = 1 << 16;
+constexpr uint64_t k_max_layers = 1024;
+constexpr uint64_t k_max_heads = 1024;
+constexpr uint64_t k_max_ff = 1 << 18;
+constexpr uint64_t k_max_vocab = 1 << 22;
+constexpr uint64_t k_max_ctx = 1 << 24;
+
+int bounded(const GgufFile& file, const std::string& key, uint64_t value, uint64_t max) {
+  if (value == 0 || value > max) {
+    file.fail("metadata '" + key + "' = " + std::to_string(value) + " is out of range (1.." +
+              std::to_string(max) + ")");
+  }
+  return int(value);
+}
+
+const GgufTensor* require_tensor(const GgufFile& file, const std::string& name,
+                                 std::vector<uint64_t> dims) {
+  const GgufTensor* t = file.find_tensor(name);
+  if (!t) file.fail("missing tensor '" + name + "'");
+  if (t->dims != dims) {
+    auto fmt = [](const std::vector<uint64_t>& d) {
+      std::string s = "[";
+      for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+      return s + "]";
+    };
+    file.fail("tensor '" + name + "' has shape " + fmt(t->dims) + ", expected " + fmt(dims));
+  }
+  return t;
+}
+
+}  // namespace
+
+ModelConfig read_model_config(const GgufFile& file) {
+  ModelConfig c;
+  c.arch = file.opt_string("general.architecture").value_or("");
+  if (c.arch.empty()) file.fail("missing metadata key 'general.architecture'");
+  if (c.arch != "llama") {
+    file.fail("unsupported architecture '" + c.arch + "' (clchat runs llama-architecture models)");
+  }
+  c.name =
+      file.opt_string("general.name").value_or(std::filesystem::path(file.path()).stem().string());
+  const std::string p = c.arch + ".";
+  auto get = [&](const std::string& key, uint64_t max) {
+    return bounded(file, p + key, file.get_uint(p + key), max);
+  };
+  c.n_embd = get("embedding_length", k_max_embd);
+  c.n_layer = get("block_count", k_max_layers);
+  c.n_head = get("attention.head_count", k_max_heads);
+  c.n_head_kv = file.has(p + "attention.head_count_kv")
+                    ? get("attention.head_count_kv", k_max_heads)
+                    : c.n_head;
+  c.n_ff = get("feed_forward_length", k_max_ff);
+  c.n_ctx_train = file.has(p + "context_length") ? get("context_length", k_max_ctx) : 2048;
+  if (c.n_embd % c.n_head != 0) {
+    file.fail("embedding length " + std::to_string(c.n_embd) + " is not divisible by " +
+              std::to_string(c.n_head) + " heads");
+  }
+  if (c.n_head % c.n_head_kv != 0) {
+    file.fail(std::to_string(c.n_head) + " query heads are not a multiple of " +
+              std::to_string(c.n_head_kv) + " KV heads");
+  }
+  c.head_dim = c.n_embd / c.n_head;
+  c.n_rot =
+      file.has(p + "rope.dimension_count") ? get("rope.dimension_count", k_max_embd) : c.head_dim;
+  if (c.n_rot > c.head_dim || c.n_rot % 2 != 0) {
+    file.fail("rope dimension count " + std::to_string(c.n_rot) + " does not fit head size " +
+              std::to_string(c.head_dim));
+  }
+  c.rope_freq_base = float(file.opt_float(p + "rope.freq_base").value_or(10000.0));
+  c.rms_eps = float(file.opt_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  if (!(c.rope_freq_base > 0.0f) || !std::isfinite(c.rope_freq_base) || !(c.rms_eps > 0.0f) ||
+      !(c.rms_eps < 1.0f)) {
+    file.fail("rope frequency base must be positive and finite, RMS epsilon in (0, 1)");
+  }
+  const GgufTensor* embd = file.find_tensor("token_embd.weight");
+  if (!embd) file.fail("missing tensor 'token_embd.weight'");
+  if (embd->dims.size() != 2) file.fail("tensor 'token_embd.weight' is not a matrix");
+  c.n_vocab = bounded(file, "token_embd.weight rows", embd->dims[1], k_max_vocab);
+  c.tied_embeddings = file.find_tensor("output.weight") == nullptr;
+  return c;
+}
+
+ModelTensors find_model_tensors(const GgufFile& file, const ModelConfig& c) {
+  const uint64_t embd = uint64_t(c.n_embd), kv = uint64_t(c.n_embd_kv()), ff = uint64_t(c.n_ff);
+  ModelTensors t;
+  t.token_embd = require_tensor(file, "token_embd.weight", {embd, uint64_t(c.n_vocab)});
+  t.output_norm = require_tensor(file, "output_norm.weight", {embd});
+  t.output = c.tied_embeddings ? t.token_embd
+                               : require_tensor(file, "output.weight", {embd, uint64_t(c.n_vocab)});
+  for (int il = 0; il < c.n_layer; ++il) {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    LayerTensors l{};
+    l.attn_norm = require_tensor(file, b + "attn_norm.weight", {embd});
+    l.wq = require_tensor(file, b + "attn_q.weight", {embd, embd});
+    l.wk = require_tensor(file, b + "attn_k.weight", {embd, kv});
+    l.wv = require_tensor(file, b + "attn_v.weight", {embd, kv});
+    l.wo = require_tensor(file, b + "attn_output.weight", {embd, embd});
+    l.ffn_norm = require_tensor(file, b + "ffn_norm.weight", {embd});
+    l.ffn_gate = require_tensor(file, b + "ffn_gate.weight", {embd, ff});
+    l.ffn_up = require_tensor(file, b + "ffn_up.weight", {embd, ff});
+    l.ffn_down = require_tensor(file, b + "ffn_down.weight", {ff, embd});
+    for (const GgufTensor* norm : {l.attn_norm, l.ffn_norm}) {
+      if (norm->type != GgmlType::F32) file.fail("tensor '" + norm->name + "' must be F32");
+    }
+    t.layers.push_back(l);
+  }
+  if (t.output_norm->type != GgmlType::F32) file.fail("tensor 'output_norm.weight' must be F32");
+  return t;
+}
+
+Model load_model(const std::string& path) {
+  Model m;
+  m.file = GgufFile::open(path);
+  m.config = read_model_config(*m.file);
+  m.tensors = find_model_tensors(*m.file, m.config);
+  return m;
+}
+
+std::string describe_weight_type(const Model& model) {
+  std::map<std::string, int> counts;
+  for (const auto& l : model.tensors.layers) {
+    for (const GgufTensor* t : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) {
+      ++counts[ggml_type_name(t->type)];
+    }
+  }
+  std::string best;
+  int best_n = -1;
+  for (const auto& [name, n] : counts) {
+    if (n > best_n) best = name, best_n = n;
+  }
+  return best;
+}
+
+}  // namespace clchat

@@ -1,0 +1,128 @@
+#include "engine/model/synthetic.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <stdexcept>
+
+#include "engine/gguf/quant.h"
+
+namespace clchat {
+
+namespace {
+
+// splitmix64: fast, deterministic across platforms.
+struct Rng {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  float uniform() { return float(next() >> 40) / float(1 << 24) * 2.0f - 1.0f; }  // [-1, 1)
+};
+
+std::vector<float> random_matrix(Rng& rng, uint64_t n_in, uint64_t rows, float std) {
+  std::vector<float> v(n_in * rows);
+  const float a = std * std::sqrt(3.0f);
+  for (auto& x : v) x = rng.uniform() * a;
+  return v;
+}
+
+void add_matrix(GgufWriter& w, Rng& rng, const std::string& name, GgmlType type, uint64_t n_in,
+                uint64_t rows, float std) {
+  const auto values = random_matrix(rng, n_in, rows, std);
+  w.add_tensor(name, type, {n_in, rows}, quantize_matrix(type, values, n_in));
+}
+
+void add_norm(GgufWriter& w, Rng& rng, const std::string& name, uint64_t n) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = 1.0f + 0.1f * rng.uniform();
+  w.add_tensor(name, GgmlType::F32, {n}, quantize_matrix(GgmlType::F32, v, n));
+}
+
+}  // namespace
+
+SyntheticSpec synthetic_preset(std::string_view name) {
+  if (name == "smollm2-135m") {
+    SyntheticSpec s;
+    s.name = "synthetic-smollm2-135m";
+    s.n_embd = 576;
+    s.n_layer = 30;
+    s.n_head = 9;
+    s.n_head_kv = 3;
+    s.n_ff = 1536;
+    s.n_vocab = 49152;
+    s.n_ctx = 8192;
+    s.rope_freq_base = 100000.0f;
+    s.embd_type = GgmlType::Q8_0;
+    s.tied = true;
+    return s;
+  }
+  throw std::invalid_argument("unknown synthetic model '" + std::string(name) +
+                              "' (known: smollm2-135m)");
+}
+
+GgufWriter make_synthetic_model(const SyntheticSpec& s, const GgufFile* vocab_from) {
+  GgufWriter w;
+  w.set("general.architecture", GgufValue::str("llama"));
+  w.set("general.name", GgufValue::str(s.name));
+  w.set("llama.embedding_length", GgufValue::u32(uint32_t(s.n_embd)));
+  w.set("llama.block_count", GgufValue::u32(uint32_t(s.n_layer)));
+  w.set("llama.attention.head_count", GgufValue::u32(uint32_t(s.n_head)));
+  w.set("llama.attention.head_count_kv", GgufValue::u32(uint32_t(s.n_head_kv)));
+  w.set("llama.feed_forward_length", GgufValue::u32(uint32_t(s.n_ff)));
+  w.set("llama.context_length", GgufValue::u32(uint32_t(s.n_ctx)));
+  w.set("llama.rope.dimension_count", GgufValue::u32(uint32_t(s.n_embd / s.n_head)));
+  w.set("llama.rope.freq_base", GgufValue::f32(s.rope_freq_base));
+  w.set("llama.attention.layer_norm_rms_epsilon", GgufValue::f32(s.rms_eps));
+  if (vocab_from) {
+    for (const auto& [key, value] : vocab_from->metadata()) {
+      if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
+    }
+    if (vocab_from->has("tokenizer.ggml.tokens") &&
+        vocab_from->get_array("tokenizer.ggml.tokens").items.size() != size_t(s.n_vocab)) {
+      throw std::invalid_argument("--vocab-from: vocabulary size differs from the model's " +
+                                  std::to_string(s.n_vocab));
+    }
+  }
+  Rng rng{s.seed};
+  const uint64_t embd = uint64_t(s.n_embd), ff = uint64_t(s.n_ff);
+  const uint64_t kv = uint64_t(s.n_embd / s.n_head * s.n_head_kv);
+  add_matrix(w, rng, "token_embd.weight", s.embd_type, embd, uint64_t(s.n_vocab), 1.0f);
+  add_norm(w, rng, "output_norm.weight", embd);
+  if (!s.tied) {
+    add_matrix(w, rng, "output.weight", s.embd_type, embd, uint64_t(s.n_vocab),
+               1.0f / std::sqrt(float(embd)));
+  }
+  const float std_in = 1.0f / std::sqrt(float(embd));
+  const float std_ff = 1.0f / std::sqrt(float(ff));
+  for (int il = 0; il < s.n_layer; ++il) {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    add_norm(w, rng, b + "attn_norm.weight", embd);
+    add_matrix(w, rng, b + "attn_q.weight", s.layer_type, embd, embd, std_in);
+    add_matrix(w, rng, b + "attn_k.weight", s.layer_type, embd, kv, std_in);
+    add_matrix(w, rng, b + "attn_v.weight", s.layer_type, embd, kv, std_in);
+    add_matrix(w, rng, b + "attn_output.weight", s.layer_type, embd, embd, std_in);
+    add_norm(w, rng, b + "ffn_norm.weight", embd);
+    add_matrix(w, rng, b + "ffn_gate.weight", s.layer_type, embd, ff, std_in);
+    add_matrix(w, rng, b + "ffn_up.weight", s.layer_type, embd, ff, std_in);
+    add_matrix(w, rng, b + "ffn_down.weight", s.layer_type, ff, embd, std_ff);
+  }
+  return w;
+}
+
+std::string write_synthetic_model_tmp(const SyntheticSpec& spec) {
+  static std::atomic<int> counter{0};
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string path = (dir / ("clchat-synth-" + std::to_string(::getpid()) + "-" +
+                                   std::to_string(counter++) + ".gguf"))
+                               .string();
+  make_synthetic_model(spec).write(path);
+  return path;
+}
+
+}  // namespace clchat

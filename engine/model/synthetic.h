@@ -1,0 +1,45 @@
+// Synthetic llama models: exact tensor shapes and types of a real model with
+// deterministic random weights, so GPU benchmarks and tests need not ship the
+// real weights. Matrices are uniform with standard deviation 1/sqrt(n_in)
+// (activations stay O(1) through the layers); norm weights are near 1.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/gguf/gguf.h"
+
+namespace clchat {
+
+struct SyntheticSpec {
+  std::string name = "synthetic";
+  int n_embd = 64;
+  int n_layer = 2;
+  int n_head = 4;
+  int n_head_kv = 2;
+  int n_ff = 128;
+  int n_vocab = 256;
+  int n_ctx = 2048;
+  float rope_freq_base = 10000.0f;
+  float rms_eps = 1e-5f;
+  GgmlType layer_type = GgmlType::Q4_0;  // the seven matrices of each layer
+  GgmlType embd_type = GgmlType::Q8_0;   // token embedding (and output when not tied)
+  bool tied = true;
+  uint64_t seed = 1;
+};
+
+// Known presets: "smollm2-135m" (576 embd, 30 layers, 9 heads, 3 KV heads,
+// FFN 1536, vocab 49152, tied Q8_0 embedding). Throws std::invalid_argument.
+SyntheticSpec synthetic_preset(std::string_view name);
+
+// Builds the model. With `vocab_from`, its tokenizer.* metadata is copied (its
+// vocabulary size must equal spec.n_vocab).
+GgufWriter make_synthetic_model(const SyntheticSpec& spec, const GgufFile* vocab_from = nullptr);
+
+// Writes the model to a fresh temporary file and returns its path (the caller
+// removes it).
+std::string write_synthetic_model_tmp(const SyntheticSpec& spec);
+
+}  // namespace clchat

@@ -1,0 +1,148 @@
+// Chat templates: each style's text for one conversation, written out by hand
+// from the templates chat_template.cpp cites; the incremental pieces add up to
+// the whole; detection by markers; the SmolLM2 file's template and default
+// system prompt.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/chat/template.h"
+#include "engine/gguf/gguf.h"
+#include "tests/test_support.h"
+
+namespace clchat {
+namespace {
+
+// system "S"; user "hi"; assistant " Hello!" (verbatim as generated, leading
+// space included); user "bye", awaiting the reply.
+const std::vector<Turn> k_turns = {
+    {Role::User, "hi"}, {Role::Assistant, " Hello!"}, {Role::User, "bye"}};
+
+struct StyleCase {
+  TemplateStyle style;
+  std::string expected;
+};
+
+const std::vector<StyleCase> k_cases = {
+    {TemplateStyle::ChatML,
+     "<|im_start|>system\nS<|im_end|>\n"
+     "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n Hello!<|im_end|>\n"
+     "<|im_start|>user\nbye<|im_end|>\n<|im_start|>assistant\n"},
+    {TemplateStyle::Llama2,
+     "[INST] <<SYS>>\nS\n<</SYS>>\n\nhi [/INST] Hello! </s>"
+     "<s>[INST] bye [/INST]"},
+    {TemplateStyle::Llama3,
+     "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
+     "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+     "<|start_header_id|>assistant<|end_header_id|>\n\n Hello!<|eot_id|>"
+     "<|start_header_id|>user<|end_header_id|>\n\nbye<|eot_id|>"
+     "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+    {TemplateStyle::Zephyr,
+     "<|system|>\nS</s>\n<|user|>\nhi</s>\n<|assistant|>\n Hello!</s>\n"
+     "<|user|>\nbye</s>\n<|assistant|>\n"},
+    {TemplateStyle::Gemma,
+     "<start_of_turn>user\nS\n\nhi<end_of_turn>\n<start_of_turn>model\n Hello!<end_of_turn>\n"
+     "<start_of_turn>user\nbye<end_of_turn>\n<start_of_turn>model\n"},
+    {TemplateStyle::Plain, "S\n\nUser: hi\nAssistant: Hello!\nUser: bye\nAssistant:"},
+};
+
+TEST(ChatTemplate, FullConversationPerStyle) {
+  for (const StyleCase& c : k_cases) {
+    const ChatTemplate t(c.style);
+    EXPECT_EQ(t.format("S", k_turns).text, c.expected) << t.name();
+  }
+}
+
+TEST(ChatTemplate, IncrementalTurnsAddUpToTheFullText) {
+  for (const StyleCase& c : k_cases) {
+    const ChatTemplate t(c.style);
+    for (const std::string system : {"S", ""}) {
+      // What a session prefills: turn 1, the generated reply, then turn 2
+      // (which starts by closing the reply).
+      const std::string incremental =
+          t.next_turn("hi", system, true).text + " Hello!" + t.next_turn("bye", system, false).text;
+      EXPECT_EQ(incremental, t.format(system, k_turns).text)
+          << t.name() << " system '" << system << "'";
+      // A finished conversation ends with the reply's end marker.
+      const std::vector<Turn> two(k_turns.begin(), k_turns.begin() + 2);
+      EXPECT_EQ(t.next_turn("hi", system, true).text + " Hello!" + t.assistant_end().text,
+                t.format(system, two).text)
+          << t.name();
+    }
+  }
+}
+
+TEST(ChatTemplate, NoSystemPrompt) {
+  const std::vector<Turn> one = {{Role::User, "hi"}};
+  EXPECT_EQ(ChatTemplate(TemplateStyle::ChatML).format("", one).text,
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(ChatTemplate(TemplateStyle::Llama2).format("", one).text, "[INST] hi [/INST]");
+  EXPECT_EQ(ChatTemplate(TemplateStyle::Gemma).format("", one).text,
+            "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(ChatTemplate(TemplateStyle::Plain).format("", one).text, "User: hi\nAssistant:");
+}
+
+TEST(ChatTemplate, DetectsStylesByMarkers) {
+  EXPECT_EQ(detect_template_style("{{'<|im_start|>' + message['role'] + '\n'}}"),
+            TemplateStyle::ChatML);
+  EXPECT_EQ(detect_template_style(
+                "{% set content = '<|start_header_id|>' + message['role'] + "
+                "'<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' %}"),
+            TemplateStyle::Llama3);
+  EXPECT_EQ(detect_template_style("{{ '<start_of_turn>' + role + '\n' }}"), TemplateStyle::Gemma);
+  EXPECT_EQ(detect_template_style("{{ '<|user|>\n' + message['content'] + eos_token }}"),
+            TemplateStyle::Zephyr);
+  EXPECT_EQ(detect_template_style("{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}"),
+            TemplateStyle::Llama2);
+  EXPECT_EQ(detect_template_style("{{ messages | tojson }}"), std::nullopt);
+  EXPECT_EQ(detect_template_style(""), std::nullopt);
+}
+
+TEST(ChatTemplate, NamesRoundTripAndOverride) {
+  for (const StyleCase& c : k_cases) {
+    EXPECT_EQ(template_style_from_name(template_style_name(c.style)), c.style);
+  }
+  EXPECT_EQ(template_style_from_name("Llama-3"), TemplateStyle::Llama3);
+  EXPECT_EQ(template_style_from_name("ChatML"), TemplateStyle::ChatML);
+  EXPECT_EQ(template_style_from_name("vicuna"), std::nullopt);
+}
+
+TEST(ChatTemplate, DefaultSystemPromptOnlyWhenLiteral) {
+  EXPECT_EQ(extract_default_system_prompt(
+                "{{ '<|im_start|>system\\nYou are Bob<|im_end|>\\n' }}{{ '<|im_start|>' }}"),
+            "You are Bob");
+  EXPECT_EQ(extract_default_system_prompt(
+                "{{'<|im_start|>system\n' + message['content'] + '<|im_end|>'}}"),
+            "");
+  EXPECT_EQ(extract_default_system_prompt("{{ '[INST] ' }}"), "");
+}
+
+TEST(ChatTemplate, SmolLM2FileIsChatMLWithItsDefaultSystemPrompt) {
+  const auto file = GgufFile::open(test::shared_file("models/SmolLM2-135M-Instruct.Q4_1.gguf"));
+  std::string note;
+  const ChatTemplate t = ChatTemplate::from_gguf(*file, "", &note);
+  EXPECT_EQ(t.style(), TemplateStyle::ChatML);
+  EXPECT_EQ(t.default_system(),
+            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  EXPECT_EQ(note, "");
+  // An override picks the style; the default system prompt belongs to
+  // SmolLM2's own ChatML template and is not carried over.
+  const ChatTemplate o = ChatTemplate::from_gguf(*file, "llama3");
+  EXPECT_EQ(o.style(), TemplateStyle::Llama3);
+  EXPECT_EQ(o.default_system(), "");
+  EXPECT_THROW(ChatTemplate::from_gguf(*file, "nonsense"), std::invalid_argument);
+}
+
+TEST(ChatTemplate, ModelWithoutTemplateIsPlain) {
+  const auto file = GgufFile::open(test::shared_file("models/stories260K.gguf"));
+  std::string note;
+  const ChatTemplate t = ChatTemplate::from_gguf(*file, "", &note);
+  EXPECT_EQ(t.style(), TemplateStyle::Plain);
+  EXPECT_EQ(t.default_system(), "");
+  EXPECT_EQ(note, "");
+}
+
+}  // namespace
+}  // namespace clchat

@@ -1,0 +1,317 @@
+// The kernels of kernels/matmul.cl (matmul, embed_rows) and
+// kernels/prefill_ops.cl (rmsnorm_rows, rope_kv_rows, silu_mul) on the OpenCL
+// test device (PoCL unless CLCHAT_TEST_DEVICE says otherwise) against float64
+// references on random inputs, every weight type a row allows:
+//   - matmul at the shapes of the reference models' prefill (row lengths 8,
+//     64, 128, 172 (F32/F16 only: not whole blocks), 576, 1536), token counts
+//     1, 7, 33, 100, plain, accumulating into a residual, and writing into a
+//     column range of a wider output (the stacked q;k;v when types differ);
+//     with the device's tuning, the GPU tuning and an odd one (1 row per
+//     work-item, tiles of 3 x 10), so edge tiles are tested on a CPU too;
+//   - embed_rows for every type, ids read from the device at an offset.
+//   - on NVIDIA's OpenCL only (skipped elsewhere, saying so): the tensor-core
+//     kernel kernels/matmul_mma.cl for the quantized types, same cases, with
+//     the default tile, a 2 x 2-warp one, a small odd one (1 warp, 1 block
+//     per stage) and a 3-block-stage one without the fp16 lo half of the
+//     activations.
+// The reference multiplies the floats the same quantized bytes decode to, so
+// ||delta|| / ||ref|| <= 1e-4 for F32/F16 and <= 1e-3 for quantized weights.
+// Outputs are NaN-poisoned before each launch, with poisoned padding after
+// them (and around the written column range) that must stay NaN.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "engine/cl/prefill.h"
+#include "tests/cl/cl_test_support.h"
+
+namespace clchat {
+namespace {
+
+using test::cl_buffer;
+using test::cl_poison;
+using test::cl_read;
+using test::TestMatrix;
+
+constexpr size_t k_pad = 16;
+
+double tolerance(GgmlType t) { return test::is_quantized(t) ? 1e-3 : 1e-4; }
+
+const std::string& build_options() {
+  static const std::string o =
+      KernelTuning::for_device(test::cl_test_runtime().device()).build_options;
+  return o;
+}
+
+// The tunings every matmul test runs with.
+std::vector<PrefillTuning> matmul_tunings() {
+  const PrefillTuning device = PrefillTuning::for_device(test::cl_test_runtime().device());
+  PrefillTuning gpu;  // the struct's defaults are the GPU ones
+  PrefillTuning odd = device, odd_direct = device;
+  odd.mm_direct = false;
+  odd.mm_vr = 1;
+  odd.mm_nr = 3;
+  odd.mm_wt = 5;
+  odd.mm_nt = 2;
+  odd_direct.mm_direct = true;
+  odd_direct.mm_vr = 3;
+  odd_direct.mm_nr = 2;
+  odd_direct.mm_wt = 5;
+  odd_direct.mm_nt = 3;
+  return {device, gpu, odd, odd_direct};
+}
+
+std::string describe(const PrefillTuning& t) {
+  return "vr " + std::to_string(t.mm_vr) + " nr " + std::to_string(t.mm_nr) + " wt " +
+         std::to_string(t.mm_wt) + " nt " + std::to_string(t.mm_nt) +
+         (t.mm_direct ? " direct" : "");
+}
+
+// Programs built once per binary, by stem and defines.
+ClKernel build_kernel(const std::string& stem, const std::string& defines, const char* name) {
+  static std::map<std::string, ClProgram> programs;
+  const ClRuntime& rt = test::cl_test_runtime();
+  auto& p = programs[stem + defines];
+  if (!p) p = rt.build_program(stem, kernel_source(stem), build_options() + defines);
+  return rt.create_kernel(p, name);
+}
+
+ClKernel matmul_kernel(GgmlType type, const PrefillTuning& t, const char* name = "matmul") {
+  return build_kernel("matmul", ClPrefill::matmul_defines(type, t), name);
+}
+
+bool device_is_nvidia() {
+  return test::cl_test_runtime().device().platform_name.find("NVIDIA") != std::string::npos;
+}
+
+// The tilings of the tensor-core tests.
+std::vector<PrefillTuning> mma_tunings() {
+  PrefillTuning def, square, small, wide;
+  square.mma_mi = 2;
+  square.mma_nj = 4;
+  square.mma_wr = 2;
+  square.mma_wn = 2;
+  small.mma_mi = 1;
+  small.mma_nj = 1;
+  small.mma_wr = 1;
+  small.mma_wn = 1;
+  small.mma_kb = 1;
+  wide.mma_mi = 1;
+  wide.mma_nj = 2;
+  wide.mma_wr = 3;
+  wide.mma_wn = 2;
+  wide.mma_kb = 3;
+  wide.mma_split = false;
+  return {def, square, small, wide};
+}
+
+std::string describe_mma(const PrefillTuning& t) {
+  return "mma mi " + std::to_string(t.mma_mi) + " nj " + std::to_string(t.mma_nj) + " wr " +
+         std::to_string(t.mma_wr) + " wn " + std::to_string(t.mma_wn) + " kb " +
+         std::to_string(t.mma_kb) + (t.mma_split ? " split" : " fp16");
+}
+
+void run_2d(const ClKernel& k, size_t g0, size_t g1, size_t l0, size_t l1) {
+  const ClRuntime& rt = test::cl_test_runtime();
+  const size_t global[2] = {g0, g1}, local[2] = {l0, l1};
+  cl_check(clEnqueueNDRangeKernel(rt.queue(), k.get(), 2, nullptr, global, l0 ? local : nullptr, 0,
+                                  nullptr, nullptr),
+           "clEnqueueNDRangeKernel");
+  rt.finish();
+}
+
+// Launches matmul over n_tok tokens.
+void run_matmul(const ClKernel& k, const PrefillTuning& t, int rows, int n_tok) {
+  run_2d(k, test::round_up(size_t(rows), size_t(t.tile_rows())) / t.tile_rows() * t.mm_nr,
+         test::round_up(size_t(n_tok), size_t(t.tile_tokens())) / t.tile_tokens() * t.mm_nt,
+         size_t(t.mm_nr), size_t(t.mm_nt));
+}
+
+// ---- matmul -------------------------------------------------------------------
+
+struct MatmulShape {
+  const char* name;
+  int n_in, rows;
+};
+constexpr MatmulShape k_shapes[] = {
+    {"tiny_qkv", 8, 24},         {"stories_gate", 64, 172}, {"stories_down", 172, 64},
+    {"synthetic_qkv", 128, 256}, {"smollm2_qkv", 576, 960}, {"smollm2_down", 1536, 576},
+    {"stories_output", 64, 512},
+};
+constexpr int k_token_counts[] = {1, 7, 33, 100};
+
+struct MatmulCase {
+  MatmulShape shape;
+  GgmlType type;
+};
+void PrintTo(const MatmulCase& c, std::ostream* os) {
+  *os << c.shape.name << " " << c.shape.n_in << "x" << c.shape.rows << " "
+      << ggml_type_name(c.type);
+}
+
+std::vector<MatmulCase> matmul_cases() {
+  std::vector<MatmulCase> cases;
+  for (const MatmulShape& s : k_shapes) {
+    for (GgmlType t : test::types_for_row(s.n_in)) cases.push_back({s, t});
+  }
+  return cases;
+}
+
+class ClMatmul : public testing::TestWithParam<MatmulCase> {};
+
+// Launches a matmul kernel (set up by the caller) over n_tok tokens.
+using Launch = std::function<void(const ClKernel&, int n_tok)>;
+
+// out[t] = W x[t]; out[t] += W x[t]; and out[t][off .. off + rows) = W x[t]
+// inside rows of ld = rows + 2 * off columns, for every token count, with
+// each kernel variant (kernel, its launch, a description).
+struct Variant {
+  ClKernel kernel;
+  Launch launch;
+  std::string name;
+};
+void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Variant>& variants) {
+  const uint32_t seed = uint32_t(shape.n_in * 131 + shape.rows);
+  const TestMatrix w = test::make_test_matrix(type, shape.n_in, shape.rows, seed);
+  const int max_tok = 100;
+  const auto x = test::random_floats(size_t(max_tok) * size_t(shape.n_in), seed + 1);
+  const auto init = test::random_floats(size_t(max_tok) * size_t(shape.rows), seed + 2);
+  const ClMem x_dev = cl_buffer(x);
+
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(v.name);
+    const ClKernel& k = v.kernel;
+    for (int n_tok : k_token_counts) {
+      SCOPED_TRACE("n_tok " + std::to_string(n_tok));
+      // float64 reference
+      std::vector<double> ref(size_t(n_tok) * size_t(shape.rows));
+      for (int tok = 0; tok < n_tok; ++tok) {
+        for (int r = 0; r < shape.rows; ++r) {
+          double s = 0;
+          for (int i = 0; i < shape.n_in; ++i) {
+            s += double(w.values[size_t(r) * shape.n_in + i]) * x[size_t(tok) * shape.n_in + i];
+          }
+          ref[size_t(tok) * shape.rows + r] = s;
+        }
+      }
+      for (int mode = 0; mode < 3; ++mode) {  // plain, accumulate, offset
+        SCOPED_TRACE(mode == 0 ? "plain" : mode == 1 ? "accumulate" : "offset");
+        const int off = mode == 2 ? 5 : 0;
+        const int ld = shape.rows + 2 * off;
+        const size_t n_out = size_t(n_tok) * size_t(ld) + k_pad;
+        const ClMem out = test::cl_test_runtime().alloc(n_out * 4);
+        cl_poison(out, n_out);
+        if (mode == 1) {
+          cl_check(clEnqueueWriteBuffer(test::cl_test_runtime().queue(), out.get(), CL_TRUE, 0,
+                                        size_t(n_tok) * shape.rows * 4, init.data(), 0, nullptr,
+                                        nullptr),
+                   "clEnqueueWriteBuffer");
+        }
+        set_args(k, w.dev.q, w.dev.s, cl_int(shape.n_in), cl_int(shape.rows), x_dev,
+                 cl_int(shape.n_in), cl_int(n_tok), out, cl_int(ld), cl_int(off),
+                 cl_int(mode == 1 ? 1 : 0));
+        v.launch(k, n_tok);
+        const auto got = cl_read(out, n_out);
+        std::vector<float> got_rows;
+        std::vector<double> want = ref;
+        size_t untouched_written = 0;
+        for (int tok = 0; tok < n_tok; ++tok) {
+          for (int c = 0; c < ld; ++c) {
+            const float v = got[size_t(tok) * ld + c];
+            if (c < off || c >= off + shape.rows) {
+              untouched_written += !std::isnan(v);
+            } else {
+              got_rows.push_back(v);
+            }
+          }
+        }
+        if (mode == 1) {
+          for (size_t e = 0; e < want.size(); ++e) want[e] += init[e];
+        }
+        EXPECT_LE(test::relative_error(got_rows, want), tolerance(type));
+        EXPECT_EQ(untouched_written, 0u) << "write outside the column range";
+        EXPECT_EQ(test::count_overwritten(got, size_t(n_tok) * ld), 0u) << "write past the end";
+      }
+    }
+  }
+}
+
+TEST_P(ClMatmul, PlainAccumulateAndOffsetMatchReference) {
+  const auto [shape, type] = GetParam();
+  std::vector<Variant> variants;
+  for (const PrefillTuning& t : matmul_tunings()) {
+    variants.push_back(
+        {matmul_kernel(type, t),
+         [t, rows = shape.rows](const ClKernel& k, int n_tok) { run_matmul(k, t, rows, n_tok); },
+         describe(t)});
+  }
+  check_matmul(shape, type, variants);
+}
+
+// The tensor-core kernel: quantized types only, NVIDIA only.
+TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
+  const auto [shape, type] = GetParam();
+  if (!ClPrefill::mma_type(type)) GTEST_SKIP() << "the tensor-core kernel takes quantized types";
+  if (!device_is_nvidia()) GTEST_SKIP() << "the tensor-core kernel runs on NVIDIA's OpenCL only";
+  std::vector<Variant> variants;
+  for (const PrefillTuning& t : mma_tunings()) {
+    variants.push_back({build_kernel("matmul_mma", ClPrefill::mma_defines(type, t), "matmul_mma"),
+                        [t, rows = shape.rows](const ClKernel& k, int n_tok) {
+                          run_2d(k,
+                                 test::round_up(size_t(rows), size_t(t.mma_tile_rows())) /
+                                     t.mma_tile_rows() * t.mma_threads(),
+                                 test::round_up(size_t(n_tok), size_t(t.mma_tile_tokens())) /
+                                     t.mma_tile_tokens(),
+                                 size_t(t.mma_threads()), 1);
+                        },
+                        describe_mma(t)});
+  }
+  check_matmul(shape, type, variants);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ClMatmul, testing::ValuesIn(matmul_cases()),
+                         [](const testing::TestParamInfo<MatmulCase>& info) {
+                           return std::string(info.param.shape.name) + "_" +
+                                  ggml_type_name(info.param.type);
+                         });
+
+// ---- embed_rows -----------------------------------------------------------------
+
+class ClEmbedRows : public testing::TestWithParam<GgmlType> {};
+
+TEST_P(ClEmbedRows, MatchesDequantizedRows) {
+  const GgmlType type = GetParam();
+  const int n_embd = 96, n_vocab = 50, n_tok = 9, id_off = 3;
+  const TestMatrix w = test::make_test_matrix(type, n_embd, n_vocab, 77 + uint32_t(type));
+  std::vector<int32_t> ids(size_t(id_off + n_tok));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 17 + 5) % n_vocab);
+  const ClMem ids_dev = cl_buffer(ids);
+  const size_t n_out = size_t(n_tok) * n_embd + k_pad;
+  const ClMem x = test::cl_test_runtime().alloc(n_out * 4);
+  cl_poison(x, n_out);
+  const ClKernel k = matmul_kernel(type, PrefillTuning{}, "embed_rows");
+  set_args(k, w.dev.q, w.dev.s, cl_int(n_embd), ids_dev, cl_int(id_off), cl_int(n_tok), x);
+  run_2d(k, size_t(n_embd), size_t(n_tok), 0, 0);
+  const auto got = cl_read(x, n_out);
+  std::vector<double> want;
+  for (int t = 0; t < n_tok; ++t) {
+    const int32_t row = ids[size_t(id_off + t)];
+    for (int i = 0; i < n_embd; ++i) want.push_back(w.values[size_t(row) * n_embd + i]);
+  }
+  EXPECT_LE(test::relative_error(std::span(got).first(want.size()), want), 1e-7);
+  EXPECT_EQ(test::count_overwritten(got, want.size()), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, ClEmbedRows,
+                         testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::Q4_0,
+                                         GgmlType::Q4_1, GgmlType::Q8_0),
+                         [](const testing::TestParamInfo<GgmlType>& info) {
+                           return std::string(ggml_type_name(info.param));
+                         });
+
+}  // namespace
+}  // namespace clchat

@@ -1,0 +1,394 @@
+// Batched prefill (ClPrefill) on the OpenCL test device (PoCL unless
+// CLCHAT_TEST_DEVICE says otherwise):
+//   - kernels/attention_prefill.cl against a float64 causal attention over a
+//     cache whose positions past the chunk are NaN (reading past the causal
+//     limit shows), chunk starts 0 and 37, 1..50 queries, GQA head layouts,
+//     with the device's tuning, odd tiles (5 queries x 3 keys) and 3 key
+//     lanes per query (5 queries x 6 keys, ATT_KS 3);
+//   - rmsnorm_rows, rope_kv_rows and silu_mul against float64 references;
+//   - ClForward::prefill_logits against CpuForward at every position
+//     (||delta|| / ||ref|| <= 1e-3) and ClForward::prefill's next token against
+//     N sequential decode steps, for chunk sizes 1, 7, 64 and 512 with prompts
+//     crossing chunk boundaries, prefill split over two calls (the second
+//     chunk attends to the cache of the first), on stories260K (F32),
+//     llama-2-tiny-random (F16) and small synthetic models of every type.
+// Outputs are NaN-poisoned before every launch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/cl/forward.h"
+#include "engine/cl/prefill.h"
+#include "engine/cpu/forward.h"
+#include "engine/cpu/ops.h"
+#include "engine/model/synthetic.h"
+#include "tests/cl/cl_test_support.h"
+
+namespace clchat {
+namespace {
+
+using test::cl_buffer;
+using test::cl_poison;
+using test::cl_read;
+
+const float k_nan = std::numeric_limits<float>::quiet_NaN();
+
+ClKernel build_kernel(const std::string& stem, const std::string& defines, const char* name) {
+  static std::map<std::string, ClProgram> programs;
+  const ClRuntime& rt = test::cl_test_runtime();
+  auto& p = programs[stem + defines];
+  if (!p) {
+    const std::string options =
+        KernelTuning::for_device(test::cl_test_runtime().device()).build_options;
+    p = rt.build_program(stem, kernel_source(stem), options + defines);
+  }
+  return rt.create_kernel(p, name);
+}
+
+void run_2d(const ClKernel& k, size_t g0, size_t g1, size_t l0, size_t l1) {
+  const ClRuntime& rt = test::cl_test_runtime();
+  const size_t global[2] = {g0, g1}, local[2] = {l0, l1};
+  cl_check(clEnqueueNDRangeKernel(rt.queue(), k.get(), 2, nullptr, global, l0 ? local : nullptr, 0,
+                                  nullptr, nullptr),
+           "clEnqueueNDRangeKernel");
+  rt.finish();
+}
+
+// ---- attention_prefill ------------------------------------------------------------
+
+struct HeadShape {
+  const char* name;
+  int n_head, n_head_kv, head_dim;
+};
+constexpr HeadShape k_head_shapes[] = {
+    {"stories", 8, 4, 8}, {"tiny", 2, 2, 4}, {"smollm2", 9, 3, 64}, {"synthetic", 4, 2, 32}};
+
+class ClAttentionPrefill : public testing::TestWithParam<HeadShape> {};
+
+TEST_P(ClAttentionPrefill, MatchesCausalReference) {
+  const HeadShape s = GetParam();
+  const int d = s.head_dim, n_embd = s.n_head * d, n_kv = s.n_head_kv * d;
+  const int n_ctx = 100, n_layers = 2, layer = 1;
+  const size_t layer_off = size_t(layer) * n_ctx * n_kv;
+  const PrefillTuning device = PrefillTuning::for_device(test::cl_test_runtime().device());
+  PrefillTuning odd = device, odd_lanes = device;
+  odd.att_tq = 5;
+  odd.att_tk = 3;
+  odd.att_ks = 1;
+  odd_lanes.att_tq = 5;  // 3 key lanes per query, 2 keys each per tile
+  odd_lanes.att_tk = 6;
+  odd_lanes.att_ks = 3;
+  for (const PrefillTuning& t : {device, odd, odd_lanes}) {
+    SCOPED_TRACE("att_tq " + std::to_string(t.att_tq) + " att_tk " + std::to_string(t.att_tk) +
+                 " att_ks " + std::to_string(t.att_ks));
+    const ClKernel k =
+        build_kernel("attention_prefill", ClPrefill::attention_defines(d, t), "attention_prefill");
+    for (int pos0 : {0, 37}) {
+      for (int n_tok : {1, 7, 50}) {
+        SCOPED_TRACE("pos0 " + std::to_string(pos0) + " n_tok " + std::to_string(n_tok));
+        const uint32_t seed = uint32_t(pos0 * 100 + n_tok + d);
+        const auto q = test::random_floats(size_t(n_tok) * n_embd, seed, -2.0f, 2.0f);
+        auto kc = test::random_floats(size_t(n_layers) * n_ctx * n_kv, seed + 1, -2.0f, 2.0f);
+        auto vc = test::random_floats(size_t(n_layers) * n_ctx * n_kv, seed + 2);
+        // NaN: layer 0 and positions past the chunk's last one.
+        for (size_t e = 0; e < kc.size(); ++e) {
+          const bool other_layer = e < layer_off;
+          const bool past = e >= layer_off + size_t(pos0 + n_tok) * n_kv;
+          if (other_layer || past) kc[e] = vc[e] = k_nan;
+        }
+        std::vector<double> ref(size_t(n_tok) * n_embd);
+        for (int tq = 0; tq < n_tok; ++tq) {
+          const int n_pos = pos0 + tq + 1;
+          for (int h = 0; h < s.n_head; ++h) {
+            const int kvh = h / (s.n_head / s.n_head_kv);
+            std::vector<double> p(static_cast<size_t>(n_pos));
+            double max = -INFINITY, sum = 0;
+            for (int tk = 0; tk < n_pos; ++tk) {
+              double dot = 0;
+              for (int i = 0; i < d; ++i) {
+                dot += double(q[size_t(tq) * n_embd + h * d + i]) *
+                       kc[layer_off + size_t(tk) * n_kv + kvh * d + i];
+              }
+              p[size_t(tk)] = dot / std::sqrt(double(d));
+              max = std::max(max, p[size_t(tk)]);
+            }
+            for (double& v : p) sum += (v = std::exp(v - max));
+            for (int i = 0; i < d; ++i) {
+              double o = 0;
+              for (int tk = 0; tk < n_pos; ++tk) {
+                o += p[size_t(tk)] * vc[layer_off + size_t(tk) * n_kv + kvh * d + i];
+              }
+              ref[size_t(tq) * n_embd + h * d + i] = o / sum;
+            }
+          }
+        }
+        const ClMem q_dev = cl_buffer(q), k_dev = cl_buffer(kc), v_dev = cl_buffer(vc);
+        const size_t n_out = ref.size() + 16;
+        const ClMem out = test::cl_test_runtime().alloc(n_out * 4);
+        cl_poison(out, n_out);
+        set_args(k, q_dev, k_dev, v_dev, cl_ulong(layer_off), cl_int(pos0), cl_int(n_tok),
+                 cl_int(s.n_head), cl_int(s.n_head_kv), out);
+        run_2d(k, size_t(s.n_head),
+               test::round_up(size_t(n_tok), size_t(t.att_tq)) * size_t(t.att_ks), 1,
+               size_t(t.att_tq) * size_t(t.att_ks));
+        const auto got = cl_read(out, n_out);
+        EXPECT_LE(test::relative_error(std::span(got).first(ref.size()), ref), 1e-4);
+        EXPECT_EQ(test::count_overwritten(got, ref.size()), 0u);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Heads, ClAttentionPrefill, testing::ValuesIn(k_head_shapes),
+                         [](const testing::TestParamInfo<HeadShape>& info) {
+                           return std::string(info.param.name);
+                         });
+
+// ---- rmsnorm_rows, rope_kv_rows, silu_mul ------------------------------------------
+
+const std::string k_ops_defines = " -DNORM_WG=16";
+
+TEST(ClPrefillOps, RmsnormRowsMatchesReference) {
+  const int n = 200, n_tok = 5, row0 = 2;
+  const auto x = test::random_floats(size_t(row0 + n_tok) * n, 3, -3.0f, 3.0f);
+  const auto g = test::random_floats(size_t(n), 4, 0.5f, 1.5f);
+  std::vector<double> ref;
+  for (int t = 0; t < n_tok; ++t) {
+    double ss = 0;
+    for (int i = 0; i < n; ++i)
+      ss += double(x[size_t(row0 + t) * n + i]) * x[size_t(row0 + t) * n + i];
+    const double scale = 1.0 / std::sqrt(ss / n + 1e-5);
+    for (int i = 0; i < n; ++i) ref.push_back(x[size_t(row0 + t) * n + i] * scale * g[size_t(i)]);
+  }
+  const ClMem x_dev = cl_buffer(x), g_dev = cl_buffer(g);
+  const size_t n_out = ref.size() + 16;
+  const ClMem out = test::cl_test_runtime().alloc(n_out * 4);
+  cl_poison(out, n_out);
+  const ClKernel k = build_kernel("prefill_ops", k_ops_defines, "rmsnorm_rows");
+  set_args(k, x_dev, cl_int(row0), cl_int(n), g_dev, 1e-5f, out);
+  run_2d(k, 16, size_t(n_tok), 16, 1);
+  const auto got = cl_read(out, n_out);
+  EXPECT_LE(test::relative_error(std::span(got).first(ref.size()), ref), 1e-5);
+  EXPECT_EQ(test::count_overwritten(got, ref.size()), 0u);
+}
+
+// q, k rotated (partial RoPE: n_rot 8 < head_dim 16), v copied, k and v at
+// positions pos0 + t of the cache layer.
+TEST(ClPrefillOps, RopeKvRowsMatchesReference) {
+  const int n_embd = 64, head_dim = 16, n_kv = 32, n_rot = 8, n_tok = 6, pos0 = 3, n_ctx = 16;
+  const float base = 10000.0f;
+  const int n_qkv = n_embd + 2 * n_kv;
+  const size_t layer_off = size_t(n_ctx) * n_kv;  // layer 1
+  const auto qkv = test::random_floats(size_t(n_tok) * n_qkv, 8);
+  std::vector<float> cs(size_t(n_ctx) * n_rot);
+  for (int p = 0; p < n_ctx; ++p) {
+    for (int i = 0; i < n_rot / 2; ++i) {
+      const double th = p * std::pow(double(base), -2.0 * i / n_rot);
+      cs[(size_t(p) * (n_rot / 2) + i) * 2] = float(std::cos(th));
+      cs[(size_t(p) * (n_rot / 2) + i) * 2 + 1] = float(std::sin(th));
+    }
+  }
+  std::vector<double> ref_q, ref_k(2 * layer_off, NAN), ref_v(2 * layer_off, NAN);
+  for (int t = 0; t < n_tok; ++t) {
+    std::vector<float> q(qkv.begin() + t * n_qkv, qkv.begin() + t * n_qkv + n_embd);
+    std::vector<float> k(qkv.begin() + t * n_qkv + n_embd, qkv.begin() + t * n_qkv + n_embd + n_kv);
+    cpu::rope(q.data(), n_embd / head_dim, head_dim, n_rot, pos0 + t, base);
+    cpu::rope(k.data(), n_kv / head_dim, head_dim, n_rot, pos0 + t, base);
+    ref_q.insert(ref_q.end(), q.begin(), q.end());
+    for (int i = 0; i < n_kv; ++i) {
+      ref_k[layer_off + size_t(pos0 + t) * n_kv + i] = k[size_t(i)];
+      ref_v[layer_off + size_t(pos0 + t) * n_kv + i] = qkv[size_t(t) * n_qkv + n_embd + n_kv + i];
+    }
+  }
+  const ClMem qkv_dev = cl_buffer(qkv), cs_dev = cl_buffer(cs);
+  const ClMem q = test::cl_test_runtime().alloc((ref_q.size() + 16) * 4);
+  const ClMem kc = test::cl_test_runtime().alloc(ref_k.size() * 4);
+  const ClMem vc = test::cl_test_runtime().alloc(ref_v.size() * 4);
+  cl_poison(q, ref_q.size() + 16);
+  cl_poison(kc, ref_k.size());
+  cl_poison(vc, ref_v.size());
+  const ClKernel k = build_kernel("prefill_ops", k_ops_defines, "rope_kv_rows");
+  set_args(k, qkv_dev, cl_int(n_tok), cl_int(n_embd), cl_int(n_kv), cl_int(head_dim), cl_int(n_rot),
+           cs_dev, cl_int(pos0), q, kc, vc, cl_ulong(layer_off));
+  run_2d(k, size_t(n_qkv / 2), size_t(n_tok), 0, 0);
+  const auto got_q = cl_read(q, ref_q.size() + 16);
+  EXPECT_LE(test::relative_error(std::span(got_q).first(ref_q.size()), ref_q), 1e-6);
+  EXPECT_EQ(test::count_overwritten(got_q, ref_q.size()), 0u);
+  for (auto [dev, ref] : {std::pair{&kc, &ref_k}, std::pair{&vc, &ref_v}}) {
+    const auto got = cl_read(*dev, ref->size());
+    std::vector<float> got_set;
+    std::vector<double> want;
+    size_t stray = 0;
+    for (size_t e = 0; e < got.size(); ++e) {
+      if (std::isnan((*ref)[e])) {
+        stray += !std::isnan(got[e]);
+      } else {
+        got_set.push_back(got[e]);
+        want.push_back((*ref)[e]);
+      }
+    }
+    EXPECT_LE(test::relative_error(got_set, want), 1e-6);
+    EXPECT_EQ(stray, 0u) << "cache written outside the chunk's positions";
+  }
+}
+
+TEST(ClPrefillOps, SiluMulMatchesReference) {
+  const int n = 100, n_tok = 3;
+  const auto g = test::random_floats(size_t(n) * n_tok, 11, -4.0f, 4.0f);
+  const auto u = test::random_floats(size_t(n) * n_tok, 12);
+  std::vector<double> ref;
+  for (size_t e = 0; e < g.size(); ++e)
+    ref.push_back(g[e] / (1.0 + std::exp(-double(g[e]))) * u[e]);
+  const ClMem g_dev = cl_buffer(g), u_dev = cl_buffer(u);
+  const ClKernel k = build_kernel("prefill_ops", k_ops_defines, "silu_mul");
+  set_args(k, g_dev, u_dev, cl_int(n), cl_int(n_tok));
+  run_2d(k, size_t(n), size_t(n_tok), 0, 0);
+  EXPECT_LE(test::relative_error(cl_read(g_dev, g.size()), ref), 1e-5);
+}
+
+// ---- whole prefill against the CPU reference and sequential decode ------------------
+
+struct TempModel {
+  std::string path;
+  Model model;
+  explicit TempModel(const std::string& p) : path(p), model(load_model(p)) {}
+  ~TempModel() { std::filesystem::remove(path); }
+};
+
+std::vector<int32_t> some_tokens(int n, int n_vocab) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(int32_t((1 + 7919 * i + 31 * i * i) % n_vocab));
+  return t;
+}
+
+// For each chunk size: logits of every position from prefill_logits (in two
+// calls, split at `split`) against CpuForward, and prefill's next token against
+// sequential decode steps of the same ClForward.
+void expect_prefill_matches(const Model& model, int n_tokens, std::vector<int> chunks, int split) {
+  const auto tokens = some_tokens(n_tokens, model.config.n_vocab);
+  CpuForward cpu(model, n_tokens);
+  std::vector<std::vector<float>> ref;
+  for (int p = 0; p < n_tokens; ++p) ref.push_back(cpu.forward(tokens[size_t(p)], p));
+  const int n_vocab = model.config.n_vocab;
+  for (int chunk : chunks) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    ClForwardOptions opt;
+    opt.n_ctx = n_tokens;
+    opt.prefill_chunk = chunk;
+    ClForward cl(model, test::cl_test_runtime(), opt);
+    ASSERT_EQ(cl.prefill_chunk(), std::min(chunk, n_tokens));
+    std::vector<float> first, second;
+    const std::span<const int32_t> all(tokens);
+    cl.prefill_logits(all.first(size_t(split)), 0, 0, first);
+    cl.prefill_logits(all.subspan(size_t(split)), split, 0, second);
+    ASSERT_EQ(first.size(), size_t(split) * n_vocab);
+    ASSERT_EQ(second.size(), size_t(n_tokens - split) * n_vocab);
+    first.insert(first.end(), second.begin(), second.end());
+    for (int p = 0; p < n_tokens; ++p) {
+      const std::vector<float> got(first.begin() + p * n_vocab, first.begin() + (p + 1) * n_vocab);
+      ASSERT_LE(test::relative_error(got, ref[size_t(p)]), 1e-3) << "position " << p;
+    }
+    // first_out skips the head for earlier positions
+    std::vector<float> tail;
+    cl.prefill_logits(all, 0, n_tokens - 3, tail);
+    ASSERT_EQ(tail.size(), size_t(3) * n_vocab);
+    EXPECT_LE(
+        test::relative_error(std::vector<float>(tail.end() - n_vocab, tail.end()), ref.back()),
+        1e-3);
+    // prefill's next token = the argmax after N sequential decode steps
+    const int32_t batched = cl.prefill(all, 0);
+    int32_t sequential = -1;
+    for (int p = 0; p < n_tokens; ++p) sequential = cl.decode_argmax(tokens[size_t(p)], p);
+    EXPECT_EQ(batched, sequential);
+    EXPECT_EQ(batched, cpu::argmax(ref.back()));
+  }
+}
+
+TEST(ClPrefill, Stories260KMatchesCpu) {
+  const Model model = load_model(test::shared_file("models/stories260K.gguf"));
+  expect_prefill_matches(model, 80, {1, 7, 64, 512}, 30);
+}
+
+TEST(ClPrefill, TinyRandomF16MatchesCpu) {
+  const Model model = load_model(test::shared_file("models/llama-2-tiny-random.gguf"));
+  expect_prefill_matches(model, 40, {7, 64}, 9);
+}
+
+SyntheticSpec small_spec(GgmlType layer_type, GgmlType embd_type, bool tied) {
+  SyntheticSpec s;
+  s.name = "test-prefill";
+  s.n_embd = 128;
+  s.n_layer = 2;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.n_ff = 256;
+  s.n_vocab = 512;
+  s.n_ctx = 1024;
+  s.layer_type = layer_type;
+  s.embd_type = embd_type;
+  s.tied = tied;
+  s.seed = 2000 + uint64_t(layer_type) * 10 + uint64_t(embd_type);
+  return s;
+}
+
+class ClPrefillSynthetic : public testing::TestWithParam<GgmlType> {};
+
+TEST_P(ClPrefillSynthetic, MatchesCpu) {
+  const GgmlType type = GetParam();
+  TempModel m(write_synthetic_model_tmp(
+      small_spec(type, type == GgmlType::Q4_0 ? GgmlType::Q8_0 : type, type != GgmlType::F16)));
+  expect_prefill_matches(m.model, 70, {7, 64}, 20);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, ClPrefillSynthetic,
+                         testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::Q4_0,
+                                         GgmlType::Q4_1, GgmlType::Q8_0),
+                         [](const testing::TestParamInfo<GgmlType>& info) {
+                           return std::string(ggml_type_name(info.param));
+                         });
+
+// A prompt longer than one 512-token chunk (Q4_1 layers, Q8_0 embedding).
+TEST(ClPrefill, CrossesChunkOf512) {
+  TempModel m(write_synthetic_model_tmp(small_spec(GgmlType::Q4_1, GgmlType::Q8_0, true)));
+  expect_prefill_matches(m.model, 600, {512}, 100);
+}
+
+// ---- clchat perplexity ---------------------------------------------------------
+
+// SmolLM2-135M Q4_1 on reference/ppl-text.txt with --ctx 512 (14 windows,
+// 3570 scored tokens): within 0.5% of the float64 reference's perplexity.
+// The device comes from CLCHAT_TEST_DEVICE (default cpu, i.e. PoCL).
+TEST(ClchatPerplexity, SmolLM2MatchesReference) {
+  const auto ref = nlohmann::json::parse(test::read_file(test::shared_file("reference/ppl.json")));
+  const double want = ref.at("ppl").get<double>();
+  const char* dev = std::getenv("CLCHAT_TEST_DEVICE");
+  const auto r = test::run_command(test::clchat_binary() + " perplexity -m " +
+                                   test::shared_file("models/SmolLM2-135M-Instruct.Q4_1.gguf") +
+                                   " -f " + test::shared_file("reference/ppl-text.txt") +
+                                   " --ctx 512 --device " + (dev && *dev ? dev : "cpu"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::printf("%s%s", r.out.c_str(), r.err.c_str());
+  const std::string key = "Final estimate: PPL = ";
+  const size_t at = r.out.rfind(key);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const double got = std::stod(r.out.substr(at + key.size()));
+  EXPECT_NEAR(got, want, 0.005 * want);
+  EXPECT_NE(r.out.find("[14]"), std::string::npos) << "expected 14 windows";
+}
+
+TEST(ClchatPerplexity, TooShortTextIsAUsageError) {
+  const auto r = test::run_command(
+      test::clchat_binary() + " perplexity -m " + test::shared_file("models/stories260K.gguf") +
+      " -f " + test::shared_file("reference/prompts.txt") + " --ctx 4096 --backend reference");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+}
+
+}  // namespace
+}  // namespace clchat

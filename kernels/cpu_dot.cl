@@ -44,9 +44,7 @@
 // at 12.6 G weights/s on 2 cores, 20.7 with a prefetch 8 rows ahead. In the
 // persistent decode kernel 8 and 16 rows took the token from ~12 ms to ~8
 // (16 a little ahead of 8, 4 and 32 behind; the VM's noise is ~10%).
-#ifndef PF_ROWS
 #define PF_ROWS 16
-#endif
 
 // Loops over a work-item's NR rows, unrolled so the accumulators stay in
 // registers (PoCL's pipeline left a 2-trip loop rolled, accumulators on the stack).

@@ -29,6 +29,10 @@ EngineOptions engine_options_from(const config::Config& c) {
   o.system_prompt = c.system_prompt;
   o.prefill_chunk = c.prefill_chunk;
   o.profiling = c.profiling;
+  o.switches.persistent_decode = c.engine.persistent_decode;
+  o.switches.tensor_cores = c.engine.tensor_cores;
+  o.switches.lookahead = c.engine.lookahead;
+  o.switches.kernel_cache = c.engine.kernel_cache;
   const auto& s = c.sampling;
   o.sampling.temperature = static_cast<float>(s.temperature);
   o.sampling.top_k = s.top_k;

@@ -1,6 +1,9 @@
 // `clchat bench`: prompt processing (pp) and generation (tg) speed, modelled
 // on llama-bench. Each test runs once as a warm-up, then -r times; the result
-// is tok/s as mean and standard deviation over the repetitions.
+// is tok/s as mean and standard deviation over the repetitions. --tune
+// KEY=VALUE sets any field of the engine's tuning (engine/cl/tuning.h) for
+// A/B runs; --tune help lists them with the device's defaults.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -27,6 +30,8 @@ struct BenchOptions {
   bool json = false;
   std::string device;
   bool profile = false;
+  EngineSwitches switches;
+  std::vector<std::string> tune;  // KEY=VALUE, or "help"
 };
 
 struct Sample {
@@ -77,7 +82,46 @@ void print_profile(const ProfileReport& p) {
   }
 }
 
+// The device's tuning with the switches and every --tune applied, checked
+// against the device (a bad value: UsageError).
+Tuning bench_tuning(const BenchOptions& opt, const DeviceInfo& device) {
+  try {
+    Tuning t = Tuning::for_device(device, opt.switches);
+    for (const std::string& kv : opt.tune) set_tuning(t, kv);
+    t.check(device);
+    return t;
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+}
+
+// --tune help: every key with its type, this device's default and what it
+// sets.
+void print_tuning_keys(const BenchOptions& opt) {
+  const DeviceInfo device = select_device(opt.device);
+  const Tuning t = Tuning::for_device(device, opt.switches);
+  std::printf("--tune KEY=VALUE keys (defaults for %s):\n", device.name.c_str());
+  for (const TuningKey& k : tuning_keys()) {
+    const std::string value = k.get(t);
+    std::printf("  %-19s %-6s %-60s default %s\n", std::string(k.name).c_str(),
+                std::string(k.type).c_str(), std::string(k.help).c_str(),
+                value.empty() ? "\"\"" : value.c_str());
+  }
+}
+
 void bench(const BenchOptions& opt) {
+  if (std::find(opt.tune.begin(), opt.tune.end(), "help") != opt.tune.end()) {
+    print_tuning_keys(opt);
+    return;
+  }
+  {  // unknown keys and malformed values before anything is loaded
+    Tuning any;
+    try {
+      for (const std::string& kv : opt.tune) set_tuning(any, kv);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+  }
   std::string path = opt.model_path;
   bool remove_after = false;
   std::string quant_name;
@@ -95,10 +139,13 @@ void bench(const BenchOptions& opt) {
   std::unique_ptr<ClForward> fwd;
   Model model;
   try {
+    const DeviceInfo device = select_device(opt.device);
+    ClForwardOptions fo;
+    fo.tuning = bench_tuning(opt, device);
     model = load_model(path);
-    rt = std::make_unique<ClRuntime>(select_device(opt.device), opt.profile);
-    const int n_ctx = opt.n_depth + std::max(opt.n_prompt, opt.n_gen) + 1;
-    fwd = std::make_unique<ClForward>(model, *rt, ClForwardOptions{n_ctx});
+    rt = std::make_unique<ClRuntime>(device, opt.profile, opt.switches.kernel_cache);
+    fo.n_ctx = opt.n_depth + std::max(opt.n_prompt, opt.n_gen) + 1;
+    fwd = std::make_unique<ClForward>(model, *rt, fo);
   } catch (...) {
     if (remove_after) std::filesystem::remove(path);
     throw;
@@ -160,8 +207,9 @@ void bench(const BenchOptions& opt) {
 
 }  // namespace
 
-void add_bench_command(CLI::App& app) {
+void add_bench_command(CLI::App& app, const EngineSwitches& engine) {
   auto opt = std::make_shared<BenchOptions>();
+  opt->switches = engine;
   auto* cmd = app.add_subcommand("bench", "Measure prompt processing and generation speed");
   auto* m = cmd->add_option("-m,--model", opt->model_path, "GGUF model file");
   auto* s = cmd->add_option("--synthetic", opt->synthetic,
@@ -186,6 +234,11 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", opt->json, "Print a JSON array of records, like llama-bench");
   cmd->add_option("--device", opt->device, "OpenCL device: cpu, gpu, INDEX or NAME substring");
   cmd->add_flag("--profile", opt->profile, "Per-kernel and per-layer device times (OpenCL events)");
+  add_engine_flags(*cmd, opt->switches);
+  cmd->add_option("--tune", opt->tune,
+                  "Set a decode or prefill tuning field for A/B runs (repeatable; --tune help "
+                  "lists the keys, their types and this device's defaults)")
+      ->type_name("KEY=VALUE");
   cmd->callback([opt] { bench(*opt); });
 }
 

@@ -153,6 +153,7 @@ void add_chat_options(CLI::App& app, ChatOptions& o) {
   app.add_option("--backend", e.backend, "reference (CPU) or opencl")
       ->capture_default_str()
       ->check(CLI::IsMember({"reference", "opencl"}));
+  add_engine_flags(app, e.switches);
   app.add_flag("--verbose", o.verbose, "A statistics line on stderr after every reply");
   app.add_flag("--cl-object-counts", o.cl_object_counts,
                "Line mode: live OpenCL objects by kind on stderr after every reply and at exit");

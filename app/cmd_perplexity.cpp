@@ -15,8 +15,8 @@
 #include <cstdio>
 
 #include "app/commands.h"
-#include "engine/model/backend.h"
 #include "engine/cl/forward.h"
+#include "engine/model/backend.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace clchat::app {
@@ -30,6 +30,7 @@ struct PerplexityOptions {
   int chunk = 512;
   std::string backend = "opencl";
   std::string device;
+  EngineSwitches switches;
 };
 
 std::string read_text(const std::string& path) {
@@ -67,10 +68,12 @@ void perplexity(const PerplexityOptions& opt) {
   if (opt.backend == "reference") {
     backend = make_reference_backend(model, n_ctx);
   } else {
-    runtime = std::make_unique<ClRuntime>(select_device(opt.device), false);
+    const DeviceInfo device = select_device(opt.device);
+    runtime = std::make_unique<ClRuntime>(device, false, opt.switches.kernel_cache);
     ClForwardOptions fo;
     fo.n_ctx = n_ctx;
     fo.prefill_chunk = opt.chunk;
+    fo.tuning = Tuning::for_device(device, opt.switches);
     backend = std::make_unique<ClForward>(model, *runtime, fo);
   }
   std::fprintf(stderr, "perplexity: %zu tokens, %d windows of %d, %s\n", tokens.size(), n_windows,
@@ -111,8 +114,9 @@ void perplexity(const PerplexityOptions& opt) {
 
 }  // namespace
 
-void add_perplexity_command(CLI::App& app) {
+void add_perplexity_command(CLI::App& app, const EngineSwitches& engine) {
   auto opt = std::make_shared<PerplexityOptions>();
+  opt->switches = engine;
   auto* cmd = app.add_subcommand("perplexity", "Perplexity on a text file (as llama-perplexity)");
   cmd->add_option("-m,--model", opt->model_path, "GGUF model file");
   cmd->add_option("-f,--file", opt->text_path, "Text file")->required();
@@ -126,6 +130,7 @@ void add_perplexity_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"opencl", "reference"}));
   cmd->add_option("--device", opt->device, "OpenCL device: cpu, gpu, INDEX or NAME substring");
+  add_engine_flags(*cmd, opt->switches);
   cmd->callback([opt] { perplexity(*opt); });
 }
 

@@ -8,9 +8,9 @@
 
 #include "app/cmd_chat.h"
 #include "app/commands.h"
-#include "engine/model/backend.h"
-#include "engine/cl/forward.h"
 #include "engine/cl/device_fit.h"
+#include "engine/cl/forward.h"
+#include "engine/model/backend.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace clchat::app {
@@ -33,6 +33,7 @@ struct RunOptions {
   uint64_t seed = 0;
   bool chat = false;
   bool verbose = false;
+  EngineSwitches switches;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -135,8 +136,11 @@ void run(const RunOptions& opt) {
     const DeviceInfo device = select_device(opt.device);
     try {
       check_model_fits(model, device);
-      runtime = std::make_unique<ClRuntime>(device, opt.profile);
-      auto forward = std::make_unique<ClForward>(model, *runtime, ClForwardOptions{n_ctx});
+      runtime = std::make_unique<ClRuntime>(device, opt.profile, opt.switches.kernel_cache);
+      ClForwardOptions fo;
+      fo.n_ctx = n_ctx;
+      fo.tuning = Tuning::for_device(device, opt.switches);
+      auto forward = std::make_unique<ClForward>(model, *runtime, fo);
       cl = forward.get();
       cl->set_debug(opt.debug);
       backend = std::move(forward);
@@ -162,14 +166,16 @@ ChatOptions chat_options(const RunOptions& opt) {
   c.engine.sampling.seed = opt.seed;
   c.engine.sampling.max_tokens = opt.n_predict;
   c.engine.profiling = opt.profile;
+  c.engine.switches = opt.switches;
   c.verbose = opt.verbose;
   return c;
 }
 
 }  // namespace
 
-void add_run_command(CLI::App& app) {
+void add_run_command(CLI::App& app, const EngineSwitches& engine) {
   auto opt = std::make_shared<RunOptions>();
+  opt->switches = engine;
   auto* cmd = app.add_subcommand("run", "Generate a continuation of one prompt");
   cmd->add_option("-m,--model", opt->model_path, "GGUF model file (default: the SmolLM2 model)");
   cmd->add_option("-p,--prompt", opt->prompt, "Prompt text; special tokens are recognised");
@@ -192,6 +198,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-c,--ctx", opt->n_ctx, "Context size (default: prompt + n, capped by the model)")
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--seed", opt->seed, "Random seed (sampling is greedy by default)");
+  add_engine_flags(*cmd, opt->switches);
   cmd->callback([opt] {
     if (opt->chat) {
       run_line_chat(chat_options(*opt), std::cin, stdout, stderr);

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/messages.h"
+
 namespace clchat::app {
 
 // Bad usage or bad input: exit code 2.
@@ -17,11 +19,16 @@ class UsageError : public std::runtime_error {
 
 void add_info_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
-void add_run_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
-void add_bench_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
-void add_perplexity_command(CLI::App& app);
+// Commands that build an OpenCL engine; `engine` holds the config file's
+// [engine] switches, which their flags override.
+void add_run_command(CLI::App& app, const EngineSwitches& engine);
+void add_bench_command(CLI::App& app, const EngineSwitches& engine);
+void add_perplexity_command(CLI::App& app, const EngineSwitches& engine);
+
+// --no-persistent, --no-tensor-cores, --no-lookahead, --kernel-cache DIR.
+void add_engine_flags(CLI::App& cmd, EngineSwitches& switches);
 
 // The model to use when -m is not given: $CLCHAT_MODEL, else the default
 // SmolLM2 GGUF under assets/models/ (beside the executable's source tree or the

@@ -30,13 +30,13 @@ int main(int argc, char** argv) {
   if (const int rc = clchat::app::load_config_defaults(argc, argv, screen, chat)) return rc;
   clchat::app::add_chat_options(app, chat);
   clchat::app::add_screen_options(app, screen);
-  clchat::app::add_run_command(app);
+  clchat::app::add_run_command(app, chat.engine.switches);
   clchat::app::add_tokenize_command(app);
   clchat::app::add_info_command(app);
   clchat::app::add_devices_command(app);
-  clchat::app::add_bench_command(app);
+  clchat::app::add_bench_command(app, chat.engine.switches);
   clchat::app::add_synth_command(app);
-  clchat::app::add_perplexity_command(app);
+  clchat::app::add_perplexity_command(app, chat.engine.switches);
   try {
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) return clchat::app::run_interactive(chat, screen);

@@ -12,8 +12,8 @@
 #include <toml.hpp>
 #include <vector>
 
-#include "config/xdg.h"
 #include "common/utf8.h"
+#include "config/xdg.h"
 
 namespace clchat::config {
 
@@ -181,6 +181,14 @@ void read_sampling(TableReader r, Sampling& s) {
   r.finish();
 }
 
+void read_engine(TableReader r, Engine& e) {
+  r.read("persistent_decode", e.persistent_decode);
+  r.read("tensor_cores", e.tensor_cores);
+  r.read("lookahead", e.lookahead);
+  r.read("kernel_cache", e.kernel_cache);
+  r.finish();
+}
+
 void read_keys(TableReader r, Keys& k) {
   r.read_function_key("toggle_panel", k.toggle_panel);
   r.read_function_key("toggle_debug", k.toggle_debug);
@@ -200,6 +208,7 @@ Config from_toml(const toml::value& root, const std::string& name) {
   r.read("profiling", c.profiling);
   r.read_choice("log_level", c.log_level, k_log_levels);
   read_sampling(r.sub("sampling"), c.sampling);
+  read_engine(r.sub("engine"), c.engine);
   read_ui(r.sub("ui"), c.ui);
   read_keys(r.sub("keys"), c.keys);
   r.finish();

@@ -56,6 +56,15 @@ struct Ui {
   Colors colors;
 };
 
+// The OpenCL engine's switches ([engine]; EngineSwitches in
+// engine/messages.h). Every subcommand that builds an OpenCL engine uses them.
+struct Engine {
+  bool persistent_decode = true;  // false: the multi-kernel plan for every token
+  bool tensor_cores = true;       // false: no tensor-core prefill (NVIDIA)
+  bool lookahead = true;          // false: no greedy steps queued ahead
+  std::string kernel_cache;  // empty: $CLCHAT_KERNEL_CACHE, else $XDG_CACHE_HOME/clchat/kernels
+};
+
 struct Config {
   std::string model;   // empty: $CLCHAT_MODEL, else assets/models/<default>
   std::string device;  // empty: first GPU, else first CPU; "cpu", "gpu", index, name part
@@ -66,6 +75,7 @@ struct Config {
   int prefill_chunk = 512;         // prompt tokens per prefill launch
   bool profiling = true;           // sampled per-layer timings for the panel
   Sampling sampling;
+  Engine engine;
   Ui ui;
   Keys keys;
   std::string log_level = "info";  // trace debug info warn error critical off

@@ -6,8 +6,8 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "engine/cl/forward.h"
 #include "engine/cl/device_fit.h"
+#include "engine/cl/forward.h"
 
 namespace clchat {
 
@@ -53,10 +53,13 @@ Worker::Worker(const EngineOptions& options, EventSink& sink,
     device_name = device.name;
     try {
       check_model_fits(model_, device);
-      runtime_ = std::make_unique<ClRuntime>(device, options.profiling);
+      runtime_ =
+          std::make_unique<ClRuntime>(device, options.profiling, options.switches.kernel_cache);
       // ClForward caps the cache at what the device memory allows.
       auto forward = std::make_unique<ClForward>(
-          model_, *runtime_, ClForwardOptions{n_ctx_wanted, std::max(options.prefill_chunk, 1)});
+          model_, *runtime_,
+          ClForwardOptions{n_ctx_wanted, std::max(options.prefill_chunk, 1),
+                           Tuning::for_device(device, options.switches)});
       prefill_chunk = forward->prefill_chunk();
       backend_ = std::move(forward);
     } catch (...) {

@@ -32,6 +32,19 @@ struct SamplingParams {
   bool greedy() const { return temperature <= 0.0f; }
 };
 
+// The OpenCL engine's switches for a user whose device misbehaves or who
+// wants the compiled kernels elsewhere: the [engine] table of the config
+// file and the --no-persistent, --no-tensor-cores, --no-lookahead and
+// --kernel-cache flags. (Every tunable is in engine/cl/tuning.h.)
+struct EngineSwitches {
+  bool persistent_decode = true;  // one kernel launch per decode step where eligible
+  bool tensor_cores = true;       // NVIDIA: prefill matmuls on tensor cores (after a self-test)
+  bool lookahead = true;          // greedy steps enqueued before the host asks for them
+  // Folder of compiled kernel binaries. Empty: $CLCHAT_KERNEL_CACHE, else
+  // $XDG_CACHE_HOME/clchat/kernels (~/.cache/clchat/kernels).
+  std::string kernel_cache;
+};
+
 struct EngineOptions {
   std::string model_path;
   std::string device;              // select_device() spec; "" = first GPU, else CPU
@@ -42,6 +55,7 @@ struct EngineOptions {
   SamplingParams sampling;
   int prefill_chunk = 512;  // tokens per prefill call
   bool profiling = false;   // LayerTimings events (needs a profiling queue)
+  EngineSwitches switches;  // OpenCL backend only
 };
 
 enum class Role { System, User, Assistant };

@@ -30,15 +30,19 @@ DeviceMatrix upload_tensor(const ClRuntime& rt, const GgufTensor* t) {
   return upload_matrix(rt, repack_tensor(*t));
 }
 
-// The device's tuning, with the attention work-group widened to cover a head.
-KernelTuning tuning_for(const ModelConfig& c, const DeviceInfo& device) {
+// The options' tuning (else the device's), checked, with the attention
+// work-group widened to cover a head.
+Tuning tuning_for(const ModelConfig& c, const DeviceInfo& device,
+                  const std::optional<Tuning>& given) {
   if (c.head_dim % 4 != 0) {
     throw std::runtime_error("head size " + std::to_string(c.head_dim) +
                              " is not a multiple of 4 (unsupported by the attention kernel)");
   }
-  KernelTuning t = KernelTuning::for_device(device);
-  while (t.att_wg < c.head_dim) t.att_wg *= 2;
-  if (size_t(t.att_wg) > device.max_work_group_size) {
+  Tuning t = given ? *given : Tuning::for_device(device);
+  t.check(device);
+  int& att_wg = t.decode.plan.att_wg;
+  while (att_wg < c.head_dim) att_wg *= 2;
+  if (size_t(att_wg) > device.max_work_group_size) {
     throw std::runtime_error("head size " + std::to_string(c.head_dim) +
                              " exceeds the work-group "
                              "limit of " +
@@ -52,7 +56,8 @@ KernelTuning tuning_for(const ModelConfig& c, const DeviceInfo& device) {
 ClForward::ClForward(const Model& model, ClRuntime& rt, const ClForwardOptions& options)
     : config_(model.config),
       rt_(rt),
-      programs_(rt, tuning_for(model.config, rt.device())),
+      tuning_(tuning_for(model.config, rt.device(), options.tuning)),
+      programs_(rt, tuning_.decode.plan),
       n_ctx_(options.n_ctx > 0 ? options.n_ctx : model.config.n_ctx_train),
       profiling_(rt.profiling()) {
   const ModelConfig& c = config_;
@@ -95,10 +100,6 @@ void ClForward::start_persistent_decode() {
   if (!persistent_ || persistent_->n_timeouts() > 0) {
     spdlog::warn("persistent decode kernel timed out on its first token; not used");
     persistent_.reset();
-    return;
-  }
-  if (persistent_->timing_only()) {
-    spdlog::warn("persistent decode kernel built for timing only (SKELETON): its tokens are wrong");
     return;
   }
   if (!(rel <= 1e-3) || device_token_ < 0) {
@@ -423,8 +424,9 @@ void ClForward::settle() {
 int32_t ClForward::decode_step(int32_t token, int pos, bool lookahead) {
   check_position(pos, 1);
   if (persistent_ && !debug_) {
-    const int32_t id = profiling_ ? persistent_traced_step(token, pos)
-                                  : persistent_step(token, pos, lookahead && use_lookahead_);
+    const int32_t id = profiling_
+                           ? persistent_traced_step(token, pos)
+                           : persistent_step(token, pos, lookahead && tuning_.decode.lookahead);
     if (id >= 0) return id;
     settle();
     device_token_ = -1;
@@ -551,7 +553,7 @@ void ClForward::make_prefill(int chunk) {
   m.ids = &ids_;
   m.n_ctx = n_ctx_;
   prefill_ = std::make_unique<ClPrefill>(config_, rt_, m, chunk, programs_.tuning().build_options,
-                                         PrefillTuning::for_device(rt_.device()));
+                                         tuning_.prefill);
 }
 
 void ClForward::prefill_logits(std::span<const int32_t> tokens, int pos, int first_out,

@@ -24,20 +24,21 @@
 
 #include <array>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "engine/model/backend.h"
 #include "engine/cl/persistent_decode.h"
 #include "engine/cl/prefill.h"
 #include "engine/cl/programs.h"
 #include "engine/cl/runtime.h"
+#include "engine/cl/tuning.h"
 #include "engine/cl/weights.h"
 #include "engine/forward_reports.h"
+#include "engine/model/backend.h"
 #include "engine/model/model.h"
 
 namespace clchat {
@@ -47,6 +48,9 @@ struct ClForwardOptions {
   // Batched prefill: tokens per chunk (matrix-matrix kernels, ClPrefill);
   // 1 = position by position through the decode plan.
   int prefill_chunk = 512;
+  // Unset: Tuning::for_device(the runtime's device). Checked against the
+  // device either way (std::invalid_argument names a bad value).
+  std::optional<Tuning> tuning = std::nullopt;
 };
 
 class ClForward final : public Backend {
@@ -127,6 +131,7 @@ class ClForward final : public Backend {
 
   const ModelConfig config_;
   ClRuntime& rt_;
+  const Tuning tuning_;  // checked; the plan's as ClPrograms fitted it is programs_.tuning()
   ClPrograms programs_;
   int n_ctx_ = 0;
   bool debug_ = false;
@@ -162,7 +167,6 @@ class ClForward final : public Backend {
   std::unique_ptr<ClPrefill> prefill_;            // batched prefill; null: chunk size 1
 
   static constexpr size_t k_lookahead = 2;
-  const bool use_lookahead_ = !std::getenv("CLCHAT_NO_LOOKAHEAD");  // for A/B measurements
   int32_t lookahead_token_ = -1;  // input of the oldest step in flight (the last id returned)
   int32_t device_token_ = -1;     // id known to be in ids_[0], or -1
   std::vector<ClEvent> events_;   // profiling events of the current token

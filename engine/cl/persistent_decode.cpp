@@ -7,15 +7,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include "engine/cl/forward.h"
 #include "engine/cl/fault_injection.h"
+#include "engine/cl/forward.h"
 
 #if defined(__x86_64__)
 #include <x86intrin.h>
@@ -42,12 +40,6 @@ size_t mem_size(const ClMem& m) {
   return n;
 }
 
-// The variable is set to something other than "" or "0".
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v && std::string(v) != "0";
-}
-
 bool is_block_type(GgmlType t) { return t != GgmlType::F32 && t != GgmlType::F16; }
 
 // TSC ticks per microsecond, measured against the steady clock over 20 ms
@@ -71,17 +63,18 @@ double tsc_ticks_per_us() {
 std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
   const ModelConfig& c = f.config_;
   const DeviceInfo& dev = f.rt_.device();
+  const DecodeTuning& tuning = f.tuning_.decode;
   auto no = [](const std::string& why) {
     spdlog::info("persistent decode kernel not used: {}", why);
     return nullptr;
   };
-  if (env_flag("CLCHAT_NO_PERSISTENT")) return no("CLCHAT_NO_PERSISTENT is set");
+  if (!tuning.persistent) return no("turned off (engine.persistent_decode, --no-persistent)");
   const bool cpu = dev.is_cpu;
   if (cpu) {
 #if !defined(__x86_64__)
     return no("the CPU kernel needs an x86-64 host");
 #endif
-    if (!f.programs_.tuning().cpu_kernels) return no("CPU kernels off (CLCHAT_CPU_KERNELS=0)");
+    if (!f.programs_.tuning().cpu_kernels) return no("CPU kernels off (cpu_kernels=0)");
     if (c.head_dim % 4 != 0) return no("head size not a multiple of 4");
   } else {
     if (dev.platform_name.find("NVIDIA") == std::string::npos) return no("not NVIDIA's OpenCL");
@@ -109,17 +102,15 @@ std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
   // work-group and work-group counts. CPU: one work-group of 2 per core
   // (PoCL runs one per worker thread; more cannot all be resident). NVIDIA:
   // one work-group of 512 per SM, else two of 256 per SM, else one (the
-  // kernel's registers decide; CLCHAT_PERSIST_PWG=256 or 512 keeps one
-  // size). CLCHAT_PERSIST_WGS sets work-groups per compute unit,
-  // CLCHAT_PERSIST_GROUPS their total (tests use a few, so that every stage
-  // gives a warp several rows).
+  // kernel's registers decide; DecodeTuning::persist_wg_size keeps one
+  // size). persist_wgs_per_cu sets work-groups per compute unit,
+  // persist_groups their total.
   const size_t cus = dev.compute_units;
   std::vector<Shape> shapes;
   if (cpu) {
     shapes = {{2, {cus}}};
   } else {
-    const int pwg =
-        std::getenv("CLCHAT_PERSIST_PWG") ? std::atoi(std::getenv("CLCHAT_PERSIST_PWG")) : 0;
+    const int pwg = tuning.persist_wg_size;
     if (pwg != 256) shapes.push_back({512, {cus}});
     if (pwg != 512) shapes.push_back({256, {2 * cus, cus}});
     // decode_persistent.cl's local memory: xl (padded), att_acc (a row of
@@ -134,12 +125,8 @@ std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
     if (shapes.empty()) return no("activations do not fit local memory");
   }
   for (Shape& s : shapes) {
-    if (const char* wgs = std::getenv("CLCHAT_PERSIST_WGS"); wgs && std::atoi(wgs) > 0) {
-      s.groups = {cus * size_t(std::atoi(wgs))};
-    }
-    if (const char* total = std::getenv("CLCHAT_PERSIST_GROUPS"); total && std::atoi(total) > 0) {
-      s.groups = {size_t(std::atoi(total))};
-    }
+    if (tuning.persist_wgs_per_cu > 0) s.groups = {cus * size_t(tuning.persist_wgs_per_cu)};
+    if (tuning.persist_groups > 0) s.groups = {size_t(tuning.persist_groups)};
   }
 
   std::unique_ptr<PersistentDecode> p(new PersistentDecode(f));
@@ -224,20 +211,16 @@ bool PersistentDecode::build(const std::vector<Shape>& shapes) {
     source += '\n';
   };
   defines += " -DATT_SPLIT_MAX=" + std::to_string(k_att_split_max);
-  // Positions per attention split (a tuning knob; the kernels' defaults are
-  // 128 on NVIDIA, 64 on CPU devices).
-  if (const char* v = std::getenv("CLCHAT_ATT_SPLIT_POS"); v && std::atoi(v) > 0) {
-    defines += " -DATT_SPLIT_POS=" + std::to_string(std::atoi(v));
-  }
-  // Developer knob for A/B runs of kernel variants in one build: extra
-  // build options (e.g. "-DATT_SPLIT_POS=64"), logged.
-  if (const char* v = std::getenv("CLCHAT_PERSIST_DEFINES"); v && *v) {
-    spdlog::info("persistent decode kernel: CLCHAT_PERSIST_DEFINES={}", v);
-    defines += std::string(" ") + v;
-    // -DSKELETON=N, N > 0: decode_persistent.cl's measurement build, whose
-    // tokens are wrong by design (the CPU kernel has no such knob).
-    const char* k = std::strstr(v, "-DSKELETON=");
-    timing_only_ = !cpu_ && k && std::atoi(k + std::strlen("-DSKELETON=")) > 0;
+  const DecodeTuning& decode = f_.tuning_.decode;
+  // Positions per attention split (the kernels' defaults are 128 on NVIDIA,
+  // 64 on CPU devices).
+  if (decode.att_split_pos > 0)
+    defines += " -DATT_SPLIT_POS=" + std::to_string(decode.att_split_pos);
+  // A/B runs of kernel variants in one build (clchat bench --tune
+  // persist_defines=...), logged.
+  if (!decode.persist_defines.empty()) {
+    spdlog::info("persistent decode kernel: persist_defines {}", decode.persist_defines);
+    defines += " " + decode.persist_defines;
   }
   bar_ = rt.alloc(4);
   abort_ = rt.alloc(4);
@@ -263,7 +246,7 @@ bool PersistentDecode::build(const std::vector<Shape>& shapes) {
     add("decode_persistent");
   }
   trace_ = rt.alloc((barriers_per_token_ + 1) * 8, true);
-  trace_all_ = env_flag("CLCHAT_PERSIST_TRACE");
+  trace_all_ = decode.trace;
   trace_sum_us_.assign(k_stages + 1, 0.0);
   for (const Shape& shape : shapes) {
     local_size_ = shape.local;

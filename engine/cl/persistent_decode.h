@@ -10,16 +10,16 @@
 // Eligibility (otherwise create() returns null and says why in the log):
 // NVIDIA with the warp-shuffle self-test passed (inline PTX) and head size a
 // power of two from 32 to 256, or a CPU device of an x86-64 host with the CPU kernels on
-// (CLCHAT_CPU_KERNELS) and head size a multiple of 4; all layers sharing
+// (KernelTuning::cpu_kernels) and head size a multiple of 4; all layers sharing
 // their weight types with Q/K/V stacked, the weights fitting one extra
 // allocation (they are copied into an arena so the kernel can address every
 // layer through offsets: OpenCL 1.2 has no device pointers), and a start-up
-// barrier test showing every work-group resident. CLCHAT_NO_PERSISTENT=1
-// turns the path off. NVIDIA: one work-group of 512 work-items per SM is
-// tried first, then two of 256 per SM, then one (CLCHAT_PERSIST_PWG=256 or
-// 512 keeps one size); CPU devices: one work-group per core (one per PoCL
-// worker thread). CLCHAT_PERSIST_WGS sets work-groups per compute unit,
-// CLCHAT_PERSIST_GROUPS their total.
+// barrier test showing every work-group resident. DecodeTuning::persistent
+// (engine/cl/tuning.h) turns the path off. NVIDIA: one work-group of 512
+// work-items per SM is tried first, then two of 256 per SM, then one
+// (persist_wg_size keeps one size); CPU devices: one work-group per core (one
+// per PoCL worker thread). persist_wgs_per_cu sets work-groups per compute
+// unit, persist_groups their total.
 #pragma once
 
 #include <cstdint>
@@ -48,9 +48,6 @@ class PersistentDecode {
   void enqueue(int token_index, int pos, bool traced = false);
   const ProfileReport& profile() const { return profile_; }
   int n_groups() const { return int(n_groups_); }
-  // Built for timing only (a SKELETON kernel): the host keeps it without
-  // checking its first token.
-  bool timing_only() const { return timing_only_; }
 
   // Lookahead for greedy decoding: the token at `pos` enqueued with the id in
   // ids[0] as its input (what the kernel before it chose), followed by a
@@ -116,7 +113,6 @@ class PersistentDecode {
   // splits) and per head the count of splits done.
   ClMem att_part_, att_count_;
   bool cpu_ = false;
-  bool timing_only_ = false;
   size_t n_groups_ = 0;
   size_t local_size_ = 256;
   uint32_t lead_barriers_ = 0;  // barriers before layer 0 (CPU: after the embedding)
@@ -125,8 +121,8 @@ class PersistentDecode {
   uint64_t n_enqueued_ = 0;  // tokens launched (CLCHAT_FAULT=barrier_timeout)
   int n_timeouts_ = 0;
   // Clock after every barrier: the GPU's in ns, the CPU's TSC in ticks.
-  // CLCHAT_PERSIST_TRACE=1 traces every token
-  // and logs the per-stage sums at the end.
+  // DecodeTuning::trace traces every token and logs the per-stage sums at
+  // the end.
   ClMem trace_;
   bool trace_all_ = false;
   bool trace_arg_ = false;  // the kernel's trace argument is set

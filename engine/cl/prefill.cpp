@@ -7,21 +7,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <stdexcept>
 
-#include "engine/cl/programs.h"
 #include "engine/cl/fault_injection.h"
+#include "engine/cl/programs.h"
 #include "engine/gguf/quant.h"
 
 namespace clchat {
 
 namespace {
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
 
 size_t ceil_div(size_t n, size_t m) { return (n + m - 1) / m; }
 
@@ -37,63 +31,6 @@ size_t elementwise_local(size_t global0, size_t device_max) {
 
 }  // namespace
 
-PrefillTuning PrefillTuning::for_device(const DeviceInfo& device) {
-  PrefillTuning t;
-  if (device.is_cpu) {
-    // 1 row x 12 tokens = 12 float8 accumulators + the weights + x (AVX2 has
-    // 16 registers); measured best of 1x8, 1x12, 2x4, 2x6, 3x4, 4x3 on PoCL.
-    t.mm_direct = true;
-    t.mm_vr = 1;
-    t.mm_nr = 16;
-    t.mm_wt = 12;
-    t.mm_nt = 1;
-    t.att_tq = 16;
-    t.att_tk = 32;
-    t.att_ks = 1;  // PoCL: one work-item per query already fills the cores
-    t.norm_wg = 16;
-  }
-  t.mm_vr = env_int("CLCHAT_MM_VR", t.mm_vr);
-  t.mm_nr = env_int("CLCHAT_MM_NR", t.mm_nr);
-  t.mm_wt = env_int("CLCHAT_MM_WT", t.mm_wt);
-  t.mm_nt = env_int("CLCHAT_MM_NT", t.mm_nt);
-  t.mm_direct = env_int("CLCHAT_MM_DIRECT", t.mm_direct ? 1 : 0) != 0;
-  t.att_tq = env_int("CLCHAT_ATT_TQ", t.att_tq);
-  t.att_tk = env_int("CLCHAT_ATT_TK", t.att_tk);
-  t.att_ks = env_int("CLCHAT_ATT_KS", t.att_ks);
-  // Tensor cores through inline PTX: NVIDIA's OpenCL only (still subject to
-  // the per-type self-test in ClPrefill::mma_ok).
-  t.mma =
-      device.platform_name.find("NVIDIA") != std::string::npos && env_int("CLCHAT_NO_MMA", 0) == 0;
-  t.mma_mi = env_int("CLCHAT_MMA_MI", t.mma_mi);
-  t.mma_nj = env_int("CLCHAT_MMA_NJ", t.mma_nj);
-  t.mma_wr = env_int("CLCHAT_MMA_WR", t.mma_wr);
-  t.mma_wn = env_int("CLCHAT_MMA_WN", t.mma_wn);
-  t.mma_kb = env_int("CLCHAT_MMA_KB", t.mma_kb);
-  t.mma_split = env_int("CLCHAT_MMA_SPLIT", t.mma_split ? 1 : 0) != 0;
-  t.mma_fit = env_int("CLCHAT_MMA_FIT", t.mma_fit ? 1 : 0) != 0;
-  if (t.mma_mi < 1 || t.mma_nj < 1 || t.mma_wr < 1 || t.mma_wn < 1 || t.mma_kb < 1 ||
-      size_t(t.mma_threads()) > device.max_work_group_size) {
-    throw std::invalid_argument("invalid MMA prefill tuning (MI " + std::to_string(t.mma_mi) +
-                                ", NJ " + std::to_string(t.mma_nj) + ", WR " +
-                                std::to_string(t.mma_wr) + ", WN " + std::to_string(t.mma_wn) +
-                                ", KB " + std::to_string(t.mma_kb) + ")");
-  }
-  const bool vr_ok = (t.mm_direct && t.mm_vr >= 1 && t.mm_vr <= 16) || t.mm_vr == 1 ||
-                     t.mm_vr == 2 || t.mm_vr == 4 || t.mm_vr == 8 || t.mm_vr == 16;
-  const size_t max_wg = device.max_work_group_size;
-  if (!vr_ok || t.mm_nr < 1 || t.mm_wt < 1 || t.mm_nt < 1 || t.att_tq < 1 || t.att_tk < 1 ||
-      size_t(t.mm_nr) * size_t(t.mm_nt) > max_wg || t.att_ks < 1 || t.att_tk % t.att_ks != 0 ||
-      size_t(t.att_tq) * size_t(t.att_ks) > max_wg) {
-    throw std::invalid_argument(
-        "invalid prefill tuning (MM_VR " + std::to_string(t.mm_vr) + ", MM_NR " +
-        std::to_string(t.mm_nr) + ", MM_WT " + std::to_string(t.mm_wt) + ", MM_NT " +
-        std::to_string(t.mm_nt) + ", ATT_TQ " + std::to_string(t.att_tq) + ", ATT_TK " +
-        std::to_string(t.att_tk) + ", ATT_KS " + std::to_string(t.att_ks) + ") for " + device.name);
-  }
-  while (size_t(t.norm_wg) > max_wg) t.norm_wg /= 2;
-  return t;
-}
-
 ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const PrefillModel& m, int chunk,
                      const std::string& build_options, const PrefillTuning& tuning)
     : config_(config),
@@ -103,7 +40,7 @@ ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const PrefillMode
       build_options_(build_options),
       tuning_(tuning) {
   if (chunk_ < 1) throw std::invalid_argument("prefill chunk must be at least 1");
-  profile_ = rt_.profiling() && env_int("CLCHAT_PREFILL_PROFILE", 0) != 0;
+  profile_ = rt_.profiling() && tuning_.profile;
   const ModelConfig& c = config_;
   const size_t n = size_t(chunk_);
   x_ = rt_.alloc(n * size_t(c.n_embd) * 4);
@@ -226,10 +163,10 @@ ClPrefill::Step ClPrefill::matmul_step(const DeviceMatrix& w, const ClMem& x, in
                                        const ClMem& out, int ld_out, int out_off, bool accumulate,
                                        const char* label) {
   Step s;
-  if (tuning_.mma && mma_type(w.type) && w.n_in % 32 == 0 && mma_ok(w.type)) {
+  if (tuning_.tensor_cores && mma_type(w.type) && w.n_in % 32 == 0 && mma_ok(w.type)) {
     // Fewer work-groups than compute units at a full chunk leave SMs idle
     // (wo and ffn_down: 576 rows): halve the tile's warps along rows until
-    // the grid covers the device (unless CLCHAT_MMA_FIT=0).
+    // the grid covers the device (PrefillTuning::mma_fit).
     PrefillTuning t = tuning_;
     const size_t units = rt_.device().compute_units;
     auto groups = [&] {
@@ -406,7 +343,8 @@ void ClPrefill::run(int n_tokens, int pos, const ClMem& last_x) {
 }
 
 // Device time per step label over the runs so far, to stderr (tuning aid:
-// CLCHAT_PREFILL_PROFILE=1 with a profiling queue, e.g. clchat bench --profile).
+// PrefillTuning::profile with a profiling queue: clchat bench --profile
+// --tune profile=1).
 void ClPrefill::report_profile(int n_tokens) {
   rt_.finish();
   std::vector<std::pair<std::string, double>> sums;

@@ -19,9 +19,8 @@
 // only that one position goes through the lm_head. run_logits() instead
 // computes the logits of every position from `first_out` on (perplexity).
 //
-// Tunables (kernels/matmul.cl, attention_prefill.cl), defaults per device type;
-// env for tuning experiments: CLCHAT_MM_VR, CLCHAT_MM_NR, CLCHAT_MM_WT,
-// CLCHAT_MM_NT, CLCHAT_MM_DIRECT, CLCHAT_ATT_TQ, CLCHAT_ATT_TK, CLCHAT_ATT_KS.
+// Tunables (kernels/matmul.cl, attention_prefill.cl): PrefillTuning
+// (engine/cl/tuning.h), defaults per device type.
 #pragma once
 
 #include <cstdint>
@@ -29,46 +28,11 @@
 #include <vector>
 
 #include "engine/cl/runtime.h"
+#include "engine/cl/tuning.h"
 #include "engine/cl/weights.h"
 #include "engine/model/model.h"
 
 namespace clchat {
-
-struct PrefillTuning {
-  int mm_vr = 4;     // matmul rows per work-item, as one vector (1, 2, 4, 8, 16)
-  int mm_nr = 16;    // matmul work-items along rows
-  int mm_wt = 4;     // matmul tokens per work-item
-  int mm_nt = 16;    // matmul work-items along tokens
-  int att_tq = 16;   // attention queries per work-group
-  int att_tk = 32;   // attention keys per local-memory tile
-  int att_ks = 8;    // attention work-items per query (key lanes; att_tk a multiple)
-  int norm_wg = 64;  // rmsnorm_rows work-group (power of two)
-  // matmul without local memory, vectorized along k (matmul.cl, CPU variant);
-  // then mm_vr may be any row count.
-  bool mm_direct = false;
-  // NVIDIA only: quantized weights through kernels/matmul_mma.cl (tensor-core
-  // mma.sync by inline PTX), per weight type after ClPrefill's self-test.
-  // CLCHAT_NO_MMA=1 keeps the portable kernel. Tile: mma_wr x mma_wn warps,
-  // each mma_mi x 16 rows by mma_nj x 8 tokens; mma_kb quant blocks per
-  // stage; mma_split: activations as fp16 hi + lo (see the kernel); mma_fit:
-  // fewer warps along rows for matrices whose grid would not cover the
-  // device (measured slower on the H200 at pp512: off). Defaults: the best
-  // tiling measured on the H200 (pp512, see the commit log); env
-  // CLCHAT_MMA_MI, _NJ, _WR, _WN, _KB, _SPLIT, _FIT.
-  bool mma = false;
-  int mma_mi = 1, mma_nj = 4, mma_wr = 8, mma_wn = 1, mma_kb = 4;
-  bool mma_split = true;
-  bool mma_fit = false;
-
-  int tile_rows() const { return mm_vr * mm_nr; }
-  int tile_tokens() const { return mm_wt * mm_nt; }
-  int mma_tile_rows() const { return mma_wr * mma_mi * 16; }
-  int mma_tile_tokens() const { return mma_wn * mma_nj * 8; }
-  int mma_threads() const { return mma_wr * mma_wn * 32; }
-  // GPUs: 16 x 16 work-items with 4 x 4 register tiles (64 x 64 outputs per
-  // work-group). CPUs: the direct variant, 1 row x 12 tokens per work-item.
-  static PrefillTuning for_device(const DeviceInfo& device);
-};
 
 // References into ClForward's weights and buffers.
 struct PrefillModel {
@@ -157,7 +121,7 @@ class ClPrefill {
   PrefillTuning tuning_;
   std::vector<std::pair<std::string, ClProgram>> programs_;  // by stem + defines
   std::vector<std::pair<GgmlType, bool>> mma_checked_;       // self-test results
-  bool profile_ = false;                                     // CLCHAT_PREFILL_PROFILE=1
+  bool profile_ = false;  // PrefillTuning::profile on a profiling queue
   std::vector<std::pair<std::string, ClEvent>> events_;
   void report_profile(int n_tokens);
 

@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 #include <vector>
 
@@ -17,46 +16,6 @@ std::string_view kernel_source(const std::string& stem) {
   auto it = sources.find(stem);
   if (it == sources.end()) throw std::logic_error("no embedded kernel source " + stem + ".cl");
   return it->second;
-}
-
-namespace {
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
-}  // namespace
-
-KernelTuning KernelTuning::for_device(const DeviceInfo& device) {
-  KernelTuning t;
-  if (device.is_cpu) {
-    t.tpr = 1;
-    t.rows = 32;  // matvec_cpu.cl: 16..64 measured alike; 32 splits 576 rows evenly on 2 cores
-    t.att_wg = 64;
-    t.argmax_wg = 64;
-    t.cpu_kernels = env_int("CLCHAT_CPU_KERNELS", 1) != 0;
-    t.cpu_nr = env_int("CLCHAT_NR", 4);  // 4 rows per item beat 2 (gate_up 213 -> 179 us)
-    t.cpu_fuse = env_int("CLCHAT_CPU_FUSE", 1) != 0;
-  }
-  t.tpr = env_int("CLCHAT_TPR", t.tpr);
-  t.rows = env_int("CLCHAT_ROWS", t.rows);
-  t.att_wg = env_int("CLCHAT_ATT_WG", t.att_wg);
-  auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
-  if (!pow2(t.tpr) || t.rows < 2 || t.rows % 2 != 0 || !pow2(t.att_wg) ||
-      size_t(t.matvec_wg()) > device.max_work_group_size ||
-      size_t(t.att_wg) > device.max_work_group_size) {
-    throw std::invalid_argument("invalid kernel tuning (TPR " + std::to_string(t.tpr) + ", ROWS " +
-                                std::to_string(t.rows) + ", ATT_WG " + std::to_string(t.att_wg) +
-                                ") for " + device.name);
-  }
-  if (t.cpu_kernels && (t.cpu_nr < 2 || t.cpu_nr % 2 != 0)) {
-    throw std::invalid_argument("invalid CPU kernel tuning (NR " + std::to_string(t.cpu_nr) + ")");
-  }
-  if (t.rows % t.cpu_nr != 0) t.cpu_nr = 2;  // ROWS is even
-  if (size_t(t.argmax_wg) > device.max_work_group_size) t.argmax_wg = 64;
-  const char* no_shfl = std::getenv("CLCHAT_NO_SHFL");
-  t.nv_shfl = device.platform_name.find("NVIDIA") != std::string::npos && t.tpr <= 32 &&
-              !(no_shfl && *no_shfl && std::string(no_shfl) != "0");
-  return t;
 }
 
 ClPrograms::ClPrograms(const ClRuntime& rt, KernelTuning tuning) : rt_(rt), tuning_(tuning) {

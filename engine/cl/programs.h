@@ -1,4 +1,5 @@
-// The OpenCL programs of the engine, built for one device with its tuning:
+// The OpenCL programs of the engine, built for one device with its tuning
+// (KernelTuning, engine/cl/tuning.h):
 // matvec.cl once per weight type in use (-DWTYPE=...), attention.cl and
 // argmax.cl once; on CPU devices matvec_cpu.cl, attention_cpu.cl and
 // argmax_cpu.cl instead (see KernelTuning::cpu_kernels). argmax is built
@@ -10,39 +11,10 @@
 #include <string>
 
 #include "engine/cl/runtime.h"
+#include "engine/cl/tuning.h"
 #include "engine/gguf/ggml_types.h"
 
 namespace clchat {
-
-struct KernelTuning {
-  int tpr = 8;          // work-items per matrix row (power of two)
-  int rows = 4;         // rows per work-group (even)
-  int att_wg = 128;     // attention work-group size (power of two)
-  int argmax_wg = 256;  // argmax work-group size (power of two)
-  std::string build_options = "-cl-std=CL1.2 -cl-mad-enable -cl-fast-relaxed-math";
-  // NVIDIA only: warp-shuffle reductions through inline PTX (no extension
-  // needed); kept only if the start-up self-test passes. CLCHAT_NO_SHFL=1
-  // forces the portable path.
-  bool nv_shfl = false;
-  // CPU devices: kernels/matvec_cpu.cl (whole rows per work-item, wide
-  // vectors, no barriers in the row loops) instead of matvec.cl when
-  // tpr == 1, attention_cpu.cl and argmax_cpu.cl (serial per work-group);
-  // each active matvec work-item computes cpu_nr rows. CLCHAT_CPU_KERNELS=0
-  // selects the portable kernels, CLCHAT_NR sets cpu_nr (even, dividing rows).
-  bool cpu_kernels = false;
-  int cpu_nr = 2;
-  // CPU kernels: the attention folded into qkv_rope and the argmax into the
-  // lm_head (32 launches fewer per SmolLM2 token). CLCHAT_CPU_FUSE=0: apart.
-  bool cpu_fuse = true;
-  // Tests: matvec_cpu.cl without its x86 builtin (F16C).
-  bool cpu_portable = false;
-
-  int matvec_wg() const { return tpr * rows; }
-  // GPUs: several work-items per row, coalesced block loads. CPUs (PoCL): one
-  // work-item per row, which PoCL vectorizes across rows. CLCHAT_TPR,
-  // CLCHAT_ROWS and CLCHAT_ATT_WG override (for tuning experiments).
-  static KernelTuning for_device(const DeviceInfo& device);
-};
 
 class ClPrograms {
  public:

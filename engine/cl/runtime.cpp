@@ -250,8 +250,10 @@ DeviceInfo select_device(const std::string& spec_in) {
   return *found;
 }
 
-ClRuntime::ClRuntime(const DeviceInfo& device, bool profiling)
-    : device_(device), profiling_(profiling) {
+ClRuntime::ClRuntime(const DeviceInfo& device, bool profiling, const std::string& kernel_cache)
+    : device_(device),
+      profiling_(profiling),
+      kernel_cache_(kernel_cache.empty() ? default_kernel_cache_dir() : kernel_cache) {
   cl_int err = CL_SUCCESS;
   const cl_context_properties props[] = {CL_CONTEXT_PLATFORM,
                                          cl_context_properties(device.platform), 0};
@@ -262,7 +264,7 @@ ClRuntime::ClRuntime(const DeviceInfo& device, bool profiling)
   cl_check(err, "clCreateCommandQueue");
 }
 
-std::string kernel_cache_dir() {
+std::string default_kernel_cache_dir() {
   if (const char* env = std::getenv("CLCHAT_KERNEL_CACHE"); env && *env) return env;
   std::filesystem::path base;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
@@ -313,7 +315,7 @@ ClProgram ClRuntime::build_program(const std::string& name, std::string_view sou
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(key));
   const std::filesystem::path cache_path =
-      std::filesystem::path(kernel_cache_dir()) / (name + "-" + hex + ".bin");
+      std::filesystem::path(kernel_cache_) / (name + "-" + hex + ".bin");
 
   cl_int err = CL_SUCCESS;
   // Cached binary first; any problem with it falls back to a source build.

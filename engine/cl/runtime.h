@@ -112,8 +112,11 @@ DeviceInfo select_device(const std::string& spec);
 // A context and in-order queue on one device.
 class ClRuntime {
  public:
-  ClRuntime(const DeviceInfo& device, bool profiling);
+  // `kernel_cache`: the folder of compiled program binaries; empty:
+  // default_kernel_cache_dir().
+  ClRuntime(const DeviceInfo& device, bool profiling, const std::string& kernel_cache = "");
   const DeviceInfo& device() const { return device_; }
+  const std::string& kernel_cache() const { return kernel_cache_; }
   cl_context context() const { return context_.get(); }
   cl_command_queue queue() const { return queue_.get(); }
   bool profiling() const { return profiling_; }
@@ -135,12 +138,14 @@ class ClRuntime {
  private:
   DeviceInfo device_;
   bool profiling_;
+  std::string kernel_cache_;
   ClContextHandle context_;
   ClQueue queue_;
 };
 
-// Directory for cached program binaries ($XDG_CACHE_HOME/clchat/kernels).
-std::string kernel_cache_dir();
+// Folder for cached program binaries when none is given: $CLCHAT_KERNEL_CACHE,
+// else $XDG_CACHE_HOME/clchat/kernels (~/.cache/clchat/kernels).
+std::string default_kernel_cache_dir();
 
 // Sets kernel arguments in order: set_args(k, buf, n, x) -> args 0, 1, 2.
 void set_arg(cl_kernel k, cl_uint index, const ClMem& m);

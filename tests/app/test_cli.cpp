@@ -2,6 +2,7 @@
 // info, run on both backends, exit codes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -179,6 +180,100 @@ TEST(Cli, BenchJsonRecordsOnePerTest) {
   const auto bad = test::run_command(test::clchat_binary() + " bench --device cpu -m " +
                                      test::shared_file("models/stories260K.gguf") + " -d -1");
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
+}
+
+// `clchat bench ARGS --json` on stories260K (tg4 only): its launches per token.
+int bench_launches_per_token(const std::string& args) {
+  const auto r = test::run_command(test::clchat_binary() + " bench --device cpu -m " +
+                                   test::shared_file("models/stories260K.gguf") +
+                                   " -p 0 -n 4 -r 1 --json " + args);
+  EXPECT_EQ(r.exit_code, 0) << args << ": " << r.err;
+  if (r.exit_code != 0) return -1;
+  const auto records = nlohmann::json::parse(r.out);
+  return records.at(0).at("launches_per_token").get<int>();
+}
+
+// The engine switches turn the one-launch persistent kernel off whichever way
+// they come: the flag, `--tune persistent=0`, the config file's [engine]
+// table. The other switches are accepted on every command that builds an
+// OpenCL engine.
+TEST(Cli, EngineSwitchesReachTheEngine) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "no persistent decode kernel for CPUs of this host";
+#endif
+  EXPECT_EQ(bench_launches_per_token(""), 1);
+  EXPECT_EQ(bench_launches_per_token("--no-lookahead --no-tensor-cores"), 1);
+  EXPECT_GT(bench_launches_per_token("--no-persistent"), 1);
+  EXPECT_GT(bench_launches_per_token("--tune persistent=0"), 1);
+  const test::TempDir dir;
+  const std::string config = dir.file("config.toml");
+  std::ofstream(config) << "[engine]\npersistent_decode = false\n";
+  const auto r =
+      test::run_command(test::clchat_binary() + " --config " + config + " bench --device cpu -m " +
+                        test::shared_file("models/stories260K.gguf") + " -p 0 -n 4 -r 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_GT(nlohmann::json::parse(r.out).at(0).at("launches_per_token").get<int>(), 1) << r.out;
+  // The plan gives the same ids as the kernel.
+  const auto run = test::run_command(
+      test::clchat_binary() + " run --device cpu --no-persistent --no-lookahead --no-tensor-cores" +
+      " -m " + test::shared_file("models/stories260K.gguf") + " -p 'Once upon a time' -n 60 --ids");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(trim(run.out), k_stories_ids);
+  const auto chat =
+      test::run_command("printf 'Once upon a time\\n' | " + test::clchat_binary() +
+                        " --device cpu --no-persistent --no-lookahead --no-tensor-cores -n 4 -m " +
+                        test::shared_file("models/stories260K.gguf"));
+  EXPECT_EQ(chat.exit_code, 0) << chat.err;
+  const auto ppl = test::run_command(
+      test::clchat_binary() + " perplexity --no-persistent --no-lookahead --no-tensor-cores" +
+      " --device cpu -c 64 -m " + test::shared_file("models/stories260K.gguf") + " -f " +
+      test::shared_file("models/SOURCE.md"));
+  EXPECT_EQ(ppl.exit_code, 0) << ppl.err;
+  for (const char* cmd : {"", "run ", "bench ", "perplexity "}) {
+    const auto help = test::run_command(test::clchat_binary() + " " + cmd + "--help");
+    for (const char* flag :
+         {"--no-persistent", "--no-tensor-cores", "--no-lookahead", "--kernel-cache DIR"}) {
+      EXPECT_NE(help.out.find(flag), std::string::npos) << cmd << flag;
+    }
+  }
+}
+
+// --kernel-cache DIR wins over $CLCHAT_KERNEL_CACHE, which is the fallback.
+TEST(Cli, KernelCacheFolder) {
+  const test::TempDir dir;
+  const std::string flag_dir = dir.file("flag"), env_dir = dir.file("env");
+  const auto r = test::run_command("CLCHAT_KERNEL_CACHE=" + env_dir + " " + test::clchat_binary() +
+                                   " run --device cpu --kernel-cache " + flag_dir + " -m " +
+                                   test::shared_file("models/stories260K.gguf") + " -p hi -n 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto n_binaries = [](const std::string& folder) {
+    size_t n = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(folder, ec)) {
+      n += e.path().extension() == ".bin";
+    }
+    return n;
+  };
+  EXPECT_GT(n_binaries(flag_dir), 0u);
+  EXPECT_EQ(n_binaries(env_dir), 0u);
+}
+
+TEST(Cli, BenchTuneRejectsUnknownKeysAndBadValues) {
+  const std::string bench = test::clchat_binary() + " bench --device cpu -m " +
+                            test::shared_file("models/stories260K.gguf") + " -p 0 -n 2 -r 1 ";
+  for (const std::string bad : {"bogus=1", "tpr=abc", "persistent=maybe", "tpr", "tpr=3"}) {
+    const auto r = test::run_command(bench + "--tune " + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << bad << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("clchat: ", 0), 0u) << r.err;
+    EXPECT_EQ(r.out, "") << bad;
+  }
+  const auto help = test::run_command(test::clchat_binary() + " bench --device cpu --tune help");
+  ASSERT_EQ(help.exit_code, 0) << help.err;
+  EXPECT_NE(help.out.find("persist_groups"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("tensor_cores"), std::string::npos) << help.out;
+  const auto ok = test::run_command(bench + "--json --tune cpu_fuse=0 --tune att_split_pos=8");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }
 
 TEST(Cli, ExitCodes) {

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -87,11 +88,12 @@ SyntheticSpec small_spec(GgmlType layer_type, GgmlType embd_type, bool tied) {
 }
 
 // Runs `tokens` through both passes, one position at a time, and compares the
-// logits at every position.
-void expect_logits_match_cpu(const Model& model, const std::vector<int32_t>& tokens) {
+// logits at every position. `tuning`: unset, the device's.
+void expect_logits_match_cpu(const Model& model, const std::vector<int32_t>& tokens,
+                             const std::optional<Tuning>& tuning = {}) {
   const int n_ctx = int(tokens.size());
   CpuForward cpu(model, n_ctx);
-  ClForward cl(model, test::cl_test_runtime(), ClForwardOptions{n_ctx});
+  ClForward cl(model, test::cl_test_runtime(), ClForwardOptions{n_ctx, 512, tuning});
   for (int pos = 0; pos < n_ctx; ++pos) {
     const std::vector<float> ref = cpu.forward(tokens[size_t(pos)], pos);
     const auto got = cl.decode_logits(tokens[size_t(pos)], pos);
@@ -99,22 +101,6 @@ void expect_logits_match_cpu(const Model& model, const std::vector<int32_t>& tok
         << "position " << pos;
   }
 }
-
-// Sets CLCHAT_TPR, CLCHAT_ROWS and CLCHAT_ATT_WG for its lifetime (ClForward
-// reads them through KernelTuning::for_device when it is constructed).
-class ScopedTuningEnv {
- public:
-  ScopedTuningEnv(int tpr, int rows, int att_wg) {
-    setenv("CLCHAT_TPR", std::to_string(tpr).c_str(), 1);
-    setenv("CLCHAT_ROWS", std::to_string(rows).c_str(), 1);
-    setenv("CLCHAT_ATT_WG", std::to_string(att_wg).c_str(), 1);
-  }
-  ~ScopedTuningEnv() {
-    unsetenv("CLCHAT_TPR");
-    unsetenv("CLCHAT_ROWS");
-    unsetenv("CLCHAT_ATT_WG");
-  }
-};
 
 // ---- logits against the CPU reference ------------------------------------------
 
@@ -209,20 +195,25 @@ TEST(ClForward, MixedQkvTypesLogitsMatchCpu) {
 // The whole pass with the multi-work-item-per-row matvec path and a wider
 // attention work-group, as a GPU would run it, and with ROWS 6 (a matvec
 // work-group that is not a power of two: its RMSNorm sum once lost values).
+// The persistent kernel is off, so every position runs the plan.
 TEST(ClForward, GpuLikeTuningsLogitsMatchCpu) {
   const Model stories = load_model(stories_path());
   const auto synth = synthetic_model(small_spec(GgmlType::Q4_1, GgmlType::Q8_0, false));
   for (const auto& [tpr, rows, att_wg] :
        {std::tuple{8, 16, 128}, std::tuple{4, 2, 256}, std::tuple{1, 6, 64}}) {
     SCOPED_TRACE("tpr " + std::to_string(tpr) + " rows " + std::to_string(rows));
-    const ScopedTuningEnv env(tpr, rows, att_wg);
+    Tuning t = Tuning::for_device(test::cl_test_runtime().device());
+    t.decode.persistent = false;
+    t.decode.plan.tpr = tpr;
+    t.decode.plan.rows = rows;
+    t.decode.plan.att_wg = att_wg;
     {
       SCOPED_TRACE("stories260K");
-      expect_logits_match_cpu(stories, some_tokens(10, stories.config.n_vocab));
+      expect_logits_match_cpu(stories, some_tokens(10, stories.config.n_vocab), t);
     }
     {
       SCOPED_TRACE("synthetic Q4_1");
-      expect_logits_match_cpu(synth->model, some_tokens(10, synth->model.config.n_vocab));
+      expect_logits_match_cpu(synth->model, some_tokens(10, synth->model.config.n_vocab), t);
     }
   }
 }

@@ -31,7 +31,7 @@ namespace {
 
 bool device_is_cpu() { return test::cl_test_runtime().device().is_cpu; }
 
-// Where create() takes the path (given the default environment).
+// Where create() takes the path (given the device's default tuning).
 bool persistent_expected() {
   const bool nvidia =
       test::cl_test_runtime().device().platform_name.find("NVIDIA") != std::string::npos;
@@ -71,43 +71,27 @@ SyntheticSpec spec_for(const PersistentCase& c) {
   return s;
 }
 
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    if (old) old_ = old;
-    had_ = old != nullptr;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
+// Options of n_ctx positions with the test device's tuning, `tune` applied.
+ClForwardOptions options(int n_ctx, const std::function<void(DecodeTuning&)>& tune = {}) {
+  ClForwardOptions o;
+  o.n_ctx = n_ctx;
+  o.tuning = Tuning::for_device(test::cl_test_runtime().device());
+  if (tune) tune(o.tuning->decode);
+  return o;
+}
 
 // Logits of the persistent path at every position 0..299 against the CPU
-// reference.
-// `reshape` may change spec_for's shape.
+// reference. `reshape` may change spec_for's shape, `tune` the tuning.
 void expect_logits_match_cpu(const PersistentCase& c, int token_step,
-                             const std::function<void(SyntheticSpec&)>& reshape = {}) {
+                             const std::function<void(SyntheticSpec&)>& reshape = {},
+                             const std::function<void(DecodeTuning&)>& tune = {}) {
   SyntheticSpec spec = spec_for(c);
   if (reshape) reshape(spec);
   const std::string path = write_synthetic_model_tmp(spec);
   const Model model = load_model(path);
   const int n_ctx = 300;
   CpuForward cpu(model, n_ctx);
-  ClForward cl(model, test::cl_test_runtime(), ClForwardOptions{n_ctx});
+  ClForward cl(model, test::cl_test_runtime(), options(n_ctx, tune));
   ASSERT_TRUE(cl.persistent_decode()) << "see the log for why the path was not taken";
   for (int pos = 0; pos < n_ctx; ++pos) {
     const int32_t token = int32_t((1 + token_step * pos) % model.config.n_vocab);
@@ -133,8 +117,8 @@ TEST_P(PersistentDecodeTypes, LogitsMatchCpuAtEveryPosition) {
 // positions per split every position from 16 on uses 2..16 splits.
 TEST(PersistentDecode, AttentionSplitOverWorkGroupsMatchesCpu) {
   if (!persistent_expected()) GTEST_SKIP() << k_not_here;
-  ScopedEnv split("CLCHAT_ATT_SPLIT_POS", "8");
-  expect_logits_match_cpu({GgmlType::Q4_0, GgmlType::Q8_0, true}, 104729);
+  expect_logits_match_cpu({GgmlType::Q4_0, GgmlType::Q8_0, true}, 104729, {},
+                          [](DecodeTuning& t) { t.att_split_pos = 8; });
 }
 
 // Two work-groups: every stage gives a warp (NVIDIA) several rows, past the
@@ -145,14 +129,16 @@ TEST(PersistentDecode, AttentionSplitOverWorkGroupsMatchesCpu) {
 // heads of 64 sharing one KV head.
 TEST(PersistentDecode, FewWorkGroupsAndLongRowsMatchCpu) {
   if (!persistent_expected()) GTEST_SKIP() << k_not_here;
-  ScopedEnv groups("CLCHAT_PERSIST_GROUPS", "2");
   for (const GgmlType t : {GgmlType::Q4_1, GgmlType::Q8_0}) {
     SCOPED_TRACE(ggml_type_name(t));
-    expect_logits_match_cpu({t, GgmlType::Q8_0, true}, 7919, [](SyntheticSpec& s) {
-      s.n_ff = 1152;
-      s.n_head = 2;
-      s.n_head_kv = 1;
-    });
+    expect_logits_match_cpu(
+        {t, GgmlType::Q8_0, true}, 7919,
+        [](SyntheticSpec& s) {
+          s.n_ff = 1152;
+          s.n_head = 2;
+          s.n_head_kv = 1;
+        },
+        [](DecodeTuning& d) { d.persist_groups = 2; });
   }
 }
 
@@ -161,17 +147,18 @@ TEST(PersistentDecode, FewWorkGroupsAndLongRowsMatchCpu) {
 // kernel ignores the work-group size).
 TEST(PersistentDecode, LargeHeadsInBothWorkGroupSizesMatchCpu) {
   if (!persistent_expected()) GTEST_SKIP() << k_not_here;
-  for (const char* pwg : {"512", "256"}) {
-    ScopedEnv size("CLCHAT_PERSIST_PWG", pwg);
+  for (const int pwg : {512, 256}) {
     for (const int n_head : {2, 1}) {
-      SCOPED_TRACE(std::string("work-group ") + pwg + ", head size " +
+      SCOPED_TRACE("work-group " + std::to_string(pwg) + ", head size " +
                    std::to_string(256 / n_head));
-      expect_logits_match_cpu({GgmlType::Q4_0, GgmlType::Q8_0, true}, 7919,
-                              [n_head](SyntheticSpec& s) {
-                                s.n_embd = 256;
-                                s.n_head = n_head;
-                                s.n_head_kv = 1;
-                              });
+      expect_logits_match_cpu(
+          {GgmlType::Q4_0, GgmlType::Q8_0, true}, 7919,
+          [n_head](SyntheticSpec& s) {
+            s.n_embd = 256;
+            s.n_head = n_head;
+            s.n_head_kv = 1;
+          },
+          [pwg](DecodeTuning& d) { d.persist_wg_size = pwg; });
     }
   }
 }
@@ -193,7 +180,7 @@ TEST(PersistentDecode, SwitchingPathsKeepsTheGreedyIds) {
       write_synthetic_model_tmp(spec_for({GgmlType::Q4_0, GgmlType::Q8_0, true}));
   const Model model = load_model(path);
   auto greedy = [&](bool switching) {
-    ClForward cl(model, test::cl_test_runtime(), ClForwardOptions{64});
+    ClForward cl(model, test::cl_test_runtime(), options(64));
     if (!switching) cl.set_debug(true);  // debug mode always takes the plan
     std::vector<int32_t> ids{1};
     for (int pos = 0; pos < 60; ++pos) {
@@ -220,7 +207,7 @@ TEST(PersistentDecode, LookaheadKeepsIdsThroughInterruptions) {
   const Model model = load_model(path);
   const int n_vocab = model.config.n_vocab;
   auto run = [&](bool plan_only) {
-    ClForward cl(model, test::cl_test_runtime(), ClForwardOptions{96});
+    ClForward cl(model, test::cl_test_runtime(), options(96));
     cl.set_debug(plan_only);  // debug mode always takes the plan
     std::vector<int32_t> ids{1};
     int pos = 0;
@@ -250,6 +237,27 @@ TEST(PersistentDecode, LookaheadKeepsIdsThroughInterruptions) {
   std::filesystem::remove(path);
 }
 
+// The switches: persistent off keeps the plan for every step; lookahead off
+// keeps the kernel, one step at a time. Both give the kernel's greedy ids.
+TEST(PersistentDecode, SwitchesKeepTheGreedyIds) {
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
+  const std::string path =
+      write_synthetic_model_tmp(spec_for({GgmlType::Q8_0, GgmlType::Q8_0, true}));
+  const Model model = load_model(path);
+  auto greedy = [&](const std::function<void(DecodeTuning&)>& tune, bool want_kernel) {
+    ClForward cl(model, test::cl_test_runtime(), options(64, tune));
+    EXPECT_EQ(cl.persistent_decode(), want_kernel);
+    EXPECT_EQ(cl.launches_per_token() == 1, want_kernel);
+    std::vector<int32_t> ids{5};
+    for (int pos = 0; pos < 40; ++pos) ids.push_back(cl.decode_argmax(ids.back(), pos));
+    return ids;
+  };
+  const std::vector<int32_t> want = greedy({}, true);
+  EXPECT_EQ(greedy([](DecodeTuning& d) { d.persistent = false; }, false), want);
+  EXPECT_EQ(greedy([](DecodeTuning& d) { d.lookahead = false; }, true), want);
+  std::filesystem::remove(path);
+}
+
 // Profiling on the persistent path reads the kernel's own clock: one launch,
 // per-stage and per-layer times that add up, and the same ids as without it.
 TEST(PersistentDecode, ProfilingTimesComeFromTheKernel) {
@@ -259,7 +267,7 @@ TEST(PersistentDecode, ProfilingTimesComeFromTheKernel) {
   const Model model = load_model(path);
   ClRuntime rt(test::cl_test_runtime().device(), true);
   auto greedy = [&](bool profiling) {
-    ClForward cl(model, rt, ClForwardOptions{64});
+    ClForward cl(model, rt, options(64));
     EXPECT_TRUE(cl.persistent_decode());
     EXPECT_EQ(cl.launches_per_token(), 1);
     std::vector<int32_t> ids{3};
@@ -306,12 +314,13 @@ TEST(PersistentDecode, GroupsThatCannotAllRunKeepThePlan) {
     for (int pos = 0; pos < 20; ++pos) ids.push_back(cl.decode_argmax(ids.back(), pos));
     return ids;
   };
-  ClForward fast(model, test::cl_test_runtime(), ClForwardOptions{64});
+  ClForward fast(model, test::cl_test_runtime(), options(64));
   ASSERT_TRUE(fast.persistent_decode());
   const std::vector<int32_t> want = greedy(fast);
   {
-    ScopedEnv wgs("CLCHAT_PERSIST_WGS", device_is_cpu() ? "2" : "16");
-    ClForward cl(model, test::cl_test_runtime(), ClForwardOptions{64});
+    ClForward cl(model, test::cl_test_runtime(), options(64, [](DecodeTuning& d) {
+                   d.persist_wgs_per_cu = device_is_cpu() ? 2 : 16;
+                 }));
     EXPECT_FALSE(cl.persistent_decode());
     EXPECT_GT(cl.launches_per_token(), 1);
     EXPECT_EQ(greedy(cl), want);

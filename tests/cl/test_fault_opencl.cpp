@@ -31,14 +31,12 @@ std::string model_args() {
          " -c 64 -n 4";
 }
 
-// `clchat ARGS` with CLCHAT_FAULT=fault (and `extra_env`, NAME=VALUE words),
-// its state (log file) in `state`.
+// `clchat ARGS` with CLCHAT_FAULT=fault, its state (log file) in `state`.
 test::CommandResult clchat_with_fault(const std::string& fault, const test::TempDir& state,
-                                      const std::string& args, const std::string& input = "",
-                                      const std::string& extra_env = "") {
-  return test::run_command("( printf '" + input + "' | env CLCHAT_FAULT=" + fault + " " +
-                           extra_env + " XDG_STATE_HOME=" + state.path() + " " +
-                           test::clchat_binary() + " " + args + " )");
+                                      const std::string& args, const std::string& input = "") {
+  return test::run_command("( printf '" + input + "' | env CLCHAT_FAULT=" + fault +
+                           " XDG_STATE_HOME=" + state.path() + " " + test::clchat_binary() + " " +
+                           args + " )");
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -144,12 +142,12 @@ TEST(FaultOpenCL, BarrierTimeoutRecomputesTheTokenOnThePlan) {
   test::TempDir state;
   const auto plain = clchat_with_fault("", state, args);
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  // Is the kernel used here? With CLCHAT_PERSIST_TRACE=1 it says so at exit.
-  // NVIDIA's kernel wants heads of 32 or more (stories260K's are 8): there
-  // the plan runs and the hook has nothing to break. CPU devices of x86-64
-  // hosts always take the kernel.
-  const auto probe = clchat_with_fault("", state, args, "", "CLCHAT_PERSIST_TRACE=1");
-  const bool used = probe.err.find("persistent trace over") != std::string::npos;
+  // Is the kernel used here? With --profile, `run` prints the last token's
+  // launches: 1 on the kernel. NVIDIA's kernel wants heads of 32 or more
+  // (stories260K's are 8): there the plan runs and the hook has nothing to
+  // break. CPU devices of x86-64 hosts always take the kernel.
+  const auto probe = clchat_with_fault("", state, args + " --profile");
+  const bool used = probe.err.find("last token: 1 launches") != std::string::npos;
 #if defined(__x86_64__)
   if (device() == "cpu") {
     EXPECT_TRUE(used) << probe.err;

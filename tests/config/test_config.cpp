@@ -46,6 +46,10 @@ TEST(Config, DefaultTomlMatchesBuiltInDefaults) {
   EXPECT_EQ(c.sampling.repeat_last_n, d.sampling.repeat_last_n);
   EXPECT_EQ(c.sampling.seed, d.sampling.seed);
   EXPECT_EQ(c.sampling.max_tokens, d.sampling.max_tokens);
+  EXPECT_EQ(c.engine.persistent_decode, d.engine.persistent_decode);
+  EXPECT_EQ(c.engine.tensor_cores, d.engine.tensor_cores);
+  EXPECT_EQ(c.engine.lookahead, d.engine.lookahead);
+  EXPECT_EQ(c.engine.kernel_cache, d.engine.kernel_cache);
   EXPECT_EQ(c.ui.panel, d.ui.panel);
   EXPECT_EQ(c.ui.panel_width, d.ui.panel_width);
   EXPECT_EQ(c.ui.panel_min_columns, d.ui.panel_min_columns);
@@ -87,6 +91,56 @@ toggle_debug = "F9"
   EXPECT_EQ(c.ui.colors.accent, cc::Colors{}.accent);
   EXPECT_EQ(c.keys.toggle_debug, 9);
   EXPECT_EQ(c.keys.toggle_panel, 2);
+}
+
+// Every [engine] key is written out in default.toml (with its comment), not
+// only equal to the built-in default by being absent.
+TEST(Config, DefaultTomlListsTheEngineSwitches) {
+  std::ifstream in(std::filesystem::path(CLCHAT_SOURCE_DIR) / "config/default.toml");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t table = text.find("\n[engine]\n");
+  ASSERT_NE(table, std::string::npos);
+  for (const char* line : {"\npersistent_decode = true\n", "\ntensor_cores = true\n",
+                           "\nlookahead = true\n", "\nkernel_cache = \"\"\n"}) {
+    const size_t at = text.find(line);
+    EXPECT_NE(at, std::string::npos) << line;
+    EXPECT_GT(at, table) << line;
+    EXPECT_EQ(text[text.rfind('\n', at - 1) + 1], '#') << "no comment above " << line;
+  }
+}
+
+TEST(Config, EngineSwitches) {
+  const cc::Engine d;
+  EXPECT_TRUE(d.persistent_decode);
+  EXPECT_TRUE(d.tensor_cores);
+  EXPECT_TRUE(d.lookahead);
+  EXPECT_EQ(d.kernel_cache, "");
+  const auto c = cc::parse_config(R"(
+[engine]
+persistent_decode = false
+lookahead = false
+kernel_cache = "/tmp/k"
+)",
+                                  "t.toml");
+  EXPECT_FALSE(c.engine.persistent_decode);
+  EXPECT_TRUE(c.engine.tensor_cores);
+  EXPECT_FALSE(c.engine.lookahead);
+  EXPECT_EQ(c.engine.kernel_cache, "/tmp/k");
+  EXPECT_FALSE(cc::parse_config("[engine]\ntensor_cores = false\n", "t.toml").engine.tensor_cores);
+}
+
+TEST(Config, BadEngineSwitchesAreErrors) {
+  EXPECT_EQ(error_of("[engine]\npersistent_decode = \"no\"\n"),
+            "test.toml:2: engine.persistent_decode: expected true or false");
+  EXPECT_EQ(error_of("[engine]\n\ntensor_cores = 0\n"),
+            "test.toml:3: engine.tensor_cores: expected true or false");
+  EXPECT_EQ(error_of("[engine]\nlookahead = \"off\"\n"),
+            "test.toml:2: engine.lookahead: expected true or false");
+  EXPECT_EQ(error_of("[engine]\nkernel_cache = 1\n"),
+            "test.toml:2: engine.kernel_cache: expected a string");
+  EXPECT_EQ(error_of("[engine]\npersistent = false\n"),
+            "test.toml:2: engine.persistent: unknown setting (see config/default.toml)");
+  EXPECT_EQ(error_of("engine = true\n"), "test.toml:1: engine: expected a table [engine]");
 }
 
 TEST(Config, EmptyFileIsAllDefaults) {

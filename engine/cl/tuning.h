@@ -1,0 +1,157 @@
+// The OpenCL engine's tunables, typed: the multi-kernel decode plan
+// (KernelTuning), the persistent decode kernel and lookahead (DecodeTuning),
+// the batched prefill (PrefillTuning); Tuning holds the last two.
+//
+// for_device() gives a device's defaults (what measured best there); callers
+// change fields after that (tests; `clchat bench --tune KEY=VALUE`, through
+// tuning_keys()) and check() validates the result against the device, so a
+// bad value is an error naming it, never a silent default. Nothing here reads
+// the environment: the user's switches arrive as EngineSwitches
+// (engine/messages.h: the [engine] table of the config file and the --no-*
+// flags).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/cl/runtime.h"
+#include "engine/messages.h"
+
+namespace clchat {
+
+// The multi-kernel decode plan's programs (engine/cl/programs.h).
+struct KernelTuning {
+  int tpr = 8;          // work-items per matrix row (power of two)
+  int rows = 4;         // rows per work-group (even)
+  int att_wg = 128;     // attention work-group size (power of two)
+  int argmax_wg = 256;  // argmax work-group size (power of two)
+  std::string build_options = "-cl-std=CL1.2 -cl-mad-enable -cl-fast-relaxed-math";
+  // NVIDIA only: warp-shuffle reductions through inline PTX (no extension
+  // needed); kept only if the start-up self-test passes and a matvec
+  // work-group is whole warps (ClPrograms). false: the portable path.
+  bool nv_shfl = false;
+  // CPU devices: kernels/matvec_cpu.cl (whole rows per work-item, wide
+  // vectors, no barriers in the row loops) instead of matvec.cl when
+  // tpr == 1, attention_cpu.cl and argmax_cpu.cl (serial per work-group);
+  // each active matvec work-item computes cpu_nr rows (even; set to 2 when
+  // it does not divide rows).
+  bool cpu_kernels = false;
+  int cpu_nr = 2;
+  // CPU kernels: the attention folded into qkv_rope and the argmax into the
+  // lm_head (32 launches fewer per SmolLM2 token). false: apart.
+  bool cpu_fuse = true;
+  // Tests: matvec_cpu.cl without its x86 builtin (F16C).
+  bool cpu_portable = false;
+
+  int matvec_wg() const { return tpr * rows; }
+  // GPUs: several work-items per row, coalesced block loads. CPUs (PoCL): one
+  // work-item per row, which PoCL vectorizes across rows.
+  static KernelTuning for_device(const DeviceInfo& device);
+  // Throws std::invalid_argument naming the values the device cannot take;
+  // fits cpu_nr to rows.
+  void check(const DeviceInfo& device);
+};
+
+// A decode step: the plan's kernels, and the persistent kernel
+// (engine/cl/persistent_decode.h) that runs a whole token as one launch.
+struct DecodeTuning {
+  KernelTuning plan;
+  // One launch per token where eligible (NVIDIA, x86-64 CPU devices; after
+  // self-tests). false: always the multi-kernel plan.
+  bool persistent = true;
+  // Greedy decoding on the persistent path enqueues the next steps before
+  // the host asks for them (ClForward::k_lookahead). false: one at a time.
+  bool lookahead = true;
+  // NVIDIA: work-items per persistent work-group, 256 or 512; 0: 512 first,
+  // then 256 (the kernel's registers decide). CPU devices: 2, ignored.
+  int persist_wg_size = 0;
+  // Persistent work-groups per compute unit; 0: the shape's own (NVIDIA 1
+  // of 512, else 2 then 1 of 256; CPU 1 per core).
+  int persist_wgs_per_cu = 0;
+  // Persistent work-groups in all (tests use a few, so that every stage
+  // gives a warp several rows); 0: per compute unit. Wins over the above.
+  int persist_groups = 0;
+  // Positions per attention split of the persistent kernels; 0: the
+  // kernel's default (NVIDIA 128, CPU devices 64).
+  int att_split_pos = 0;
+  // The persistent kernel's clock after every barrier on every token; the
+  // per-stage sums are logged when the decoder is destroyed.
+  bool trace = false;
+  // Extra build options of the persistent kernel, for A/B runs of kernel
+  // variants in one build (e.g. "-DATT_SPLIT_POS=64 -cl-nv-verbose"); logged.
+  std::string persist_defines;
+
+  static DecodeTuning for_device(const DeviceInfo& device);
+  void check(const DeviceInfo& device);
+};
+
+// The batched prefill (engine/cl/prefill.h): kernels/matmul.cl,
+// matmul_mma.cl, attention_prefill.cl, prefill_ops.cl.
+struct PrefillTuning {
+  int mm_vr = 4;     // matmul rows per work-item, as one vector (1, 2, 4, 8, 16)
+  int mm_nr = 16;    // matmul work-items along rows
+  int mm_wt = 4;     // matmul tokens per work-item
+  int mm_nt = 16;    // matmul work-items along tokens
+  int att_tq = 16;   // attention queries per work-group
+  int att_tk = 32;   // attention keys per local-memory tile
+  int att_ks = 8;    // attention work-items per query (key lanes; att_tk a multiple)
+  int norm_wg = 64;  // rmsnorm_rows work-group (power of two)
+  // matmul without local memory, vectorized along k (matmul.cl, CPU variant);
+  // then mm_vr may be any row count.
+  bool mm_direct = false;
+  // NVIDIA only: quantized weights through kernels/matmul_mma.cl (tensor-core
+  // mma.sync by inline PTX), per weight type after ClPrefill's self-test.
+  // false: the portable kernel. Tile: mma_wr x mma_wn warps, each mma_mi x
+  // 16 rows by mma_nj x 8 tokens; mma_kb quant blocks per stage; mma_split:
+  // activations as fp16 hi + lo (see the kernel); mma_fit: fewer warps along
+  // rows for matrices whose grid would not cover the device (measured slower
+  // on the H200 at pp512: off). Defaults: the best tiling measured on the
+  // H200 (pp512, see the commit log).
+  bool tensor_cores = false;
+  int mma_mi = 1, mma_nj = 4, mma_wr = 8, mma_wn = 1, mma_kb = 4;
+  bool mma_split = true;
+  bool mma_fit = false;
+  // Device time per prefill step, summed over each prefill, to stderr (needs
+  // a profiling queue: clchat bench --profile).
+  bool profile = false;
+
+  int tile_rows() const { return mm_vr * mm_nr; }
+  int tile_tokens() const { return mm_wt * mm_nt; }
+  int mma_tile_rows() const { return mma_wr * mma_mi * 16; }
+  int mma_tile_tokens() const { return mma_wn * mma_nj * 8; }
+  int mma_threads() const { return mma_wr * mma_wn * 32; }
+  // GPUs: 16 x 16 work-items with 4 x 4 register tiles (64 x 64 outputs per
+  // work-group). CPUs: the direct variant, 1 row x 12 tokens per work-item.
+  static PrefillTuning for_device(const DeviceInfo& device);
+  void check(const DeviceInfo& device) const;
+};
+
+struct Tuning {
+  DecodeTuning decode;
+  PrefillTuning prefill;
+
+  // The device's defaults with the user's switches applied.
+  static Tuning for_device(const DeviceInfo& device, const EngineSwitches& switches = {});
+  void check(const DeviceInfo& device);
+};
+
+// One tuning field by name, for `clchat bench --tune KEY=VALUE` and the
+// tests: set() parses VALUE (throws std::invalid_argument saying what is
+// wrong), get() prints the field as set() reads it back.
+struct TuningKey {
+  std::string_view name;
+  std::string_view type;  // "int", "bool" (0/1, true/false) or "string"
+  std::string_view help;
+  std::function<void(Tuning&, std::string_view)> set;
+  std::function<std::string(const Tuning&)> get;
+};
+
+// Every field of DecodeTuning (its plan's included) and PrefillTuning.
+const std::vector<TuningKey>& tuning_keys();
+// "KEY=VALUE" -> the field; throws std::invalid_argument for an unknown key,
+// a missing '=' or a value of the wrong type.
+void set_tuning(Tuning& tuning, std::string_view key_value);
+
+}  // namespace clchat

@@ -1,36 +1,34 @@
-// The OpenCL forward pass. A decode step is a fixed plan of kernel launches
-// built once at load (arguments preset; only position-dependent ones change
-// per token), enqueued with no host wait in between; the host reads back 4
-// bytes, the argmax token id, which also stays on the device as the next
-// step's input.
+// The OpenCL forward pass behind the Backend interface. It owns the parts of
+// the engine by lifetime:
+//   DeviceWeights (weights.h)        the model's weights, read-only, and the RoPE table
+//   DecodeState (decode_state.h)     activations, KV cache, token ids
+//   DecodePlan (decode_plan.h)       a decode step as ~5 launches per layer
+//   PersistentDecode (persistent_decode.h)  a decode step as one launch, where eligible
+//   ClPrefill (prefill.h)            prompts in chunks, matrix-matrix kernels
+// The plan, the persistent decoder and the prefill each work on
+// (const DeviceWeights&, DecodeState&). A step reads its input id from
+// DecodeState::ids and leaves its argmax in ids[0], so greedy decoding never
+// sends a token to the device: the host reads back 4 bytes.
 //
-// Per token (decode.cpp lists it in order):
-//   embed (get_row) -> per layer: [norm+QKV+RoPE+KV append] -> attention ->
-//   [Wo + residual] -> [norm+gate/up+SiLU] -> [down + residual]
-//   -> [final norm + lm_head] -> argmax (2 stages)
-// That is 5 launches per layer + 4, e.g. 154 for SmolLM2-135M. On CPU
-// devices (PoCL) the attention runs inside the QKV launch and the argmax
-// inside the lm_head launch (KernelTuning::cpu_fuse): 4 per layer + 2, 122
-// for SmolLM2-135M; each launch saved spares PoCL ~20 us of waking its
-// worker threads. Where engine/cl/persistent_decode.* is eligible (NVIDIA, x86-64
-// CPU devices), plain decode steps are one launch instead; the plan then
-// serves debug readback and recomputes a token whose barrier gave up.
+// Plain decode steps take the persistent kernel when there is one (it is
+// verified against the plan on the first token) and, greedy, enqueue the next
+// steps ahead (lookahead); debug readback and profiling events use the plan,
+// which also recomputes a token whose barrier gave up.
 //
-// Debug readback mode (set_debug) adds device-side copies of the hidden state
-// after attention and after the FFN of every layer into a host-readable
-// buffer, and reads the logits, then computes per-layer statistics and the
-// top-5 candidates. Normal mode never touches those buffers.
+// Debug readback mode (set_debug) copies the hidden state after attention and
+// after the FFN of every layer into a host-readable buffer and reads the
+// logits, then computes per-layer statistics and the top-5 candidates.
 #pragma once
 
-#include <array>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "engine/cl/decode_plan.h"
+#include "engine/cl/decode_state.h"
 #include "engine/cl/persistent_decode.h"
 #include "engine/cl/prefill.h"
 #include "engine/cl/programs.h"
@@ -77,12 +75,12 @@ class ClForward final : public Backend {
   bool debug() const override { return debug_; }
   const DebugReport* debug_report() const override { return &debug_report_; }
   // Needs a runtime created with profiling; on by default then.
-  void set_profiling(bool on) override { profiling_ = on && rt_.profiling(); }
+  void set_profiling(bool on) override;
   // Filled after each call while profiling is on.
   const ProfileReport* profile_report() const override { return &profile_; }
   const ProfileReport& profile() const { return profile_; }
 
-  uint64_t weight_bytes() const { return weight_bytes_; }
+  uint64_t weight_bytes() const { return weights_.n_bytes; }
   // Plain decode steps run as one persistent-kernel launch (NVIDIA, or a CPU
   // device of an x86-64 host; after self-tests); false: the multi-kernel plan.
   bool persistent_decode() const { return persistent_ != nullptr; }
@@ -90,87 +88,40 @@ class ClForward final : public Backend {
   const ClRuntime& runtime() const { return rt_; }
 
  private:
-  friend class PersistentDecode;  // reads the weights and buffers below
-  struct Launch {
-    ClKernel kernel;
-    size_t global = 0;
-    size_t local = 0;  // 0: let the runtime choose
-    const char* label = "";
-    int layer = -1;
-  };
-  struct LayerPlan {
-    std::vector<Launch> qkv;  // one launch when Wq, Wk, Wv share a type
-    std::vector<int> qkv_row_base;
-    Launch attention, wo, gate_up, down;
-  };
-
-  void upload_weights(const Model& model);
-  void build_plan();
-  Launch matvec_launch(const DeviceMatrix& w, const ClMem& x, const ClMem* norm_w, bool accumulate,
-                       const ClMem& out, const char* label, int layer);
-  // Enqueues one position; the token id is read from ids_[token_index].
-  void enqueue_token(int token_index, int pos, bool with_head);
-  void enqueue(const Launch& l);
-  void enqueue_head();  // lm_head and argmax
-  void fuse_qkv_attention(const DeviceMatrix& m, const ClMem& norm_w, Launch& l);
   void check_position(int pos, size_t n_tokens) const;
   // One decode step; `lookahead`: on the persistent path, also enqueue the
   // next k_lookahead greedy steps (each reading the id the one before chose),
   // so the device never waits for the host between tokens.
   int32_t decode_step(int32_t token, int pos, bool lookahead);
+  int32_t plan_step(int32_t token, int pos);
   int32_t persistent_step(int32_t token, int pos, bool lookahead);
   int32_t persistent_traced_step(int32_t token, int pos);
+  // After the persistent kernel gave a token up: the plan runs it, and the
+  // kernel is rearmed or (after k_max_timeouts) dropped.
+  void after_persistent_timeout();
   void write_ids(std::span<const int32_t> ids);
-  // ids_[0] = token, unless it is known to hold it already.
+  // ids[0] = token, unless it is known to hold it already.
   void feed_token(int32_t token);
   int32_t read_token();
   void collect_debug(int pos);
-  void collect_profile();
   void start_persistent_decode();
-  void make_prefill(int chunk);  // cl_forward.cpp, "batched prefill" section
 
   const ModelConfig config_;
   ClRuntime& rt_;
   const Tuning tuning_;  // checked; the plan's as ClPrograms fitted it is programs_.tuning()
+  const int n_ctx_;
   ClPrograms programs_;
-  int n_ctx_ = 0;
-  bool debug_ = false;
-  bool profiling_ = false;
-  uint64_t weight_bytes_ = 0;
-
-  // Weights (read-only).
-  DeviceMatrix token_embd_, output_;  // output_ unused (q empty) when tied
-  DeviceMatrix output_norm_;
-  struct LayerWeights {
-    DeviceMatrix attn_norm, ffn_norm;
-    std::vector<DeviceMatrix> qkv;  // stacked [Wq; Wk; Wv], or three when types differ
-    DeviceMatrix wo, ffn_gate, ffn_up, ffn_down;
-  };
-  std::vector<LayerWeights> layers_;
-  ClMem rope_cs_;  // (n_ctx, n_rot / 2) float2: cos, sin
-
-  // Scratch (device-only).
-  ClMem x_, q_, att_out_, h_, logits_, scores_, k_cache_, v_cache_;
-  ClMem argmax_val_, argmax_idx_, ids_;
-  int argmax_groups_ = 0;
-  // Debug readback (host-readable; allocated on first use).
-  ClMem debug_hidden_;
-
-  // The plan.
-  Launch embed_;
-  std::vector<LayerPlan> plan_;
-  Launch lm_head_, argmax_partial_, argmax_final_;     // argmax_* empty when folded into lm_head_
-  ClMem head_part_val_, head_part_idx_, head_n_done_;  // the folded argmax's partials, count
-  ClMem head_done_;  // (n_head) uint: q/k/v row blocks written per head (folded attention)
-
+  DeviceWeights weights_;
+  DecodeState state_;
+  DecodePlan plan_;
   std::unique_ptr<PersistentDecode> persistent_;  // null: not eligible
   std::unique_ptr<ClPrefill> prefill_;            // batched prefill; null: chunk size 1
+  bool debug_ = false;
+  bool profiling_ = false;
 
   static constexpr size_t k_lookahead = 2;
   int32_t lookahead_token_ = -1;  // input of the oldest step in flight (the last id returned)
-  int32_t device_token_ = -1;     // id known to be in ids_[0], or -1
-  std::vector<ClEvent> events_;   // profiling events of the current token
-  std::vector<std::pair<const Launch*, size_t>> event_owner_;
+  int32_t device_token_ = -1;     // id known to be in ids[0], or -1
   std::vector<float> logits_host_;
   DebugReport debug_report_;
   ProfileReport profile_;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/cl/fault_injection.h"
-#include "engine/cl/forward.h"
+#include "engine/cl/programs.h"
 
 #if defined(__x86_64__)
 #include <x86intrin.h>
@@ -23,7 +23,6 @@ namespace clchat {
 
 namespace {
 
-constexpr size_t k_layer_offsets = 12;  // LO_N in persistent_layout.cl
 // Stages per layer, each ended by a grid barrier (P1..P5 in
 // decode_persistent.cl and decode_persistent_cpu.cl), and the names the
 // trace and the profile give them; the last name is the head's stage.
@@ -32,13 +31,6 @@ constexpr size_t k_att_split_max = 16;  // ATT_SPLIT_MAX in both persistent kern
 constexpr const char* k_stage_names[k_stages + 1] = {"qkv",     "attention", "wo",
                                                      "gate_up", "down",      "head"};
 constexpr const char* k_start_name = "start";  // the CPU kernel's lead stage
-constexpr size_t k_arena_align = 256;
-
-size_t mem_size(const ClMem& m) {
-  size_t n = 0;
-  cl_check(clGetMemObjectInfo(m.get(), CL_MEM_SIZE, sizeof(n), &n, nullptr), "clGetMemObjectInfo");
-  return n;
-}
 
 bool is_block_type(GgmlType t) { return t != GgmlType::F32 && t != GgmlType::F16; }
 
@@ -58,56 +50,62 @@ double tsc_ticks_per_us() {
 #endif
 }
 
-}  // namespace
-
-std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
-  const ModelConfig& c = f.config_;
-  const DeviceInfo& dev = f.rt_.device();
-  const DecodeTuning& tuning = f.tuning_.decode;
-  auto no = [](const std::string& why) {
-    spdlog::info("persistent decode kernel not used: {}", why);
-    return nullptr;
-  };
-  if (!tuning.persistent) return no("turned off (engine.persistent_decode, --no-persistent)");
-  const bool cpu = dev.is_cpu;
-  if (cpu) {
-#if !defined(__x86_64__)
-    return no("the CPU kernel needs an x86-64 host");
-#endif
-    if (!f.programs_.tuning().cpu_kernels) return no("CPU kernels off (cpu_kernels=0)");
-    if (c.head_dim % 4 != 0) return no("head size not a multiple of 4");
-  } else {
-    if (dev.platform_name.find("NVIDIA") == std::string::npos) return no("not NVIDIA's OpenCL");
-    if (!f.programs_.tuning().nv_shfl) return no("warp shuffles unavailable");
-    if (c.head_dim < 32 || c.head_dim > 256 || (c.head_dim & (c.head_dim - 1)) != 0) {
-      return no("head size not a power of two from 32 to 256");
-    }
-  }
-  if (c.n_head % c.n_head_kv != 0) return no("query heads not a multiple of KV heads");
-  if (c.n_rot % 2 != 0) return no("odd rotary dimension count");
-  const auto& l0 = f.layers_.front();
-  for (const auto& l : f.layers_) {
+// All layers share their weight types, with Q, K and V stacked.
+bool uniform_layers(const DeviceWeights& w) {
+  const DeviceWeights::Layer& l0 = w.layers.front();
+  for (const DeviceWeights::Layer& l : w.layers) {
     if (l.qkv.size() != 1 || l.qkv[0].type != l0.qkv[0].type || l.wo.type != l0.wo.type ||
         l.ffn_gate.type != l0.ffn_gate.type || l.ffn_up.type != l0.ffn_gate.type ||
         l.ffn_down.type != l0.ffn_down.type) {
-      return no("layers differ in weight types");
+      return false;
     }
   }
+  return true;
+}
+
+}  // namespace
+
+std::string PersistentDecode::ineligible(const ModelConfig& c, const DeviceInfo& dev,
+                                         const DecodeTuning& tuning, const DeviceWeights& w) {
+  if (!tuning.persistent) return "turned off (engine.persistent_decode, --no-persistent)";
+  const bool cpu = dev.is_cpu;
+  if (cpu) {
+#if !defined(__x86_64__)
+    return "the CPU kernel needs an x86-64 host";
+#endif
+    if (!tuning.plan.cpu_kernels) return "CPU kernels off (cpu_kernels=0)";
+    if (c.head_dim % 4 != 0) return "head size not a multiple of 4";
+  } else {
+    if (dev.platform_name.find("NVIDIA") == std::string::npos) return "not NVIDIA's OpenCL";
+    if (!tuning.plan.nv_shfl) return "warp shuffles unavailable";
+    if (c.head_dim < 32 || c.head_dim > 256 || (c.head_dim & (c.head_dim - 1)) != 0) {
+      return "head size not a power of two from 32 to 256";
+    }
+  }
+  if (c.n_head % c.n_head_kv != 0) return "query heads not a multiple of KV heads";
+  if (c.n_rot % 2 != 0) return "odd rotary dimension count";
+  if (!uniform_layers(w)) return "layers differ in weight types";
+  const DeviceWeights::Layer& l0 = w.layers.front();
   const bool blocks = is_block_type(l0.qkv[0].type) || is_block_type(l0.wo.type) ||
                       is_block_type(l0.ffn_gate.type) || is_block_type(l0.ffn_down.type);
   if ((!cpu || blocks) && (c.n_embd % 32 != 0 || c.n_ff % 32 != 0)) {
-    return no("row lengths not multiples of 32");
+    return "row lengths not multiples of 32";
   }
-  // Shapes to try, in order, until the self-test passes: work-items per
-  // work-group and work-group counts. CPU: one work-group of 2 per core
-  // (PoCL runs one per worker thread; more cannot all be resident). NVIDIA:
-  // one work-group of 512 per SM, else two of 256 per SM, else one (the
-  // kernel's registers decide; DecodeTuning::persist_wg_size keeps one
-  // size). persist_wgs_per_cu sets work-groups per compute unit,
-  // persist_groups their total.
+  return "";
+}
+
+// Work-items per work-group and work-group counts, in the order tried until
+// the self-test passes. CPU: one work-group of 2 per core (PoCL runs one per
+// worker thread; more cannot all be resident). NVIDIA: one work-group of 512
+// per SM, else two of 256 per SM, else one (the kernel's registers decide;
+// DecodeTuning::persist_wg_size keeps one size). persist_wgs_per_cu sets
+// work-groups per compute unit, persist_groups their total.
+std::vector<PersistentDecode::Shape> PersistentDecode::shapes_to_try(const ModelConfig& c,
+                                                                     const DeviceInfo& dev,
+                                                                     const DecodeTuning& tuning) {
   const size_t cus = dev.compute_units;
   std::vector<Shape> shapes;
-  if (cpu) {
+  if (dev.is_cpu) {
     shapes = {{2, {cus}}};
   } else {
     const int pwg = tuning.persist_wg_size;
@@ -122,132 +120,135 @@ std::unique_ptr<PersistentDecode> PersistentDecode::create(ClForward& f) {
           size_t(std::max(c.n_embd, c.n_ff)) / 32 * 36 * 4 + s.local / 32 * stride * 4 + 512;
       return local_bytes > dev.local_mem_bytes;
     });
-    if (shapes.empty()) return no("activations do not fit local memory");
   }
   for (Shape& s : shapes) {
     if (tuning.persist_wgs_per_cu > 0) s.groups = {cus * size_t(tuning.persist_wgs_per_cu)};
     if (tuning.persist_groups > 0) s.groups = {size_t(tuning.persist_groups)};
   }
+  return shapes;
+}
 
-  std::unique_ptr<PersistentDecode> p(new PersistentDecode(f));
-  p->cpu_ = cpu;
+std::unique_ptr<PersistentDecode> PersistentDecode::create(const ModelConfig& c,
+                                                           const ClRuntime& rt,
+                                                           const DecodeTuning& tuning,
+                                                           const DeviceWeights& w, DecodeState& s) {
+  auto no = [](const std::string& why) {
+    spdlog::info("persistent decode kernel not used: {}", why);
+    return nullptr;
+  };
+  if (const std::string why = ineligible(c, rt.device(), tuning, w); !why.empty()) return no(why);
+  const std::vector<Shape> shapes = shapes_to_try(c, rt.device(), tuning);
+  if (shapes.empty()) return no("activations do not fit local memory");
+  std::unique_ptr<PersistentDecode> p(new PersistentDecode(c, rt, tuning, w, s));
   try {
     if (!p->build(shapes)) return nullptr;
   } catch (const std::exception& e) {
     return no(e.what());
   }
   spdlog::info("persistent decode kernel{}: {} work-groups of {}, {} barriers per token",
-               cpu ? " (CPU)" : "", p->n_groups_, p->local_size_, p->barriers_per_token_);
+               p->cpu_ ? " (CPU)" : "", p->n_groups_, p->local_size_, p->barriers_per_token_);
   return p;
 }
 
-bool PersistentDecode::build(const std::vector<Shape>& shapes) {
-  const ModelConfig& c = f_.config_;
-  const ClRuntime& rt = f_.rt_;
-  const DeviceMatrix& head = c.tied_embeddings ? f_.token_embd_ : f_.output_;
+PersistentDecode::PersistentDecode(const ModelConfig& c, const ClRuntime& rt,
+                                   const DecodeTuning& tuning, const DeviceWeights& w,
+                                   DecodeState& s)
+    : config_(c), rt_(rt), tuning_(tuning), w_(w), s_(s), cpu_(rt.device().is_cpu) {}
 
-  // The arena: every weight buffer copied once, at 256-byte aligned offsets.
-  std::vector<std::pair<const ClMem*, uint64_t>> parts;
-  uint64_t total = 0;
-  auto place = [&](const ClMem& m) {
-    const uint64_t off = total;
-    parts.emplace_back(&m, off);
-    total += (mem_size(m) + k_arena_align - 1) / k_arena_align * k_arena_align;
-    return off;
-  };
-  std::vector<uint64_t> layer_off;
-  for (const auto& l : f_.layers_) {
-    for (const DeviceMatrix* m : {&l.qkv[0], &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
-      layer_off.push_back(place(m->q));
-      layer_off.push_back(place(m->s));
-    }
-    layer_off.push_back(place(l.attn_norm.q));
-    layer_off.push_back(place(l.ffn_norm.q));
-  }
-  embd_q_ = place(f_.token_embd_.q);
-  embd_s_ = place(f_.token_embd_.s);
-  head_q_ = c.tied_embeddings ? embd_q_ : place(head.q);
-  head_s_ = c.tied_embeddings ? embd_s_ : place(head.s);
-  out_norm_ = place(f_.output_norm_.q);
-  if (total > rt.device().max_alloc_bytes) {
-    spdlog::info(
-        "persistent decode kernel not used: weight arena of {} bytes exceeds one allocation",
-        total);
+bool PersistentDecode::build(const std::vector<Shape>& shapes) {
+  std::optional<WeightArena> arena = WeightArena::build(w_, rt_);
+  if (!arena) {
+    spdlog::info("persistent decode kernel not used: the weight arena exceeds one allocation");
     return false;
   }
-  arena_ = rt.alloc(total);
-  for (const auto& [m, off] : parts) {
-    cl_check(clEnqueueCopyBuffer(rt.queue(), m->get(), arena_.get(), 0, off, mem_size(*m), 0,
-                                 nullptr, nullptr),
-             "clEnqueueCopyBuffer(arena)");
-  }
-  static_assert(sizeof(cl_ulong) == sizeof(uint64_t));
-  layer_off_ = rt.upload(layer_off.data(), layer_off.size() * sizeof(uint64_t));
-  if (layer_off.size() != f_.layers_.size() * k_layer_offsets) throw std::logic_error("layer_off");
-
+  arena_ = std::move(*arena);
   n_groups_ = 0;  // the most work-groups any shape tries, for the sizes
   for (const Shape& s : shapes) {
     n_groups_ = std::max(n_groups_, *std::max_element(s.groups.begin(), s.groups.end()));
   }
   lead_barriers_ = cpu_ ? 1 : 0;
-  barriers_per_token_ = uint32_t(k_stages * size_t(c.n_layer) + 1 + lead_barriers_);
+  barriers_per_token_ = uint32_t(k_stages * size_t(config_.n_layer) + 1 + lead_barriers_);
+  alloc_scratch();
+  if (cpu_) trace_ticks_per_us_ = tsc_ticks_per_us();
+  trace_sum_us_.assign(k_stages + 1, 0.0);
+  return try_shapes(shapes, source(), defines());
+}
+
+// The kernel's own buffers, sized for n_groups_ work-groups.
+void PersistentDecode::alloc_scratch() {
+  const ModelConfig& c = config_;
+  bar_ = rt_.alloc(4);
+  abort_ = rt_.alloc(4);
+  part_val_ = rt_.alloc(n_groups_ * 4);
+  part_idx_ = rt_.alloc(2 * n_groups_ * 4);
+  // Attention split partials (the CPU kernel uses them when the head size is
+  // a multiple of 8).
+  att_part_ = rt_.alloc(size_t(c.n_head) * k_att_split_max * size_t(c.head_dim + 2) * 4);
+  att_count_ = rt_.alloc(size_t(c.n_head) * 4);
+  if (cpu_) {
+    xn_ = rt_.alloc(n_groups_ * (size_t(c.n_embd + 31) / 32 * 32) * 4);  // XN_STRIDE per group
+    work_ = rt_.alloc(4);
+  }
+  trace_ = rt_.alloc((barriers_per_token_ + 1) * 8, true);
+}
+
+// The model's shape and weight types, then the tuning's options.
+std::string PersistentDecode::defines() const {
+  const ModelConfig& c = config_;
+  const DeviceWeights& w = w_;
   char eps[64];
   std::snprintf(eps, sizeof(eps), "%.9ef", double(c.rms_eps));
-  std::string defines =
+  std::string d =
       " -DN_EMBD=" + std::to_string(c.n_embd) + " -DN_FF=" + std::to_string(c.n_ff) +
       " -DN_HEAD=" + std::to_string(c.n_head) + " -DN_HEAD_KV=" + std::to_string(c.n_head_kv) +
       " -DHEAD_DIM=" + std::to_string(c.head_dim) + " -DN_ROT=" + std::to_string(c.n_rot) +
       " -DN_LAYER=" + std::to_string(c.n_layer) + " -DN_VOCAB=" + std::to_string(c.n_vocab) +
-      " -DN_CTX=" + std::to_string(f_.n_ctx_) + " -DRMS_EPS=" + eps;
-  const auto& l0 = f_.layers_.front();
+      " -DN_CTX=" + std::to_string(s_.n_ctx) + " -DRMS_EPS=" + eps;
+  const DeviceWeights::Layer& l0 = w.layers.front();
   auto wt = [](GgmlType t) { return std::to_string(int(t)); };
-  defines += " -DWT_QKV=" + wt(l0.qkv[0].type) + " -DWT_WO=" + wt(l0.wo.type) +
-             " -DWT_FFN=" + wt(l0.ffn_gate.type) + " -DWT_DOWN=" + wt(l0.ffn_down.type) +
-             " -DWT_HEAD=" + wt(head.type) + " -DWT_EMBD=" + wt(f_.token_embd_.type);
-  const KernelTuning& tuning = f_.programs_.tuning();
-  std::string source;
-  auto add = [&source](const char* stem) {
-    source += kernel_source(stem);
-    source += '\n';
-  };
-  defines += " -DATT_SPLIT_MAX=" + std::to_string(k_att_split_max);
-  const DecodeTuning& decode = f_.tuning_.decode;
+  d += " -DWT_QKV=" + wt(l0.qkv[0].type) + " -DWT_WO=" + wt(l0.wo.type) +
+       " -DWT_FFN=" + wt(l0.ffn_gate.type) + " -DWT_DOWN=" + wt(l0.ffn_down.type) +
+       " -DWT_HEAD=" + wt(w.head().type) + " -DWT_EMBD=" + wt(w.token_embd.type);
+  d += " -DATT_SPLIT_MAX=" + std::to_string(k_att_split_max);
   // Positions per attention split (the kernels' defaults are 128 on NVIDIA,
   // 64 on CPU devices).
-  if (decode.att_split_pos > 0)
-    defines += " -DATT_SPLIT_POS=" + std::to_string(decode.att_split_pos);
+  if (tuning_.att_split_pos > 0) d += " -DATT_SPLIT_POS=" + std::to_string(tuning_.att_split_pos);
+  if (cpu_) {
+    d += " -DNR=" + std::to_string(tuning_.plan.cpu_nr) +
+         (tuning_.plan.cpu_portable ? " -DCPU_PORTABLE=1" : "");
+  }
   // A/B runs of kernel variants in one build (clchat bench --tune
   // persist_defines=...), logged.
-  if (!decode.persist_defines.empty()) {
-    spdlog::info("persistent decode kernel: persist_defines {}", decode.persist_defines);
-    defines += " " + decode.persist_defines;
+  if (!tuning_.persist_defines.empty()) {
+    spdlog::info("persistent decode kernel: persist_defines {}", tuning_.persist_defines);
+    d += " " + tuning_.persist_defines;
   }
-  bar_ = rt.alloc(4);
-  abort_ = rt.alloc(4);
-  part_val_ = rt.alloc(n_groups_ * 4);
-  part_idx_ = rt.alloc(2 * n_groups_ * 4);  // NVIDIA self-test: two words per group
-  // Attention split partials (the CPU kernel uses them when the head size is
-  // a multiple of 8).
-  att_part_ = rt.alloc(size_t(c.n_head) * k_att_split_max * size_t(c.head_dim + 2) * 4);
-  att_count_ = rt.alloc(size_t(c.n_head) * 4);
-  if (cpu_) {
-    xn_ = rt.alloc(n_groups_ * (size_t(c.n_embd + 31) / 32 * 32) * 4);  // XN_STRIDE per group
-    work_ = rt.alloc(4);
-  }
+  return d;
+}
+
+// The kernel's source: the arena layout, then (CPU) the shared dot products
+// and attention, then the kernel.
+std::string PersistentDecode::source() const {
+  std::string text;
+  auto add = [&text](const char* stem) {
+    text += kernel_source(stem);
+    text += '\n';
+  };
   add("persistent_layout");
   if (cpu_) {
-    trace_ticks_per_us_ = tsc_ticks_per_us();
-    defines +=
-        " -DNR=" + std::to_string(tuning.cpu_nr) + (tuning.cpu_portable ? " -DCPU_PORTABLE=1" : "");
     add("cpu_dot");
     add("attention_cpu");
     add("decode_persistent_cpu");
   } else {
     add("decode_persistent");
   }
-  trace_ = rt.alloc((barriers_per_token_ + 1) * 8, true);
-  trace_all_ = decode.trace;
-  trace_sum_us_.assign(k_stages + 1, 0.0);
+  return text;
+}
+
+// Builds the kernel for each shape in turn and keeps the first whose
+// work-groups pass the barrier self-test.
+bool PersistentDecode::try_shapes(const std::vector<Shape>& shapes, const std::string& source,
+                                  const std::string& defines) {
   for (const Shape& shape : shapes) {
     local_size_ = shape.local;
     try {
@@ -268,30 +269,50 @@ bool PersistentDecode::build(const std::vector<Shape>& shapes) {
 }
 
 // The program for work-groups of local_size_ and its kernel with its
-// arguments set (the buffers exist).
+// arguments bound (the buffers exist).
 void PersistentDecode::build_kernel(const std::string& source, const std::string& defines) {
-  const ClRuntime& rt = f_.rt_;
-  const KernelTuning& tuning = f_.programs_.tuning();
-  program_ = rt.build_program(
+  program_ = rt_.build_program(
       cpu_ ? "decode_persistent_cpu" : "decode_persistent", source,
-      tuning.build_options + defines + (cpu_ ? "" : " -DPWG=" + std::to_string(local_size_)));
+      tuning_.plan.build_options + defines + (cpu_ ? "" : " -DPWG=" + std::to_string(local_size_)));
   reset_barrier();
-  kernel_ = rt.create_kernel(program_, "decode_token");
-  set_args(kernel_, arena_, layer_off_, cl_ulong(embd_q_), cl_ulong(embd_s_), cl_ulong(head_q_),
-           cl_ulong(head_s_), cl_ulong(out_norm_), f_.rope_cs_, f_.k_cache_, f_.v_cache_, f_.x_,
-           f_.q_, f_.att_out_, f_.h_, f_.logits_, part_val_, part_idx_, f_.ids_, cl_int(0),
-           cl_int(0), bar_, cl_uint(0), abort_, ClMem());
+  kernel_ = rt_.create_kernel(program_, "decode_token");
+  const WeightArena& a = arena_;
+  std::vector<KernelArg> args = {{"arena", a.arena},
+                                 {"layer_off", a.layer_off},
+                                 {"embd_q", cl_ulong(a.embd_q)},
+                                 {"embd_s", cl_ulong(a.embd_s)},
+                                 {"head_q", cl_ulong(a.head_q)},
+                                 {"head_s", cl_ulong(a.head_s)},
+                                 {"out_norm", cl_ulong(a.out_norm)},
+                                 {"rope_cs", w_.rope_cs},
+                                 {"k_cache", s_.k_cache},
+                                 {"v_cache", s_.v_cache},
+                                 {"x", s_.x},
+                                 {"q", s_.q},
+                                 {"att", s_.att_out},
+                                 {"h", s_.h},
+                                 {"logits", s_.logits},
+                                 {"part_val", part_val_},
+                                 {"part_idx", part_idx_},
+                                 {"ids", s_.ids},
+                                 {"token_index", cl_int(0)},
+                                 {"pos", cl_int(0)},
+                                 {"bar", bar_},
+                                 {"bar_base", cl_uint(0)},
+                                 {"abort_flag", abort_},
+                                 {"trace", ClMem()}};
   if (cpu_) {
-    set_arg(kernel_.get(), 24, work_);
-    set_arg(kernel_.get(), 25, f_.scores_);
-    set_arg(kernel_.get(), 26, xn_);
-    set_arg(kernel_.get(), 27, spin_ticks());
-    set_arg(kernel_.get(), 28, att_part_);
-    set_arg(kernel_.get(), 29, att_count_);
-  } else {
-    set_arg(kernel_.get(), 24, att_part_);
-    set_arg(kernel_.get(), 25, att_count_);
+    args.insert(
+        args.end(),
+        {{"work", work_}, {"scores", s_.scores}, {"xn", xn_}, {"spin_ticks", spin_ticks()}});
   }
+  args.insert(args.end(), {{"att_part", att_part_}, {"att_count", att_count_}});
+  const KernelArgs bound(args);
+  bound.bind(kernel_);
+  arg_token_index_ = bound.index("token_index");
+  arg_pos_ = bound.index("pos");
+  arg_bar_base_ = bound.index("bar_base");
+  arg_trace_ = bound.index("trace");
   trace_arg_ = false;
 }
 
@@ -301,40 +322,35 @@ void PersistentDecode::build_kernel(const std::string& source, const std::string
 // its own registers and local memory decide residency; the CPU kernel's
 // resources do not depend on the work-group count.
 bool PersistentDecode::barrier_self_test() {
-  const ClRuntime& rt = f_.rt_;
   const cl_int rounds = 300;
   const cl_uint zero = 0;
-  ClMem errors = cpu_ ? rt.alloc(4, true) : ClMem();
-  const ClMem& error_count = cpu_ ? errors : f_.ids_;  // NVIDIA: ids[0]
-  cl_check(clEnqueueFillBuffer(rt.queue(), error_count.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
+  ClMem errors = cpu_ ? rt_.alloc(4, true) : ClMem();
+  const ClMem& error_count = cpu_ ? errors : s_.ids;  // NVIDIA: ids[0]
+  cl_check(clEnqueueFillBuffer(rt_.queue(), error_count.get(), &zero, 4, 0, 4, 0, nullptr, nullptr),
            "clEnqueueFillBuffer");
   ClKernel cpu_test;
   cl_kernel k = kernel_.get();
   if (cpu_) {
-    cpu_test = rt.create_kernel(program_, "grid_barrier_selftest");
-    set_args(cpu_test, bar_, cl_uint(bar_base_), rounds, part_idx_, errors, abort_);
-    set_arg(cpu_test.get(), 6, spin_ticks());
+    cpu_test = rt_.create_kernel(program_, "grid_barrier_selftest");
+    bind_args(cpu_test, {{"counter", bar_},
+                         {"bar_base", cl_uint(bar_base_)},
+                         {"rounds", rounds},
+                         {"data", part_idx_},
+                         {"errors", errors},
+                         {"abort_flag", abort_},
+                         {"spin_ticks", spin_ticks()}});
     k = cpu_test.get();
   } else {
-    set_arg(k, 18, cl_int(-rounds));
-    set_arg(k, 21, cl_uint(bar_base_));
+    set_arg(k, arg_token_index_, cl_int(-rounds));
+    set_arg(k, arg_bar_base_, cl_uint(bar_base_));
   }
-  const size_t local = local_size_, global = n_groups_ * local;
-  rt.finish();
-  const auto t0 = std::chrono::steady_clock::now();
-  cl_check(clEnqueueNDRangeKernel(rt.queue(), k, 1, nullptr, &global, &local, 0, nullptr, nullptr),
-           "clEnqueueNDRangeKernel(barrier self-test)");
-  rt.finish();
-  barrier_us_ =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-      rounds;
-  bar_base_ += uint32_t(rounds) * uint32_t(n_groups_);
+  barrier_us_ = run_barrier_test(k, rounds);
   cl_uint n_errors = 0, aborted = 0;
-  cl_check(clEnqueueReadBuffer(rt.queue(), error_count.get(), CL_TRUE, 0, 4, &n_errors, 0, nullptr,
+  cl_check(clEnqueueReadBuffer(rt_.queue(), error_count.get(), CL_TRUE, 0, 4, &n_errors, 0, nullptr,
                                nullptr),
            "clEnqueueReadBuffer");
   cl_check(
-      clEnqueueReadBuffer(rt.queue(), abort_.get(), CL_TRUE, 0, 4, &aborted, 0, nullptr, nullptr),
+      clEnqueueReadBuffer(rt_.queue(), abort_.get(), CL_TRUE, 0, 4, &aborted, 0, nullptr, nullptr),
       "clEnqueueReadBuffer");
   if (n_errors != 0 || aborted != 0) {
     spdlog::info(
@@ -346,41 +362,55 @@ bool PersistentDecode::barrier_self_test() {
   return true;
 }
 
+// Runs the self-test kernel `k` (its arguments set) over n_groups_
+// work-groups; returns the time per barrier in microseconds.
+double PersistentDecode::run_barrier_test(cl_kernel k, int rounds) {
+  const size_t local = local_size_, global = n_groups_ * local;
+  rt_.finish();
+  const auto t0 = std::chrono::steady_clock::now();
+  cl_check(clEnqueueNDRangeKernel(rt_.queue(), k, 1, nullptr, &global, &local, 0, nullptr, nullptr),
+           "clEnqueueNDRangeKernel(barrier self-test)");
+  rt_.finish();
+  bar_base_ += uint32_t(rounds) * uint32_t(n_groups_);
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+         rounds;
+}
+
 // Clears the barrier's count, the abort flag and the claim and split
 // counters (no launch of the kernel may be in flight).
 void PersistentDecode::reset_barrier() {
   const cl_uint zero = 0;
   auto clear = [&](const ClMem& m, size_t bytes) {
-    cl_check(clEnqueueFillBuffer(f_.rt_.queue(), m.get(), &zero, 4, 0, bytes, 0, nullptr, nullptr),
+    cl_check(clEnqueueFillBuffer(rt_.queue(), m.get(), &zero, 4, 0, bytes, 0, nullptr, nullptr),
              "clEnqueueFillBuffer");
   };
   clear(bar_, 4);
   bar_base_ = 0;
   clear(abort_, 4);
   if (work_) clear(work_, 4);
-  clear(att_count_, size_t(f_.config_.n_head) * 4);  // an aborted token may leave splits uncounted
+  clear(att_count_, size_t(config_.n_head) * 4);  // an aborted token may leave splits uncounted
 }
 
 void PersistentDecode::enqueue(int token_index, int pos, bool traced) {
-  const bool trace = traced || trace_all_;
+  const bool trace = traced || tuning_.trace;
   if (trace != trace_arg_) {
     if (trace) {
-      set_arg(kernel_.get(), 23, trace_);
+      set_arg(kernel_.get(), arg_trace_, trace_);
     } else {
-      set_arg(kernel_.get(), 23, ClMem());
+      set_arg(kernel_.get(), arg_trace_, ClMem());
     }
     trace_arg_ = trace;
   }
-  set_arg(kernel_.get(), 18, cl_int(token_index));
-  set_arg(kernel_.get(), 19, cl_int(pos));
-  set_arg(kernel_.get(), 21, cl_uint(bar_base_));
+  set_arg(kernel_.get(), arg_token_index_, cl_int(token_index));
+  set_arg(kernel_.get(), arg_pos_, cl_int(pos));
+  set_arg(kernel_.get(), arg_bar_base_, cl_uint(bar_base_));
   if (++n_enqueued_ == fault::active().barrier_timeout) {  // test hook: a barrier gave up
     const cl_uint one = 1;
-    cl_check(clEnqueueFillBuffer(f_.rt_.queue(), abort_.get(), &one, 4, 0, 4, 0, nullptr, nullptr),
+    cl_check(clEnqueueFillBuffer(rt_.queue(), abort_.get(), &one, 4, 0, 4, 0, nullptr, nullptr),
              "clEnqueueFillBuffer");
   }
   const size_t local = local_size_, global = n_groups_ * local;
-  cl_check(clEnqueueNDRangeKernel(f_.rt_.queue(), kernel_.get(), 1, nullptr, &global, &local, 0,
+  cl_check(clEnqueueNDRangeKernel(rt_.queue(), kernel_.get(), 1, nullptr, &global, &local, 0,
                                   nullptr, nullptr),
            "clEnqueueNDRangeKernel(decode_token)");
   bar_base_ += barriers_per_token_ * uint32_t(n_groups_);
@@ -394,28 +424,28 @@ void PersistentDecode::enqueue(int token_index, int pos, bool traced) {
 // t[lead + 5 * il + k + 1]; the head at the last entry.
 void PersistentDecode::read_trace(bool to_profile) {
   std::vector<cl_ulong> t(barriers_per_token_ + 1);
-  cl_check(clEnqueueReadBuffer(f_.rt_.queue(), trace_.get(), CL_TRUE, 0, t.size() * 8, t.data(), 0,
+  cl_check(clEnqueueReadBuffer(rt_.queue(), trace_.get(), CL_TRUE, 0, t.size() * 8, t.data(), 0,
                                nullptr, nullptr),
            "clEnqueueReadBuffer(trace)");
   ProfileReport p;
-  p.layer_us.assign(f_.layers_.size(), 0.0);
+  p.layer_us.assign(size_t(config_.n_layer), 0.0);
   p.n_launches = 1;
   for (size_t k = 1; k < t.size(); ++k) {
     const double us = double(t[k] - t[k - 1]) / trace_ticks_per_us_;
     p.total_us += us;
     if (k <= lead_barriers_) {
       p.kernel_us[k_start_name] += us;
-      if (trace_all_) trace_start_us_ += us;
+      if (tuning_.trace) trace_start_us_ += us;
       continue;
     }
     const bool head = k == t.size() - 1;
     const size_t in_layers = k - 1 - lead_barriers_;
     const size_t stage = head ? k_stages : in_layers % k_stages;
-    if (trace_all_) trace_sum_us_[stage] += us;
+    if (tuning_.trace) trace_sum_us_[stage] += us;
     p.kernel_us[k_stage_names[stage]] += us;
     if (!head) p.layer_us[in_layers / k_stages] += us;
   }
-  if (trace_all_) ++trace_tokens_;
+  if (tuning_.trace) ++trace_tokens_;
   if (to_profile) profile_ = std::move(p);
 }
 
@@ -435,11 +465,10 @@ bool PersistentDecode::rearm() {
 void PersistentDecode::enqueue_ahead(int pos) {
   if (ahead_.size() >= k_slots) throw std::logic_error("too many tokens in flight");
   if (!ahead_ids_) {
-    ahead_buf_ = f_.rt_.alloc(k_slots * 4, true);
+    ahead_buf_ = rt_.alloc(k_slots * 4, true);
     cl_int err = CL_SUCCESS;
-    void* p =
-        clEnqueueMapBuffer(f_.rt_.queue(), ahead_buf_.get(), CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
-                           k_slots * 4, 0, nullptr, nullptr, &err);
+    void* p = clEnqueueMapBuffer(rt_.queue(), ahead_buf_.get(), CL_TRUE, CL_MAP_READ | CL_MAP_WRITE,
+                                 0, k_slots * 4, 0, nullptr, nullptr, &err);
     cl_check(err, "clEnqueueMapBuffer(token slots)");
     ahead_ids_ = static_cast<int32_t*>(p);
   }
@@ -447,12 +476,12 @@ void PersistentDecode::enqueue_ahead(int pos) {
   const size_t slot = next_slot_;
   next_slot_ = (next_slot_ + 1) % k_slots;
   cl_event ev = nullptr;
-  cl_check(clEnqueueReadBuffer(f_.rt_.queue(), f_.ids_.get(), CL_FALSE, 0, 4, &ahead_ids_[slot], 0,
+  cl_check(clEnqueueReadBuffer(rt_.queue(), s_.ids.get(), CL_FALSE, 0, 4, &ahead_ids_[slot], 0,
                                nullptr, &ev),
            "clEnqueueReadBuffer(token)");
   ahead_.push_back({pos, slot, ClEvent(ev)});
   // NVIDIA's OpenCL may hold commands back until a flush.
-  cl_check(clFlush(f_.rt_.queue()), "clFlush");
+  cl_check(clFlush(rt_.queue()), "clFlush");
 }
 
 int32_t PersistentDecode::take(int pos) {
@@ -479,15 +508,19 @@ PersistentDecode::~PersistentDecode() {
   try {
     drop_ahead();
     if (ahead_ids_) {
-      cl_check(clEnqueueUnmapMemObject(f_.rt_.queue(), ahead_buf_.get(), ahead_ids_, 0, nullptr,
-                                       nullptr),
-               "clEnqueueUnmapMemObject(token slots)");
-      f_.rt_.finish();
+      cl_check(
+          clEnqueueUnmapMemObject(rt_.queue(), ahead_buf_.get(), ahead_ids_, 0, nullptr, nullptr),
+          "clEnqueueUnmapMemObject(token slots)");
+      rt_.finish();
     }
   } catch (const std::exception& e) {
     spdlog::warn("persistent decode: {}", e.what());
   }
-  if (trace_tokens_ == 0) return;
+  if (trace_tokens_ > 0) log_trace_sums();
+}
+
+// DecodeTuning::trace: the per-stage times per token, averaged.
+void PersistentDecode::log_trace_sums() const {
   std::string line = lead_barriers_ > 0
                          ? std::string(" ") + k_start_name + " " +
                                std::to_string(trace_start_us_ / trace_tokens_) + " us;"

@@ -28,16 +28,25 @@
 #include <string>
 #include <vector>
 
+#include "engine/cl/decode_state.h"
 #include "engine/cl/runtime.h"
+#include "engine/cl/tuning.h"
+#include "engine/cl/weights.h"
 #include "engine/forward_reports.h"
+#include "engine/model/model.h"
 
 namespace clchat {
 
-class ClForward;
-
 class PersistentDecode {
  public:
-  static std::unique_ptr<PersistentDecode> create(ClForward& forward);
+  // Null when the path is not eligible or its self-test fails (the log says
+  // why). `tuning.plan` is the plan's tuning as ClPrograms fitted it (warp
+  // shuffles on only after their self-test). `rt`, `w` and `s` must outlive
+  // the decoder (the weights are copied into its arena; the RoPE table is
+  // read from `w`).
+  static std::unique_ptr<PersistentDecode> create(const ModelConfig& c, const ClRuntime& rt,
+                                                  const DecodeTuning& tuning,
+                                                  const DeviceWeights& w, DecodeState& s);
 
   // Enqueues the token at ids[token_index], position `pos`; the argmax lands
   // in ids[0] (-2 there means the barrier gave up: work-groups were not all
@@ -73,46 +82,68 @@ class PersistentDecode {
   ~PersistentDecode();
 
  private:
-  explicit PersistentDecode(ClForward& forward) : f_(forward) {}
   // Work-items per work-group and the work-group counts to try with them.
   struct Shape {
     size_t local;
     std::vector<size_t> groups;
   };
+  PersistentDecode(const ModelConfig& c, const ClRuntime& rt, const DecodeTuning& tuning,
+                   const DeviceWeights& w, DecodeState& s);
+  // Why the path cannot run this model here; empty when it can.
+  static std::string ineligible(const ModelConfig& c, const DeviceInfo& dev,
+                                const DecodeTuning& tuning, const DeviceWeights& w);
+  // The shapes to try, in order; empty when none fits local memory.
+  static std::vector<Shape> shapes_to_try(const ModelConfig& c, const DeviceInfo& dev,
+                                          const DecodeTuning& tuning);
   bool build(const std::vector<Shape>& shapes);
+  void alloc_scratch();
+  std::string defines() const;
+  std::string source() const;
+  bool try_shapes(const std::vector<Shape>& shapes, const std::string& source,
+                  const std::string& defines);
   void build_kernel(const std::string& source, const std::string& defines);
   void read_trace(bool to_profile);
   bool barrier_self_test();
+  double run_barrier_test(cl_kernel k, int rounds);
   void reset_barrier();
   cl_ulong spin_ticks() const;
+  void log_trace_sums() const;
 
   struct Ahead {
     int pos;
     size_t slot;
     ClEvent read;
   };
-  ClForward& f_;
+  const ModelConfig config_;
+  const ClRuntime& rt_;
+  const DecodeTuning tuning_;
+  const DeviceWeights& w_;  // the RoPE table; the matrices are read from arena_
+  DecodeState& s_;
+  const bool cpu_;  // decode_persistent_cpu.cl, else decode_persistent.cl (NVIDIA)
   std::deque<Ahead> ahead_;
   // Host slots the reads land in (a ring): a mapped CL_MEM_ALLOC_HOST_PTR
   // buffer, i.e. pinned memory. NVIDIA's OpenCL completes a non-blocking read
   // into ordinary (pageable) memory before returning from the enqueue, which
   // stalls the host until the token before it is done.
   static constexpr size_t k_slots = 4;
-  ClMem ahead_buf_;
+  ClMem ahead_buf_;  // (k_slots) int, host-mapped at ahead_ids_
   int32_t* ahead_ids_ = nullptr;
   size_t next_slot_ = 0;
+  WeightArena arena_;
   ClProgram program_;
   ClKernel kernel_;
-  ClMem arena_, layer_off_, bar_, abort_, part_val_, part_idx_;
-  // Byte offsets in the arena: embedding, lm_head, output norm.
-  uint64_t embd_q_ = 0, embd_s_ = 0, head_q_ = 0, head_s_ = 0, out_norm_ = 0;
-  // CPU (decode_persistent_cpu.cl): the chunk-claim counter and each
-  // work-group's normed stage input.
-  ClMem work_, xn_;
-  // Both kernels: per (head, split) attention partials (ATT_SPLIT_MAX
-  // splits) and per head the count of splits done.
-  ClMem att_part_, att_count_;
-  bool cpu_ = false;
+  // decode_token's per-token arguments (their indices in its list).
+  cl_uint arg_token_index_ = 0, arg_pos_ = 0, arg_bar_base_ = 0, arg_trace_ = 0;
+  // The kernel's own scratch:
+  ClMem bar_;        // (1) uint: the grid barrier's arrival count
+  ClMem abort_;      // (1) uint: set when a barrier gave up
+  ClMem part_val_;   // (n_groups) float: per-group argmax partials
+  ClMem part_idx_;   // (2 n_groups) int: the same (NVIDIA self-test: two words per group)
+  ClMem att_part_;   // (n_head, ATT_SPLIT_MAX, head_dim + 2) float: attention split partials
+  ClMem att_count_;  // (n_head) uint: attention splits done per head
+  ClMem work_;       // CPU: (1) uint, the chunk-claim counter
+  ClMem xn_;         // CPU: (n_groups, n_embd rounded up to 32) float, each group's normed input
+  ClMem trace_;      // (barriers per token + 1) ulong, host-readable: the clock after each barrier
   size_t n_groups_ = 0;
   size_t local_size_ = 256;
   uint32_t lead_barriers_ = 0;  // barriers before layer 0 (CPU: after the embedding)
@@ -123,8 +154,6 @@ class PersistentDecode {
   // Clock after every barrier: the GPU's in ns, the CPU's TSC in ticks.
   // DecodeTuning::trace traces every token and logs the per-stage sums at
   // the end.
-  ClMem trace_;
-  bool trace_all_ = false;
   bool trace_arg_ = false;  // the kernel's trace argument is set
   ProfileReport profile_;
   std::vector<double> trace_sum_us_;

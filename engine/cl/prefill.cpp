@@ -29,13 +29,33 @@ size_t elementwise_local(size_t global0, size_t device_max) {
   return 1;
 }
 
+// The arguments of matmul (matmul.cl) and matmul_mma (matmul_mma.cl):
+// out[t * ld_out + out_off + r] (+)= sum_i W[r, i] x[t * ld_x + i] for the
+// n_tok tokens t (n_tok set per chunk).
+KernelArgs matmul_args(const DeviceMatrix& w, const ClMem& x, int ld_x, int n_tok, const ClMem& out,
+                       int ld_out, int out_off, bool accumulate) {
+  return {{"wq", w.q},
+          {"ws", w.s},
+          {"n_in", cl_int(w.n_in)},
+          {"n_rows", cl_int(w.rows)},
+          {"x", x},
+          {"ld_x", cl_int(ld_x)},
+          {"n_tok", cl_int(n_tok)},
+          {"out", out},
+          {"ld_out", cl_int(ld_out)},
+          {"out_off", cl_int(out_off)},
+          {"accumulate", cl_int(accumulate ? 1 : 0)}};
+}
+
 }  // namespace
 
-ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const PrefillModel& m, int chunk,
-                     const std::string& build_options, const PrefillTuning& tuning)
+ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeights& w,
+                     DecodeState& s, int chunk, const std::string& build_options,
+                     const PrefillTuning& tuning)
     : config_(config),
       rt_(rt),
-      m_(m),
+      w_(w),
+      s_(s),
       chunk_(chunk),
       build_options_(build_options),
       tuning_(tuning) {
@@ -111,8 +131,7 @@ bool ClPrefill::mma_ok(GgmlType type) {
                                   nullptr, nullptr),
              "clEnqueueWriteBuffer(mma self-test)");
     ClKernel k = kernel("matmul_mma", mma_defines(type, tuning_), "matmul_mma");
-    set_args(k, w.q, w.s, cl_int(n_in), cl_int(rows), x, cl_int(n_in), cl_int(n_tok), out,
-             cl_int(rows), cl_int(0), cl_int(0));
+    matmul_args(w, x, n_in, n_tok, out, rows, 0, false).bind(k);
     const size_t global[2] = {
         ceil_div(size_t(rows), size_t(tuning_.mma_tile_rows())) * size_t(tuning_.mma_threads()),
         ceil_div(size_t(n_tok), size_t(tuning_.mma_tile_tokens()))};
@@ -187,10 +206,10 @@ ClPrefill::Step ClPrefill::matmul_step(const DeviceMatrix& w, const ClMem& x, in
     s.local1 = size_t(t.mm_nt);
     s.tokens_per_group = t.tile_tokens();
   }
-  s.arg_n_tok = 6;
   s.label = label;
-  set_args(s.kernel, w.q, w.s, cl_int(w.n_in), cl_int(w.rows), x, cl_int(ld_x), cl_int(0), out,
-           cl_int(ld_out), cl_int(out_off), cl_int(accumulate ? 1 : 0));
+  const KernelArgs args = matmul_args(w, x, ld_x, 0, out, ld_out, out_off, accumulate);
+  args.bind(s.kernel);
+  s.arg_n_tok = int(args.index("n_tok"));
   return s;
 }
 
@@ -201,101 +220,136 @@ ClPrefill::Step ClPrefill::norm_step(const ClMem& x, const ClMem& g, const ClMem
   s.global0 = size_t(tuning_.norm_wg);
   s.local0 = size_t(tuning_.norm_wg);
   s.local1 = 1;
-  s.arg_row0 = 1;
   s.label = label;
-  set_args(s.kernel, x, cl_int(0), cl_int(config_.n_embd), g, config_.rms_eps, out);
+  const KernelArgs args = {{"x", x}, {"row0", cl_int(0)},      {"n", cl_int(config_.n_embd)},
+                           {"g", g}, {"eps", config_.rms_eps}, {"out", out}};
+  args.bind(s.kernel);
+  s.arg_row0 = int(args.index("row0"));
   return s;
 }
 
-void ClPrefill::build_steps() {
+// attention_prefill's local memory: K and V tiles plus the partial (m, l, o)
+// of att_ks - 1 key lanes per query. Fewer key lanes for wide heads (128:
+// 89 KB at the GPU defaults) until it fits the device.
+PrefillTuning ClPrefill::attention_tuning() const {
   const ModelConfig& c = config_;
+  PrefillTuning t = tuning_;
+  auto local_bytes = [&] {
+    const size_t lanes = size_t(t.att_ks - 1) * size_t(t.att_tq);
+    return (lanes + 2 * size_t(t.att_tk)) * size_t(c.head_dim) * 4 + lanes * 8;
+  };
+  while (t.att_ks > 1 && local_bytes() > rt_.device().local_mem_bytes) {
+    t.att_ks /= 2;
+    while (t.att_tk % t.att_ks != 0) --t.att_ks;
+  }
+  return t;
+}
+
+// embedding of the chunk: x[t] = token_embd[ids[id_off + t]]
+ClPrefill::Step ClPrefill::embed_step() {
+  const ModelConfig& c = config_;
+  const DeviceMatrix& e = w_.token_embd;
+  Step embed;
+  embed.kernel = weight_kernel(e.type, "embed_rows");
+  embed.global0 = size_t(c.n_embd);
+  embed.local0 = elementwise_local(embed.global0, rt_.device().max_work_group_size);
+  embed.local1 = 1;
+  embed.label = "embed";
+  const KernelArgs args = {{"wq", e.q},     {"ws", e.s},           {"n_in", cl_int(c.n_embd)},
+                           {"ids", s_.ids}, {"id_off", cl_int(0)}, {"n_tok", cl_int(0)},
+                           {"x", x_}};
+  args.bind(embed.kernel);
+  embed.arg_id_off = int(args.index("id_off"));
+  embed.arg_n_tok = int(args.index("n_tok"));
+  return embed;
+}
+
+void ClPrefill::build_steps() {
+  steps_.clear();
+  steps_.push_back(embed_step());
+  const PrefillTuning att_tuning = attention_tuning();
+  for (int il = 0; il < config_.n_layer; ++il) add_layer_steps(il, att_tuning);
+  // final norm of rows row0.. and lm_head, for run_logits (logits_ set later)
+  head_norm_ = norm_step(x_, w_.output_norm.q, xn_, "output_norm");
+}
+
+void ClPrefill::add_layer_steps(int il, const PrefillTuning& att_tuning) {
+  const ModelConfig& c = config_;
+  const DeviceWeights::Layer& w = w_.layers[size_t(il)];
   const std::string ops_defines = " -DNORM_WG=" + std::to_string(tuning_.norm_wg);
   const int n_qkv = c.n_embd + 2 * c.n_embd_kv();
   const size_t max_wg = rt_.device().max_work_group_size;
-  steps_.clear();
-  // attention_prefill's local memory: K and V tiles plus the partial
-  // (m, l, o) of att_ks - 1 key lanes per query. Fewer key lanes for wide
-  // heads (128: 89 KB at the GPU defaults) until it fits the device.
-  PrefillTuning att_tuning = tuning_;
-  auto att_local_bytes = [&] {
-    const size_t lanes = size_t(att_tuning.att_ks - 1) * size_t(att_tuning.att_tq);
-    return (lanes + 2 * size_t(att_tuning.att_tk)) * size_t(c.head_dim) * 4 + lanes * 8;
-  };
-  while (att_tuning.att_ks > 1 && att_local_bytes() > rt_.device().local_mem_bytes) {
-    att_tuning.att_ks /= 2;
-    while (att_tuning.att_tk % att_tuning.att_ks != 0) --att_tuning.att_ks;
+  const cl_ulong layer_off = cl_ulong(il) * cl_ulong(s_.n_ctx) * cl_ulong(c.n_embd_kv());
+  // xn = rmsnorm(x) * attn_norm; qkv = [Wq; Wk; Wv] xn
+  steps_.push_back(norm_step(x_, w.attn_norm.q, xn_, "attn_norm"));
+  int row_base = 0;
+  for (const DeviceMatrix& m : w.qkv) {
+    steps_.push_back(matmul_step(m, xn_, c.n_embd, qkv_, n_qkv, row_base, false, "qkv"));
+    row_base += m.rows;
   }
-
-  // embedding of the chunk: x[t] = token_embd[ids[id_off + t]]
-  Step embed;
-  embed.kernel = weight_kernel(m_.token_embd->type, "embed_rows");
-  embed.global0 = size_t(c.n_embd);
-  embed.local0 = elementwise_local(embed.global0, max_wg);
-  embed.local1 = 1;
-  embed.arg_id_off = 4;
-  embed.arg_n_tok = 5;
-  embed.label = "embed";
-  set_args(embed.kernel, m_.token_embd->q, m_.token_embd->s, cl_int(c.n_embd), *m_.ids, cl_int(0),
-           cl_int(0), x_);
-  steps_.push_back(std::move(embed));
-
-  for (size_t il = 0; il < m_.layers.size(); ++il) {
-    const PrefillModel::Layer& w = m_.layers[il];
-    const cl_ulong layer_off = cl_ulong(il) * cl_ulong(m_.n_ctx) * cl_ulong(c.n_embd_kv());
-    // xn = rmsnorm(x) * attn_norm; qkv = [Wq; Wk; Wv] xn
-    steps_.push_back(norm_step(x_, w.attn_norm->q, xn_, "attn_norm"));
-    int row_base = 0;
-    for (const DeviceMatrix* m : w.qkv) {
-      steps_.push_back(matmul_step(*m, xn_, c.n_embd, qkv_, n_qkv, row_base, false, "qkv"));
-      row_base += m->rows;
-    }
-    // RoPE; q -> q_, k and v -> cache at pos0 + t
-    Step rope;
-    rope.kernel = kernel("prefill_ops", ops_defines, "rope_kv_rows");
-    rope.global0 = size_t(n_qkv / 2);
-    rope.local0 = elementwise_local(rope.global0, max_wg);
-    rope.local1 = 1;
-    rope.arg_n_tok = 1;
-    rope.arg_pos0 = 7;
-    rope.label = "rope_kv";
-    set_args(rope.kernel, qkv_, cl_int(0), cl_int(c.n_embd), cl_int(c.n_embd_kv()),
-             cl_int(c.head_dim), cl_int(c.n_rot), *m_.rope_cs, cl_int(0), q_, *m_.k_cache,
-             *m_.v_cache, layer_off);
-    steps_.push_back(std::move(rope));
-    // causal attention of the chunk against the cache
-    Step att;
-    att.kernel =
-        kernel("attention_prefill", attention_defines(c.head_dim, att_tuning), "attention_prefill");
-    att.global0 = size_t(c.n_head);
-    att.local0 = 1;
-    att.local1 = size_t(att_tuning.att_tq) * size_t(att_tuning.att_ks);
-    att.tokens_per_group = att_tuning.att_tq;
-    att.arg_pos0 = 4;
-    att.arg_n_tok = 5;
-    att.label = "attention";
-    set_args(att.kernel, q_, *m_.k_cache, *m_.v_cache, layer_off, cl_int(0), cl_int(0),
-             cl_int(c.n_head), cl_int(c.n_head_kv), att_);
-    steps_.push_back(std::move(att));
-    // x += Wo att
-    steps_.push_back(matmul_step(*w.wo, att_, c.n_embd, x_, c.n_embd, 0, true, "wo"));
-    // h = silu(Wg xn) * (Wu xn), xn = rmsnorm(x) * ffn_norm
-    steps_.push_back(norm_step(x_, w.ffn_norm->q, xn_, "ffn_norm"));
-    steps_.push_back(matmul_step(*w.ffn_gate, xn_, c.n_embd, g_, c.n_ff, 0, false, "ffn_gate"));
-    steps_.push_back(matmul_step(*w.ffn_up, xn_, c.n_embd, u_, c.n_ff, 0, false, "ffn_up"));
-    Step silu;
-    silu.kernel = kernel("prefill_ops", ops_defines, "silu_mul");
-    silu.global0 = size_t(c.n_ff);
-    silu.local0 = elementwise_local(silu.global0, max_wg);
-    silu.local1 = 1;
-    silu.arg_n_tok = 3;
-    silu.label = "silu_mul";
-    set_args(silu.kernel, g_, u_, cl_int(c.n_ff), cl_int(0));
-    steps_.push_back(std::move(silu));
-    // x += Wd h
-    steps_.push_back(matmul_step(*w.ffn_down, g_, c.n_ff, x_, c.n_embd, 0, true, "ffn_down"));
-  }
-  // final norm of rows row0.. and lm_head, for run_logits (logits_ set later)
-  head_norm_ = norm_step(x_, m_.output_norm->q, xn_, "output_norm");
+  // RoPE; q -> q_, k and v -> cache at pos0 + t
+  Step rope;
+  rope.kernel = kernel("prefill_ops", ops_defines, "rope_kv_rows");
+  rope.global0 = size_t(n_qkv / 2);
+  rope.local0 = elementwise_local(rope.global0, max_wg);
+  rope.local1 = 1;
+  rope.label = "rope_kv";
+  const KernelArgs rope_args = {{"qkv", qkv_},
+                                {"n_tok", cl_int(0)},
+                                {"n_embd", cl_int(c.n_embd)},
+                                {"n_embd_kv", cl_int(c.n_embd_kv())},
+                                {"head_dim", cl_int(c.head_dim)},
+                                {"n_rot", cl_int(c.n_rot)},
+                                {"rope_cs", w_.rope_cs},
+                                {"pos0", cl_int(0)},
+                                {"q", q_},
+                                {"k_cache", s_.k_cache},
+                                {"v_cache", s_.v_cache},
+                                {"layer_off", layer_off}};
+  rope_args.bind(rope.kernel);
+  rope.arg_n_tok = int(rope_args.index("n_tok"));
+  rope.arg_pos0 = int(rope_args.index("pos0"));
+  steps_.push_back(std::move(rope));
+  // causal attention of the chunk against the cache
+  Step att;
+  att.kernel =
+      kernel("attention_prefill", attention_defines(c.head_dim, att_tuning), "attention_prefill");
+  att.global0 = size_t(c.n_head);
+  att.local0 = 1;
+  att.local1 = size_t(att_tuning.att_tq) * size_t(att_tuning.att_ks);
+  att.tokens_per_group = att_tuning.att_tq;
+  att.label = "attention";
+  const KernelArgs att_args = {{"q", q_},
+                               {"k_cache", s_.k_cache},
+                               {"v_cache", s_.v_cache},
+                               {"layer_off", layer_off},
+                               {"pos0", cl_int(0)},
+                               {"n_tok", cl_int(0)},
+                               {"n_head", cl_int(c.n_head)},
+                               {"n_head_kv", cl_int(c.n_head_kv)},
+                               {"out", att_}};
+  att_args.bind(att.kernel);
+  att.arg_pos0 = int(att_args.index("pos0"));
+  att.arg_n_tok = int(att_args.index("n_tok"));
+  steps_.push_back(std::move(att));
+  // x += Wo att
+  steps_.push_back(matmul_step(w.wo, att_, c.n_embd, x_, c.n_embd, 0, true, "wo"));
+  // h = silu(Wg xn) * (Wu xn), xn = rmsnorm(x) * ffn_norm
+  steps_.push_back(norm_step(x_, w.ffn_norm.q, xn_, "ffn_norm"));
+  steps_.push_back(matmul_step(w.ffn_gate, xn_, c.n_embd, g_, c.n_ff, 0, false, "ffn_gate"));
+  steps_.push_back(matmul_step(w.ffn_up, xn_, c.n_embd, u_, c.n_ff, 0, false, "ffn_up"));
+  Step silu;
+  silu.kernel = kernel("prefill_ops", ops_defines, "silu_mul");
+  silu.global0 = size_t(c.n_ff);
+  silu.local0 = elementwise_local(silu.global0, max_wg);
+  silu.local1 = 1;
+  silu.label = "silu_mul";
+  const KernelArgs silu_args = {{"g", g_}, {"u", u_}, {"n", cl_int(c.n_ff)}, {"n_tok", cl_int(0)}};
+  silu_args.bind(silu.kernel);
+  silu.arg_n_tok = int(silu_args.index("n_tok"));
+  steps_.push_back(std::move(silu));
+  // x += Wd h
+  steps_.push_back(matmul_step(w.ffn_down, g_, c.n_ff, x_, c.n_embd, 0, true, "ffn_down"));
 }
 
 void ClPrefill::enqueue(Step& s, int n_tok, int pos0, int id_off, int row0) {
@@ -378,7 +432,7 @@ void ClPrefill::run_logits(int n_tokens, int pos, int first_out, std::vector<flo
   }
   if (!logits_) {
     logits_ = rt_.alloc(size_t(chunk_) * size_t(c.n_vocab) * 4);
-    head_matmul_ = matmul_step(*m_.head, xn_, c.n_embd, logits_, c.n_vocab, 0, false, "lm_head");
+    head_matmul_ = matmul_step(w_.head(), xn_, c.n_embd, logits_, c.n_vocab, 0, false, "lm_head");
   }
   const size_t row_floats = size_t(c.n_vocab);
   out.resize(size_t(n_tokens - first_out) * row_floats);

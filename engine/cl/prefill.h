@@ -9,10 +9,11 @@
 //   silu_mul -> matmul Wd (+= residual)
 // That is 9 launches per layer (11 when Wq, Wk, Wv differ in type) + 1.
 //
-// The weights, KV cache, RoPE table and token ids belong to ClForward, which
-// passes references (PrefillModel) and must outlive this object; ClPrefill
-// owns only its kernels and its chunk-sized scratch. It shares ClForward's
-// in-order queue and never waits, except to read logits back.
+// It reads the weights (DeviceWeights) and the token ids and fills the KV
+// cache of the decode state (DecodeState), both ClForward's, which must
+// outlive it; ClPrefill owns only its kernels and its chunk-sized scratch. It
+// shares ClForward's in-order queue and never waits, except to read logits
+// back.
 //
 // After run(), the last position's hidden state (before the final norm) is in
 // the caller's buffer, so ClForward's own lm_head + argmax launches can follow:
@@ -27,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cl/decode_state.h"
 #include "engine/cl/runtime.h"
 #include "engine/cl/tuning.h"
 #include "engine/cl/weights.h"
@@ -34,34 +36,12 @@
 
 namespace clchat {
 
-// References into ClForward's weights and buffers.
-struct PrefillModel {
-  struct Layer {
-    const DeviceMatrix* attn_norm = nullptr;
-    const DeviceMatrix* ffn_norm = nullptr;
-    std::vector<const DeviceMatrix*> qkv;  // stacked [Wq; Wk; Wv], or the three
-    const DeviceMatrix* wo = nullptr;
-    const DeviceMatrix* ffn_gate = nullptr;
-    const DeviceMatrix* ffn_up = nullptr;
-    const DeviceMatrix* ffn_down = nullptr;
-  };
-  const DeviceMatrix* token_embd = nullptr;
-  const DeviceMatrix* output_norm = nullptr;
-  const DeviceMatrix* head = nullptr;  // lm_head (token_embd when tied)
-  std::vector<Layer> layers;
-  const ClMem* k_cache = nullptr;  // (n_layer, n_ctx, n_embd_kv) floats
-  const ClMem* v_cache = nullptr;
-  const ClMem* rope_cs = nullptr;  // (n_ctx, n_rot / 2) float2
-  const ClMem* ids = nullptr;      // token ids, n_ctx ints
-  int n_ctx = 0;
-};
-
 class ClPrefill {
  public:
-  // `rt` and everything `m` points to must outlive this object.
-  // `build_options` are the engine's common ones (-cl-std=..., fast math).
-  ClPrefill(const ModelConfig& config, ClRuntime& rt, const PrefillModel& m, int chunk,
-            const std::string& build_options, const PrefillTuning& tuning);
+  // `rt`, `w` and `s` must outlive this object. `build_options` are the
+  // engine's common ones (-cl-std=..., fast math).
+  ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeights& w, DecodeState& s,
+            int chunk, const std::string& build_options, const PrefillTuning& tuning);
 
   int chunk() const { return chunk_; }
   const PrefillTuning& tuning() const { return tuning_; }
@@ -85,11 +65,15 @@ class ClPrefill {
     // mid-chat (a stall, and +17 MB of LLVM in RSS).
     size_t local0 = 0, local1 = 0;
     int tokens_per_group = 1;  // global1 = ceil(n / tokens_per_group) * local1
+    // Indices of the per-chunk arguments the kernel has (-1: none).
     int arg_n_tok = -1, arg_pos0 = -1, arg_id_off = -1, arg_row0 = -1;
     const char* label = "";
   };
 
   void build_steps();
+  void add_layer_steps(int il, const PrefillTuning& att_tuning);
+  PrefillTuning attention_tuning() const;
+  Step embed_step();
   Step matmul_step(const DeviceMatrix& w, const ClMem& x, int ld_x, const ClMem& out, int ld_out,
                    int out_off, bool accumulate, const char* label);
   Step norm_step(const ClMem& x, const ClMem& g, const ClMem& out, const char* label);
@@ -115,7 +99,8 @@ class ClPrefill {
 
   const ModelConfig config_;
   ClRuntime& rt_;
-  PrefillModel m_;
+  const DeviceWeights& w_;
+  DecodeState& s_;
   int chunk_;
   std::string build_options_;
   PrefillTuning tuning_;

@@ -34,7 +34,7 @@ bool ClPrograms::shfl_self_test() {
         rt_.create_kernel(program("matvec", matvec_defines(GgmlType::F32)), "shfl_selftest");
     const size_t n = 64;
     ClMem out = rt_.alloc(n * sizeof(float));
-    set_args(k, cl_int(tuning_.tpr), out);
+    bind_args(k, {{"width", cl_int(tuning_.tpr)}, {"out", out}});
     cl_check(clEnqueueNDRangeKernel(rt_.queue(), k.get(), 1, nullptr, &n, &n, 0, nullptr, nullptr),
              "clEnqueueNDRangeKernel(shfl_selftest)");
     std::vector<float> got(n);

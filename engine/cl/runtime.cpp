@@ -301,8 +301,10 @@ std::string build_log(cl_program program, cl_device_id device) {
 }  // namespace
 
 ClProgram ClRuntime::build_program(const std::string& name, std::string_view source_in,
-                                   const std::string& options) const {
+                                   const std::string& options_in) const {
   const DeviceInfo& d = device_;
+  // The argument names, for KernelArgs::bind's check.
+  const std::string options = options_in + " -cl-kernel-arg-info";
   // CLCHAT_FAULT=build (a test hook): a source no compiler accepts. It is
   // another source, so no cached binary of the real one is found either.
   std::string broken;
@@ -426,6 +428,73 @@ ClMem ClRuntime::upload(const void* data, size_t bytes) const {
 }
 
 void ClRuntime::finish() const { cl_check(clFinish(queue_.get()), "clFinish"); }
+
+KernelArg::KernelArg(const char* name, const ClMem& m) : name_(name), size_(sizeof(cl_mem)) {
+  const cl_mem mem = m.get();
+  std::memcpy(value_, &mem, sizeof(mem));
+}
+
+namespace {
+
+std::string kernel_name(cl_kernel k) {
+  size_t n = 0;
+  if (clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, 0, nullptr, &n) != CL_SUCCESS || n == 0) {
+    return "(unnamed)";
+  }
+  std::string s(n, '\0');
+  clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, n, s.data(), nullptr);
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  return s;
+}
+
+// The name the kernel gives argument `i`; empty when the driver does not say.
+std::string arg_name(cl_kernel k, cl_uint i) {
+  size_t n = 0;
+  if (clGetKernelArgInfo(k, i, CL_KERNEL_ARG_NAME, 0, nullptr, &n) != CL_SUCCESS || n == 0) {
+    return "";
+  }
+  std::string s(n, '\0');
+  if (clGetKernelArgInfo(k, i, CL_KERNEL_ARG_NAME, n, s.data(), nullptr) != CL_SUCCESS) return "";
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+void KernelArgs::bind(const ClKernel& k) const {
+  cl_uint n_args = 0;
+  cl_check(clGetKernelInfo(k.get(), CL_KERNEL_NUM_ARGS, sizeof(n_args), &n_args, nullptr),
+           "clGetKernelInfo(CL_KERNEL_NUM_ARGS)");
+  if (n_args != args_.size()) {
+    throw std::logic_error("kernel " + kernel_name(k.get()) + " takes " + std::to_string(n_args) +
+                           " arguments; " + std::to_string(args_.size()) + " are bound");
+  }
+  for (cl_uint i = 0; i < n_args; ++i) {
+    const KernelArg& a = args_[i];
+    const std::string name = arg_name(k.get(), i);
+    if (!name.empty() && name != a.name()) {
+      throw std::logic_error("kernel " + kernel_name(k.get()) + ": argument " + std::to_string(i) +
+                             " is '" + name + "', bound as '" + a.name() + "'");
+    }
+    const cl_int err = clSetKernelArg(k.get(), i, a.size(), a.value());
+    if (err != CL_SUCCESS) {
+      throw ClError("clSetKernelArg(" + kernel_name(k.get()) + ", " + a.name() +
+                        ") failed: " + cl_error_name(err),
+                    err);
+    }
+  }
+}
+
+cl_uint KernelArgs::index(std::string_view name) const {
+  for (size_t i = 0; i < args_.size(); ++i) {
+    if (name == args_[i].name()) return cl_uint(i);
+  }
+  throw std::logic_error("no kernel argument named '" + std::string(name) + "' is bound");
+}
+
+void bind_args(const ClKernel& k, std::initializer_list<KernelArg> args) {
+  KernelArgs(args).bind(k);
+}
 
 void set_arg(cl_kernel k, cl_uint index, const ClMem& m) {
   const cl_mem mem = m.get();

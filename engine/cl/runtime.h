@@ -9,10 +9,14 @@
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 
+#include <concepts>
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -121,9 +125,9 @@ class ClRuntime {
   cl_command_queue queue() const { return queue_.get(); }
   bool profiling() const { return profiling_; }
 
-  // Builds `source` (with `options`) or loads its cached binary; the cache key
-  // covers device, driver, options and source. A build failure throws ClError
-  // carrying the device's build log.
+  // Builds `source` (with `options` and -cl-kernel-arg-info) or loads its
+  // cached binary; the cache key covers device, driver, options and source. A
+  // build failure throws ClError carrying the device's build log.
   ClProgram build_program(const std::string& name, std::string_view source,
                           const std::string& options) const;
   ClKernel create_kernel(const ClProgram& program, const char* name) const;
@@ -147,16 +151,60 @@ class ClRuntime {
 // else $XDG_CACHE_HOME/clchat/kernels (~/.cache/clchat/kernels).
 std::string default_kernel_cache_dir();
 
-// Sets kernel arguments in order: set_args(k, buf, n, x) -> args 0, 1, 2.
+// One kernel argument: the name the kernel's signature gives it and its
+// value, a buffer (ClMem; empty: a null buffer) or a cl_int, cl_uint, cl_ulong
+// or cl_float (other types do not convert, so a size_t cannot pass as int).
+class KernelArg {
+ public:
+  KernelArg(const char* name, const ClMem& m);
+  template <typename T>
+  requires std::same_as<T, cl_int> || std::same_as<T, cl_uint> || std::same_as<T, cl_ulong> ||
+      std::same_as<T, cl_float>
+      KernelArg(const char* name, T value) : name_(name), size_(sizeof(T)) {
+    std::memcpy(value_, &value, sizeof(T));
+  }
+  const char* name() const { return name_; }
+  size_t size() const { return size_; }
+  const void* value() const { return value_; }
+
+ private:
+  const char* name_;
+  size_t size_;
+  alignas(8) unsigned char value_[8];
+};
+
+// The arguments of one kernel, in its signature's order, each under the name
+// the kernel gives it: declared once per kernel, e.g.
+//   const KernelArgs args = {{"x", x}, {"n", cl_int(n)}, {"pos", cl_int(0)}};
+//   args.bind(kernel);
+//   pos_arg = args.index("pos");  // set again per call: set_arg(k, pos_arg, ...)
+class KernelArgs {
+ public:
+  KernelArgs(std::initializer_list<KernelArg> args) : args_(args) {}
+  explicit KernelArgs(std::vector<KernelArg> args) : args_(std::move(args)) {}
+  // Checks that `k` takes exactly these arguments under these names, then
+  // sets them. The names are checked where the driver reports them
+  // (clGetKernelArgInfo: build_program adds -cl-kernel-arg-info; PoCL reports
+  // them, NVIDIA for programs built from source but not from a cached
+  // binary); the count always. A mismatch throws std::logic_error naming the
+  // kernel and the argument.
+  void bind(const ClKernel& k) const;
+  // The index of argument `name` (std::logic_error when there is none).
+  cl_uint index(std::string_view name) const;
+
+ private:
+  std::vector<KernelArg> args_;
+};
+
+// KernelArgs(args).bind(k), for kernels with no per-call arguments.
+void bind_args(const ClKernel& k, std::initializer_list<KernelArg> args);
+
+// Sets argument `index` again (a per-call value, e.g. the position; its index
+// from KernelArgs::index).
 void set_arg(cl_kernel k, cl_uint index, const ClMem& m);
 template <typename T>
 void set_arg(cl_kernel k, cl_uint index, const T& value) {
   cl_check(clSetKernelArg(k, index, sizeof(T), &value), "clSetKernelArg");
-}
-template <typename... Args>
-void set_args(const ClKernel& k, const Args&... args) {
-  cl_uint i = 0;
-  (set_arg(k.get(), i++, args), ...);
 }
 
 }  // namespace clchat

@@ -6,14 +6,18 @@
 //   Q8_0: q = 32 int8 per block,         s = fp16 d
 //   F32, F16: q = the row-major values,  s = unused (1 element)
 // The same layout (rows x blocks, row-major) holds for q and s, so row-wise
-// concatenation of matrices is concatenation of both arrays.
+// concatenation of matrices is concatenation of both arrays. DeviceWeights
+// holds a model's matrices in that layout; WeightArena copies them into one
+// buffer for the persistent decode kernel.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "engine/cl/runtime.h"
 #include "engine/gguf/gguf.h"
+#include "engine/model/model.h"
 
 namespace clchat {
 
@@ -43,5 +47,47 @@ struct DeviceMatrix {
 
 DeviceMatrix upload_matrix(const ClRuntime& rt, const RepackedMatrix& m);
 DeviceMatrix upload_floats(const ClRuntime& rt, const float* data, int n);  // 1-row F32
+
+// The model's weights on the device, read-only once uploaded, and the RoPE
+// table; shapes (rows, values per row), in the file's types unless F32.
+struct DeviceWeights {
+  struct Layer {
+    DeviceMatrix attn_norm;  // (1, n_embd) F32
+    std::vector<DeviceMatrix>
+        qkv;                // [Wq; Wk; Wv] stacked (n_embd + 2 n_embd_kv, n_embd) when
+                            // one type, else Wq (n_embd, n_embd), Wk, Wv (n_embd_kv, n_embd)
+    DeviceMatrix wo;        // (n_embd, n_embd)
+    DeviceMatrix ffn_norm;  // (1, n_embd) F32
+    DeviceMatrix ffn_gate, ffn_up;  // (n_ff, n_embd), one type
+    DeviceMatrix ffn_down;          // (n_embd, n_ff)
+  };
+  DeviceMatrix token_embd;   // (n_vocab, n_embd)
+  DeviceMatrix output;       // (n_vocab, n_embd); empty when tied (the head is token_embd)
+  DeviceMatrix output_norm;  // (1, n_embd) F32
+  std::vector<Layer> layers;
+  ClMem rope_cs;         // (n_ctx, n_rot / 2) float2: cos, sin of pos * base^(-2i / n_rot)
+  uint64_t n_bytes = 0;  // the matrices' bytes (not the RoPE table)
+
+  // Uploads `model`'s tensors (repacked) and a RoPE table of n_ctx positions.
+  DeviceWeights(const Model& model, const ClRuntime& rt, int n_ctx);
+  // The lm_head: output, or token_embd when the embeddings are tied.
+  const DeviceMatrix& head() const { return output.q ? output : token_embd; }
+};
+
+// Every weight buffer copied once into one allocation, at 256-byte aligned
+// byte offsets, so that one kernel can address every layer (OpenCL 1.2 has
+// no device pointers): the persistent decode kernel's view of DeviceWeights.
+struct WeightArena {
+  static constexpr size_t k_layer_offsets = 12;  // LO_N in kernels/persistent_layout.cl
+  ClMem arena;
+  // (n_layer, 12) ulong: q and s of Wqkv, Wo, Wgate, Wup, Wdown, then
+  // attn_norm, ffn_norm (LO_* in persistent_layout.cl).
+  ClMem layer_off;
+  uint64_t embd_q = 0, embd_s = 0, head_q = 0, head_s = 0, out_norm = 0;
+
+  // Empty (no arena) when a layer's Q, K and V are not stacked or the arena
+  // exceeds the device's largest allocation.
+  static std::optional<WeightArena> build(const DeviceWeights& w, const ClRuntime& rt);
+};
 
 }  // namespace clchat

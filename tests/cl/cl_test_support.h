@@ -25,6 +25,20 @@
 #include "engine/gguf/quant.h"
 #include "tests/test_support.h"
 
+namespace clchat {
+
+// Sets a kernel's arguments by position: set_args(k, buf, n, x) -> args 0,
+// 1, 2. Tests only, where a kernel is run once and its output checked; the
+// engine binds by name (KernelArgs, engine/cl/runtime.h), so that a changed
+// signature fails at build time instead of shifting arguments.
+template <typename... Args>
+void set_args(const ClKernel& k, const Args&... args) {
+  cl_uint i = 0;
+  (set_arg(k.get(), i++, args), ...);
+}
+
+}  // namespace clchat
+
 namespace clchat::test {
 
 // The OpenCL device the tests run on, created once per binary: the first CPU

@@ -184,10 +184,11 @@ class KernelArgs {
   explicit KernelArgs(std::vector<KernelArg> args) : args_(std::move(args)) {}
   // Checks that `k` takes exactly these arguments under these names, then
   // sets them. The names are checked where the driver reports them
-  // (clGetKernelArgInfo: build_program adds -cl-kernel-arg-info; PoCL reports
-  // them, NVIDIA for programs built from source but not from a cached
-  // binary); the count always. A mismatch throws std::logic_error naming the
-  // kernel and the argument.
+  // (clGetKernelArgInfo, which needs -cl-kernel-arg-info: build_program adds
+  // it; PoCL and NVIDIA's OpenCL (driver 580 on an H100) report them for
+  // programs built from source and from cached binaries); the count always.
+  // A mismatch throws std::logic_error naming the kernel and the argument;
+  // the engine lets it through the fallbacks that catch device failures.
   void bind(const ClKernel& k) const;
   // The index of argument `name` (std::logic_error when there is none).
   cl_uint index(std::string_view name) const;

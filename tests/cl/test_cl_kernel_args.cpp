@@ -3,8 +3,9 @@
 // cached binary alike) a binding whose name, order or count differs from the
 // kernel's signature is rejected with an error naming the kernel and the
 // argument, and a correct one runs. The engine's own bindings are checked
-// when it builds: a whole forward pass with the portable (GPU) kernels, whose
-// bindings NVIDIA checks only when it builds from source, not from the cache.
+// when it builds; here also a whole forward pass with the portable (GPU)
+// kernels, which PoCL builds too. The NVIDIA-only kernels (decode_persistent.cl,
+// matmul_mma.cl) are checked when the engine builds them there.
 #include <gtest/gtest.h>
 
 #include <filesystem>

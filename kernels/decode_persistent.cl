@@ -5,19 +5,31 @@
 // that pace, so replacing ~150 launches by one is the point; a grid barrier
 // costs ~1.5 us.
 //
-// Stages (each followed by a grid barrier), per layer il:
-//   P1  x' = rmsnorm(x) * attn_norm; [q; k; v] = Wqkv x'; RoPE; k, v -> cache
-//   P2  attention of each head over cache positions 0..pos -> att (long
-//       contexts: a head's positions split over work-groups, the last of
-//       them to finish merges the partials)
-//   P3  x += Wo att
-//   P4  x' = rmsnorm(x) * ffn_norm; h = silu(Wg x') * (Wu x')
-//   P5  x += Wd h
-// then the head: x' = rmsnorm(x) * output_norm; logits = Whead x' with each
-// work-group's argmax candidate; the last work-group to arrive picks the
-// token (NaN never wins, ties go to the lowest id) and writes ids[0].
-// The embedding row is dequantized by every work-group straight into local
-// memory at the start (work-group 0 also stores it as x).
+// decode_token (at the end of this file) is the whole step, like llama2.c's
+// forward(); per layer il, each stage followed by a grid barrier:
+//   P1 qkv_rope_append  x' = rmsnorm(x) * attn_norm; [q; k; v] = Wqkv x';
+//                       RoPE; k, v -> cache at pos
+//   P2 attention        att = softmax(q K^T / sqrt(HEAD_DIM)) V per head over
+//                       positions 0..pos (long contexts: a head's positions
+//                       split over work-groups, the last of them to finish
+//                       merges the partials)
+//   P3 matvec_residual  x += Wo att
+//   P4 ffn_gate_up      x' = rmsnorm(x) * ffn_norm; h = silu(Wg x') * (Wu x')
+//   P5 matvec_residual  x += Wd h
+// then head_logits: x' = rmsnorm(x) * output_norm; logits = Whead x' with
+// each work-group's argmax candidate; the last work-group to arrive picks the
+// token (pick_token: NaN never wins, ties go to the lowest id) and writes
+// ids[0]. The embedding row is dequantized by every work-group straight into
+// local memory at the start (work-group 0 also stores it as x).
+//
+// The order of memory operations is the point of the stage boundaries: a grid
+// barrier is two calls, grid_arrive and grid_wait, and between them each
+// work-group issues the next stage's loads that need nothing from the other
+// work-groups (the *_early_loads and *_first_row calls: its warps' first
+// weight rows into registers, the norm weights) and, at P1's barrier, the L2
+// prefetch of the coming layers' weights. After the wait only the
+// activations are waited for. (Issued before the arrival, those loads would
+// hold up the arrival's release, which waits for outstanding loads.)
 //
 // Work split: a warp (32 work-items, PTX shuffles) computes one matrix row at
 // a time, its lanes taking every 32nd block; rows are spread over all warps of
@@ -37,7 +49,19 @@
 // not all resident) sets *abort_flag and stops waiting; the host then falls
 // back to the multi-kernel path. Requires NVIDIA (inline PTX); the host enables this
 // path only after the kernel's own self-test (token_index < 0) passes.
+//
+// tests/nvptx_check.sh compiles every configuration the host can build
+// without a GPU; tests/device_ab.sh times two versions on one.
 
+// ---- tunables and shapes ------------------------------------------------------
+
+// Every function here is inlined into decode_token, by force: the stage
+// functions are long and two have two call sites, where a compiler's own
+// heuristic may keep a call (with C99 `inline`, a call to a function that
+// has no out-of-line definition: clang then fails to link).
+#define INLINE inline __attribute__((always_inline))
+
+// Work-items per work-group (the host passes 512 or 256).
 #ifndef PWG
 #define PWG 256
 #endif
@@ -71,21 +95,15 @@
 #ifndef ATT_SPLIT_SPAN
 #define ATT_SPLIT_SPAN (ATT_SPLIT_POS < 64 ? ATT_SPLIT_POS : 64)
 #endif
-// Attention (P2): a warp per position at a time, lane l holding AW_D of the
-// dimensions (HEAD_DIM a power of two, 32 to 256); the warps'
-// partials meet in att_acc, a row of AW_STRIDE floats per warp, where
-// work-item (d, p) of ATT_PARTS per dimension adds every ATT_PARTS-th warp
-// (the stride's padding puts those loads in distinct banks).
+// Attention (P2): a warp per position at a time, lane l holding the AW_D
+// dimensions l, l + 32, ... (HEAD_DIM a power of two, 32 to 256), so each
+// load instruction of a warp reads 128 contiguous bytes (H200, against lanes
+// on AW_D adjacent dimensions: tg128 2,434-2,445 vs 2,425-2,429, @d2048
+// 1,798 vs 1,754). The warps' partials meet in att_acc, a row of AW_STRIDE
+// floats per warp, where work-item (d, p) of ATT_PARTS per dimension adds
+// every ATT_PARTS-th warp (the stride's padding puts those loads in distinct
+// banks).
 #define AW_D (HEAD_DIM / 32)
-// ATT_DIM_STRIDE: 1, lane l holds dimensions l, l + 32, ... (each load
-// instruction of a warp reads 128 contiguous bytes); 0 (A/B), l * AW_D ..
-// + AW_D - 1. H200, 1 against 0: tg128 2,434-2,445 vs 2,425-2,429, @d512
-// 2,086-2,099 vs 2,072-2,086, @d2048 1,798 vs 1,754.
-#ifndef ATT_DIM_STRIDE
-#define ATT_DIM_STRIDE 1
-#endif
-#define AW_LANE(lane) ((lane) * (ATT_DIM_STRIDE ? 1 : AW_D))
-#define AW_STEP (ATT_DIM_STRIDE ? 32 : 1)
 // Positions per warp in a long round: K and V of 8 positions are 16 * AW_D
 // floats per work-item; 4 for heads of 256 keep that at 64.
 #define ATT_LONG_ROUND (AW_D <= 4 ? 8 : 4)
@@ -97,109 +115,110 @@
 #error "att_acc: fewer than PWG floats"
 #endif
 
+// The lm_head's rows (49152 x 576 Q8_0 here: 28 MB, a third of a token's
+// weights) are prefetched into L2 in shares over the last HEAD_PF_LAYERS
+// layers, with the layers' prefetches (H200 tg128 against all in the last
+// layer: +0.5% at depth 0, +0.9% at 512; 2 and 8 gained less).
+#define HEAD_PF_LAYERS 4
+// The layers' L2 prefetch is done by the work-groups that have no attention
+// unit, at the start of P2, when at least 1 / PF_IDLE_DIV of the grid is
+// idle there; else by every warp at P1's barrier (see decode_token).
+#define PF_IDLE_DIV 4
+
 // ---- warp primitives (PTX) --------------------------------------------------
 
-inline float shfl_bfly(float v, int mask) {
+INLINE float shfl_bfly(float v, int mask) {
   float r;
   asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
   return r;
 }
-inline float warp_sum(float v) {
+INLINE float warp_sum(float v) {
   for (int m = 16; m > 0; m >>= 1) v += shfl_bfly(v, m);
   return v;
 }
-inline float warp_max(float v) {
-  for (int m = 16; m > 0; m >>= 1) v = fmax(v, shfl_bfly(v, m));
-  return v;
-}
-// fence.acq_rel.gpu orders this thread's (and, through a work-group barrier,
-// its work-group's) memory operations where a count publishes data (the
-// attention splits, the final argmax). The grid barrier's wait needs no
-// fence: it polls with acquire loads (GRID_FENCE=2, the default). For A/B
-// runs, GRID_FENCE=1 polls with volatile loads and then fences (acq_rel);
-// GRID_FENCE=0 builds the stronger membar.gl (fence.sc.gpu) of earlier
-// versions. H200, Q4_0 tg128: 2,096-2,106 tok/s with 2, 1,948-1,954 with 1
-// (and in an earlier session 1,850 with 1 and the release add below, 1,810
-// with membar.gl and a fenced atomic).
-#ifndef GRID_FENCE
-#define GRID_FENCE 2
-#endif
-#if GRID_FENCE
-inline void fence_gpu(void) { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-#else
-inline void fence_gpu(void) { asm volatile("membar.gl;" ::: "memory"); }
-#endif
-inline ulong global_timer_ns(void) {
+INLINE ulong global_timer_ns(void) {
   ulong t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
 
 // Non-blocking: asks for the 128-byte line at p to be brought into L2.
-inline void prefetch_l2(const __global void* p) {
+INLINE void prefetch_l2(const __global void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// ---- where a work-item works --------------------------------------------------
+
+// A work-item's lane and warp, its work-group, and its warp's index in the
+// grid (gwarp of n_gwarps), by which every stage deals out its rows.
+typedef struct {
+  int lid, lane, warp, group, n_groups;
+  int slot;  // the warp's place in its work-group's share of rows
+  int gwarp, n_gwarps;
+} Place;
+
+// Warps are interleaved over the grid: consecutive rows go to different
+// work-groups, so a stage with fewer rows than warps busies every SM a
+// little instead of some SMs fully (H200: +5% against group-major). Warp 0,
+// whose work-item 0 polls the barriers, takes the last slot: rows only where
+// a stage has more than (WARPS - 1) * n_groups of them (here only the
+// lm_head), so it loads no next-stage rows before its polls, and the fewest
+// prefetches (H200 against warp 0 first: tg128 2,458-2,459 vs 2,385-2,390,
+// @d512 2,088-2,095 vs 2,046-2,049, @d2048 1,795-1,806 vs 1,723-1,754).
+INLINE Place place_of_work_item(void) {
+  Place at;
+  at.lid = get_local_id(0);
+  at.lane = at.lid % 32;
+  at.warp = at.lid / 32;
+  at.group = get_group_id(0);
+  at.n_groups = get_num_groups(0);
+  at.slot = (at.warp + WARPS - 1) % WARPS;
+  at.gwarp = at.slot * at.n_groups + at.group;
+  at.n_gwarps = at.n_groups * WARPS;
+  return at;
 }
 
 // ---- grid barrier -------------------------------------------------------------
 
-// In two halves, so that a work-group can issue loads that do not depend on
-// the other work-groups (the next stage's weights) after it has arrived and
-// before it waits: issued before the arrival, they would hold up thread 0's
-// release (which waits for the thread's outstanding loads).
-// The arrival is a work-group barrier (ordering only local memory: the
-// release below covers the work-group's global writes that precede it) and
-// one `red.release.gpu` add by work-item 0: no fence of its own and no
-// returned value to wait for. The wait polls the counter, then acquires.
-// For A/B runs: GRID_RED=0 arrives with a fence and atomic_inc as before,
-// GRID_BAR_FLAGS=(CLK_LOCAL_MEM_FENCE|CLK_GLOBAL_MEM_FENCE) the old barriers.
-#ifndef GRID_RED
-#define GRID_RED 1
-#endif
-#ifndef GRID_BAR_FLAGS
-#define GRID_BAR_FLAGS CLK_LOCAL_MEM_FENCE
-#endif
-inline void grid_arrive(volatile __global uint* counter) {
-  barrier(GRID_BAR_FLAGS);
+// The barrier's counter and where this launch stands on it.
+typedef struct {
+  volatile __global uint* count;
+  uint base;  // the count at this launch's start (bar_base)
+  uint n;     // barriers passed in this launch
+  volatile __global uint* abort_flag;
+  // Non-null when the host traces the token (a profile; the tuning key
+  // `trace`): work-group 0 records the GPU clock after each barrier.
+  __global ulong* trace;
+} GridBarrier;
+
+// The arrival, the first half: a work-group barrier (ordering only local
+// memory: the release below covers the work-group's global writes that
+// precede it) and one `red.release.gpu` add by work-item 0: no fence of its
+// own and no returned value to wait for (H200 against a fence and
+// atomic_inc: 2,096-2,106 tok/s vs 1,948-1,954 with the acquire poll below).
+INLINE void grid_arrive(GridBarrier* b) {
+  barrier(CLK_LOCAL_MEM_FENCE);
   if (get_local_id(0) == 0) {
-#if GRID_RED
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
-#else
-    fence_gpu();
-    atomic_inc(counter);
-#endif
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(b->count) : "memory");
   }
 }
-// The barrier's poll: an acquire load (GRID_FENCE=2), or a volatile one
-// that the wait follows with a fence.
-inline uint grid_poll(volatile __global uint* counter) {
-#if GRID_FENCE == 2
+// The poll: an acquire load, so the wait needs no fence after it.
+INLINE uint grid_poll(volatile __global uint* counter) {
   uint v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
   return v;
-#else
-  return *counter;
-#endif
 }
-// The poll loop reads the abort flag and the clock every 256 spins only: a
-// read of the flag in every spin doubled the spin's time, and with it the
-// delay between the last arrival and its detection. (ABORT_EVERY_SPIN=1 for
-// A/B runs.)
-#ifndef ABORT_EVERY_SPIN
-#define ABORT_EVERY_SPIN 0
-#endif
-inline void grid_wait(volatile __global uint* counter, uint target,
+// Work-item 0 polls until `target`. It reads the abort flag and the clock
+// every 256 spins only: a read of the flag in every spin doubled the spin's
+// time, and with it the delay between the last arrival and its detection.
+INLINE void grid_spin(volatile __global uint* counter, uint target,
                       volatile __global uint* abort_flag) {
   if (get_local_id(0) == 0) {
     uint spins = 0;
     ulong start = 0;
     while ((int)(grid_poll(counter) - target) < 0) {
-#if ABORT_EVERY_SPIN
-      if (*abort_flag) break;
-#endif
       if ((++spins & 255) == 0) {  // the abort flag and the clock now and then
-#if !ABORT_EVERY_SPIN
         if (*abort_flag) break;
-#endif
         const ulong now = global_timer_ns();
         if (start == 0) {
           start = now;
@@ -209,31 +228,27 @@ inline void grid_wait(volatile __global uint* counter, uint target,
         }
       }
     }
-#if GRID_FENCE != 2
-    fence_gpu();
-#endif
   }
-  barrier(GRID_BAR_FLAGS);
+  barrier(CLK_LOCAL_MEM_FENCE);
 }
-inline void grid_sync(volatile __global uint* counter, uint target,
-                      volatile __global uint* abort_flag) {
-  grid_arrive(counter);
-  grid_wait(counter, target, abort_flag);
+// The wait, the second half: every work-group has arrived (or one gave up).
+INLINE void grid_wait(GridBarrier* b, const Place* at) {
+  grid_spin(b->count, b->base + (++b->n) * (uint)at->n_groups, b->abort_flag);
+  if (b->trace && at->group == 0 && at->lid == 0) b->trace[b->n] = global_timer_ns();
+}
+INLINE void grid_sync(GridBarrier* b, const Place* at) {
+  grid_arrive(b);
+  grid_wait(b, at);
 }
 
 // "The last to arrive": a work-group's global writes so far are released
-// (work-group barrier, then one add by work-item 0) and the work-group that
-// finds the count at `last` acquires everyone's: returns true in all of its
-// work-items. Used where a count, not a grid barrier, decides who goes on
-// (the attention splits' merge, the final argmax). `flag`: local scratch.
-// LAST_ATOM=1: one atom.acq_rel.gpu add; 0 (A/B): fence, atomic_inc, fence
-// (H200 tg128 @d512, where heads split: 1,843-1,850 tok/s against
-// 1,815-1,828).
-#ifndef LAST_ATOM
-#define LAST_ATOM 1
-#endif
-inline bool arrive_last(volatile __global uint* count, uint last, __local int* flag) {
-#if LAST_ATOM
+// (work-group barrier, then one atom.acq_rel.gpu add by work-item 0) and the
+// work-group that finds the count at `last` acquires everyone's: returns
+// true in all of its work-items. Used where a count, not a grid barrier,
+// decides who goes on (the attention splits' merge, the final argmax). (H200
+// tg128 @d512, where heads split, against fence, atomic_inc, fence:
+// 1,843-1,850 tok/s vs 1,815-1,828.) `flag`: local scratch.
+INLINE bool arrive_last(volatile __global uint* count, uint last, __local int* flag) {
   barrier(CLK_LOCAL_MEM_FENCE);
   if (get_local_id(0) == 0) {
     uint old;
@@ -243,24 +258,15 @@ inline bool arrive_last(volatile __global uint* count, uint last, __local int* f
                  : "memory");
     *flag = old == last;
   }
-#else
-  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-  if (get_local_id(0) == 0) {
-    fence_gpu();
-    const bool is_last = atomic_inc(count) == last;
-    if (is_last) fence_gpu();
-    *flag = is_last;
-  }
-#endif
   barrier(CLK_LOCAL_MEM_FENCE);
   return *flag;
 }
 
-// ---- weights ------------------------------------------------------------------
+// ---- weights: one row's dot product -------------------------------------------
 
 // sum_j code_j * x_j and sum_j x_j over one block of 32 (x in local memory);
 // byte k of the 16 holds value k (low nibble) and value k + 16 (high nibble).
-inline float2 nibble_dot_local(uint4 q, const __local float* x) {
+INLINE float2 nibble_dot_local(uint4 q, const __local float* x) {
   const uint w[4] = {q.x, q.y, q.z, q.w};
   float acc = 0.0f, xs = 0.0f;
 #pragma unroll
@@ -268,8 +274,8 @@ inline float2 nibble_dot_local(uint4 q, const __local float* x) {
     const float4 xl = vload4(i, x);
     const float4 xh = vload4(i + 4, x);
     const uint v = w[i];
-    acc += (float)(v & 15) * xl.x + (float)((v >> 8) & 15) * xl.y +
-           (float)((v >> 16) & 15) * xl.z + (float)((v >> 24) & 15) * xl.w;
+    acc += (float)(v & 15) * xl.x + (float)((v >> 8) & 15) * xl.y + (float)((v >> 16) & 15) * xl.z +
+           (float)((v >> 24) & 15) * xl.w;
     acc += (float)((v >> 4) & 15) * xh.x + (float)((v >> 12) & 15) * xh.y +
            (float)((v >> 20) & 15) * xh.z + (float)(v >> 28) * xh.w;
     xs += xl.x + xl.y + xl.z + xl.w + xh.x + xh.y + xh.z + xh.w;
@@ -281,13 +287,9 @@ inline float2 nibble_dot_local(uint4 q, const __local float* x) {
 // conversion instruction (I2F runs at 1/8 of the FMA rate, and the lm_head's
 // 49152 x 576 bytes made it the bound): the byte, offset to s + 128 by
 // flipping its top bit, is placed under the exponent of 2^23 by one PRMT,
-// and 2^23 + 128 is subtracted (exact). H200: lm_head 33.9 -> 27.5 us,
-// tg128 1,885 vs 1,855 (Q4_0), 1,883 vs 1,857 (Q4_1). INT8_PRMT=0: I2F.
-#ifndef INT8_PRMT
-#define INT8_PRMT 1
-#endif
-#if INT8_PRMT
-inline float int8_word_dot(uint w, float4 x) {
+// and 2^23 + 128 is subtracted (exact). H200 against I2F: lm_head 33.9 ->
+// 27.5 us, tg128 1,885 vs 1,855 (Q4_0), 1,883 vs 1,857 (Q4_1).
+INLINE float int8_word_dot(uint w, float4 x) {
   w ^= 0x80808080u;
   uint t0, t1, t2, t3;
   const uint hi = 0x4b000000u;
@@ -299,42 +301,33 @@ inline float int8_word_dot(uint w, float4 x) {
   return (as_float(t0) - c) * x.x + (as_float(t1) - c) * x.y + (as_float(t2) - c) * x.z +
          (as_float(t3) - c) * x.w;
 }
-inline float int8_dot_local(uint4 q, const __local float* x) {
+INLINE float int8_dot_local(uint4 q, const __local float* x) {
   return int8_word_dot(q.x, vload4(0, x)) + int8_word_dot(q.y, vload4(1, x)) +
          int8_word_dot(q.z, vload4(2, x)) + int8_word_dot(q.w, vload4(3, x));
 }
-#else
-inline float int8_dot_local(uint4 q, const __local float* x) {
-  const char16 c = as_char16(q);
-  const float16 p = convert_float16(c) * vload16(0, x);
-  const float8 p8 = p.lo + p.hi;
-  const float4 p4 = p8.lo + p8.hi;
-  return p4.x + p4.y + p4.z + p4.w;
-}
-#endif
 // A Q8_0 block's 32 bytes (lo: values 0-15, hi: 16-31) dotted with x.
-inline float q8_block_dot(uint4 lo, uint4 hi, const __local float* x) {
+INLINE float q8_block_dot(uint4 lo, uint4 hi, const __local float* x) {
   return int8_dot_local(lo, x) + int8_dot_local(hi, x + 16);
 }
 
-// This lane's share of dot(W[row], x) for a row of n_in values of type T;
-// `wq`/`ws` point at the matrix's payloads and scales in the arena.
-inline float row_dot_t0(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                        const __local float* x, int lane) {
+// This lane's share of dot(W[row], x) for a row of n_in values; `wq`/`ws`
+// point at the matrix's payloads and scales in the arena.
+INLINE float row_dot_f32(const __global uchar* wq, int n_in, int row, const __local float* x,
+                         int lane) {
   const __global float* w = (const __global float*)wq + (size_t)row * n_in;
   float s = 0.0f;
   for (int i = lane; i < n_in / 4; i += 32) s += dot(vload4(i, w), vload4(0, x + XP(4 * i)));
   return s;
 }
-inline float row_dot_t1(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                        const __local float* x, int lane) {
+INLINE float row_dot_f16(const __global uchar* wq, int n_in, int row, const __local float* x,
+                         int lane) {
   const __global half* w = (const __global half*)wq + (size_t)row * n_in;
   float s = 0.0f;
   for (int i = lane; i < n_in / 4; i += 32) s += dot(vload_half4(i, w), vload4(0, x + XP(4 * i)));
   return s;
 }
-inline float row_dot_t2(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                        const __local float* x, int lane) {
+INLINE float row_dot_q4_0(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                          const __local float* x, int lane) {
   const int nb = n_in / 32;
   const size_t base = (size_t)row * nb;
   float s = 0.0f;
@@ -344,8 +337,8 @@ inline float row_dot_t2(const __global uchar* wq, const __global uchar* ws, int 
   }
   return s;
 }
-inline float row_dot_t3(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                        const __local float* x, int lane) {
+INLINE float row_dot_q4_1(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                          const __local float* x, int lane) {
   const int nb = n_in / 32;
   const size_t base = (size_t)row * nb;
   float s = 0.0f;
@@ -356,8 +349,8 @@ inline float row_dot_t3(const __global uchar* wq, const __global uchar* ws, int 
   }
   return s;
 }
-inline float row_dot_t8(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                        const __local float* x, int lane) {
+INLINE float row_dot_q8_0(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                          const __local float* x, int lane) {
   const int nb = n_in / 32;
   const size_t base = (size_t)row * nb;
   const __global uint4* q = (const __global uint4*)wq;
@@ -368,9 +361,23 @@ inline float row_dot_t8(const __global uchar* wq, const __global uchar* ws, int 
   }
   return s;
 }
-#define CAT_(a, b) a##b
-#define CAT(a, b) CAT_(a, b)
-#define ROW_DOT(T) CAT(row_dot_t, T)
+// The same for a matrix of GGML type `type`: always a WT_* constant, so once
+// inlined only one case is left.
+INLINE float row_dot(int type, const __global uchar* wq, const __global uchar* ws, int n_in,
+                     int row, const __local float* x, int lane) {
+  switch (type) {
+    case 0:
+      return row_dot_f32(wq, n_in, row, x, lane);
+    case 1:
+      return row_dot_f16(wq, n_in, row, x, lane);
+    case 2:
+      return row_dot_q4_0(wq, ws, n_in, row, x, lane);
+    case 3:
+      return row_dot_q4_1(wq, ws, n_in, row, x, lane);
+    default:
+      return row_dot_q8_0(wq, ws, n_in, row, x, lane);
+  }
+}
 
 // ---- a row's weights in registers -----------------------------------------------
 
@@ -378,29 +385,18 @@ inline float row_dot_t8(const __global uchar* wq, const __global uchar* ws, int 
 // first row(s) of the next stage are loaded into registers between its
 // work-group's arrival at the barrier and its wait there; after the barrier
 // only the activations are waited for. Lane `lane` holds blocks lane,
-// lane + 32, ... of the row: at most RB blocks (Q8_0 blocks take two uint4);
+// lane + 32, ... of the row: at most RB blocks (Q8_0 blocks take two uint4)
+// and each block's (scale, min): Q4_0's min is -8 * scale, Q8_0's is unused.
 // F32 and F16 rows are not held (their dot reads the row).
 #define RB ((LOCAL_X / 32 + 31) / 32)
-#define ROW_LOAD(T) CAT(row_load_t, T)
-#define ROW_DOT_REGS(T) CAT(row_dot_regs_t, T)
+typedef struct {
+  uint4 q[2 * RB];
+  float2 s[RB];
+} RowRegs;
 
-inline void row_load_t0(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                        int lane, uint4* q, float2* s) {}
-inline void row_load_t1(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                        int lane, uint4* q, float2* s) {}
-inline float row_dot_regs_t0(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                             const __local float* x, int lane, const uint4* q, const float2* s) {
-  return row_dot_t0(wq, ws, n_in, row, x, lane);
-}
-inline float row_dot_regs_t1(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                             const __local float* x, int lane, const uint4* q, const float2* s) {
-  return row_dot_t1(wq, ws, n_in, row, x, lane);
-}
-
-// Blocks of 16 * `chunks` bytes (Q4_0 2, Q4_1 3: 1; Q8_0 8: 2) and each
-// block's (scale, min): Q4_0's min is -8 * scale, Q8_0's is unused.
-inline void row_load_blocks(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                            int lane, uint4* q, float2* s, int chunks, int type) {
+// Blocks of 16 * `chunks` bytes (Q4_0 2, Q4_1 3: 1; Q8_0 8: 2).
+INLINE void row_load_blocks(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
+                            int lane, RowRegs* r, int chunks, int type) {
   const int nb = n_in / 32;
   const size_t base = (size_t)row * nb;
 #pragma unroll
@@ -409,131 +405,141 @@ inline void row_load_blocks(const __global uchar* wq, const __global uchar* ws, 
     if (b < nb) {
 #pragma unroll
       for (int c = 0; c < chunks; ++c) {
-        q[chunks * k + c] = ((const __global uint4*)wq)[chunks * (base + b) + c];
+        r->q[chunks * k + c] = ((const __global uint4*)wq)[chunks * (base + b) + c];
       }
       if (type == 3) {
-        s[k] = vload_half2(base + b, (const __global half*)ws);
+        r->s[k] = vload_half2(base + b, (const __global half*)ws);
       } else {
         const float d = vload_half(base + b, (const __global half*)ws);
-        s[k] = (float2)(d, -8.0f * d);
+        r->s[k] = (float2)(d, -8.0f * d);
       }
     }
   }
 }
-inline void row_load_t2(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                        int lane, uint4* q, float2* s) {
-  row_load_blocks(wq, ws, n_in, row, lane, q, s, 1, 2);
-}
-inline void row_load_t3(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                        int lane, uint4* q, float2* s) {
-  row_load_blocks(wq, ws, n_in, row, lane, q, s, 1, 3);
-}
-inline void row_load_t8(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                        int lane, uint4* q, float2* s) {
-  row_load_blocks(wq, ws, n_in, row, lane, q, s, 2, 8);
+// Row `row` of a matrix of type `type` into r (F32, F16: nothing).
+INLINE void row_load(int type, const __global uchar* wq, const __global uchar* ws, int n_in,
+                     int row, int lane, RowRegs* r) {
+  if (type == 2 || type == 3) row_load_blocks(wq, ws, n_in, row, lane, r, 1, type);
+  if (type == 8) row_load_blocks(wq, ws, n_in, row, lane, r, 2, type);
 }
 // Q4_0 (2), Q4_1 (3): d * sum(code * x) + m * sum(x) (Q4_0's m is -8 d).
-inline float row_dot_regs_nibbles(int n_in, const __local float* x, int lane, const uint4* q,
-                                  const float2* s) {
+INLINE float row_dot_regs_nibbles(int n_in, const __local float* x, int lane, const RowRegs* r) {
   float acc = 0.0f;
 #pragma unroll
   for (int k = 0; k < RB; ++k) {
     const int b = lane + 32 * k;
     if (b < n_in / 32) {
-      const float2 r = nibble_dot_local(q[k], x + b * XS);
-      acc += s[k].x * r.x + s[k].y * r.y;
+      const float2 d = nibble_dot_local(r->q[k], x + b * XS);
+      acc += r->s[k].x * d.x + r->s[k].y * d.y;
     }
   }
   return acc;
-}
-inline float row_dot_regs_t2(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                             const __local float* x, int lane, const uint4* q, const float2* s) {
-  return row_dot_regs_nibbles(n_in, x, lane, q, s);
-}
-inline float row_dot_regs_t3(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                             const __local float* x, int lane, const uint4* q, const float2* s) {
-  return row_dot_regs_nibbles(n_in, x, lane, q, s);
 }
 // Q8_0 (8): int8.
-inline float row_dot_regs_t8(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                             const __local float* x, int lane, const uint4* q, const float2* s) {
+INLINE float row_dot_regs_q8_0(int n_in, const __local float* x, int lane, const RowRegs* r) {
   float acc = 0.0f;
 #pragma unroll
   for (int k = 0; k < RB; ++k) {
     const int b = lane + 32 * k;
     if (b < n_in / 32) {
-      acc += s[k].x * q8_block_dot(q[2 * k], q[2 * k + 1], x + b * XS);
+      acc += r->s[k].x * q8_block_dot(r->q[2 * k], r->q[2 * k + 1], x + b * XS);
     }
   }
   return acc;
 }
+// This lane's share of dot(W[row], x) with the row in r (row_load).
+INLINE float row_dot_regs(int type, const __global uchar* wq, const __global uchar* ws, int n_in,
+                          int row, const __local float* x, int lane, const RowRegs* r) {
+  switch (type) {
+    case 2:
+    case 3:
+      return row_dot_regs_nibbles(n_in, x, lane, r);
+    case 8:
+      return row_dot_regs_q8_0(n_in, x, lane, r);
+    default:  // F32, F16: read from the arena
+      return row_dot(type, wq, ws, n_in, row, x, lane);
+  }
+}
+
+// ---- weights into L2 ----------------------------------------------------------
 
 // Bytes of one row's payloads and scales in the repacked layout.
-#define ROW_Q_BYTES(T, n) \
-  ((T) == 0 ? (n) * 4 : (T) == 1 ? (n) * 2 : (T) == 8 ? (n) : (n) / 2)
-#define ROW_S_BYTES(T, n) ((T) == 0 || (T) == 1 ? 0 : (T) == 3 ? (n) / 8 : (n) / 16)
+INLINE size_t row_q_bytes(int type, int n) {
+  return type == 0 ? n * 4 : type == 1 ? n * 2 : type == 8 ? n : n / 2;
+}
+INLINE size_t row_s_bytes(int type, int n) {
+  return type == 0 || type == 1 ? 0 : type == 3 ? n / 8 : n / 16;
+}
 
-// The lanes of a warp prefetch rows [row, row + 1) of a matrix into L2.
-inline void prefetch_row(const __global uchar* wq, const __global uchar* ws, size_t q_bytes,
+// The lanes of a warp prefetch row `row` of a matrix into L2.
+INLINE void prefetch_row(const __global uchar* wq, const __global uchar* ws, size_t q_bytes,
                          size_t s_bytes, int row, int lane) {
   for (size_t o = (size_t)lane * 128; o < q_bytes; o += 32 * 128) {
     prefetch_l2(wq + (size_t)row * q_bytes + o);
   }
   if (s_bytes && lane == 31) prefetch_l2(ws + (size_t)row * s_bytes);
 }
-// The rows of a matrix go to warps pf_w, pf_w + pf_n, ... (set by
-// LAYER_PREFETCH in decode_token, the only user).
-#define PREFETCH_ROWS(T, q_off, s_off, n_in, n_rows)                                            \
-  for (int r = pf_w; r < (n_rows); r += pf_n)                                                   \
-  prefetch_row(arena + (q_off), arena + (s_off), ROW_Q_BYTES(T, n_in), ROW_S_BYTES(T, n_in), r, \
-               lane)
-
-// The lm_head's rows (49152 x 576 Q8_0 here: 28 MB, a third of a token's
-// weights) are prefetched into L2 in shares in the last HEAD_PF_LAYERS
-// layers, with the layers' prefetches (LAYER_PREFETCH). (A/B knob; H200
-// tg128 against 1, all in the last layer: +0.5% at depth 0, +0.9% at 512;
-// 2 and 8 gained less, 8 again with the idle work-groups prefetching: no
-// change.)
-#ifndef HEAD_PF_LAYERS
-#define HEAD_PF_LAYERS 4
-#endif
-
-// SKELETON (a measurement knob, results are wrong): 1 = no weight loads,
-// prefetches or dot products, while every stage keeps its input staging,
-// reductions, stores and grid barriers; 2 = attention skipped as well. The
-// time per token is then the floor of this stage structure (the host keeps
-// such a kernel without checking its first token).
-#ifndef SKELETON
-#define SKELETON 0
-#endif
-#if SKELETON
-inline void row_load_none(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                          int lane, uint4* q, float2* s) {}
-inline float row_dot_regs_none(const __global uchar* wq, const __global uchar* ws, int n_in,
-                               int row, const __local float* x, int lane, const uint4* q,
-                               const float2* s) {
-  return 0.0f;
+// Rows first, first + stride, ... of a matrix (n_rows x n_in, type `type`)
+// whose payloads and scales are at arena + *q_off, arena + *s_off (read in
+// the loop: a warp without rows here reads nothing).
+INLINE void prefetch_rows(int type, const __global uchar* arena, const __global ulong* q_off,
+                          const __global ulong* s_off, int n_in, int n_rows, int first, int stride,
+                          int lane) {
+  for (int r = first; r < n_rows; r += stride) {
+    prefetch_row(arena + *q_off, arena + *s_off, row_q_bytes(type, n_in), row_s_bytes(type, n_in),
+                 r, lane);
+  }
 }
-inline float row_dot_none(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
-                          const __local float* x, int lane) {
-  return 0.0f;
-}
-#undef ROW_LOAD
-#undef ROW_DOT_REGS
-#undef ROW_DOT
-#undef PREFETCH_ROWS
-#define ROW_LOAD(T) row_load_none
-#define ROW_DOT_REGS(T) row_dot_regs_none
-#define ROW_DOT(T) row_dot_none
-#define PREFETCH_ROWS(T, q_off, s_off, n_in, n_rows)
-#endif
+
+// ---- the token's buffers --------------------------------------------------------
+
+// What the token reads and never writes (llama2.c's TransformerWeights).
+typedef struct {
+  const __global uchar* arena;      // every weight, at the byte offsets below
+  const __global ulong* layer_off;  // (N_LAYER, LO_N) offsets of each layer's weights
+  ulong embd_q, embd_s;             // token_embd (N_VOCAB, N_EMBD), type WT_EMBD
+  ulong head_q, head_s;             // lm_head (N_VOCAB, N_EMBD), type WT_HEAD
+  ulong out_norm;                   // (N_EMBD) float
+  const __global float2* rope_cs;   // (n_ctx, N_ROT / 2) cos, sin
+} Weights;
+
+// What the token writes (llama2.c's RunState): every work-group reads what
+// the others wrote before the last grid barrier.
+typedef struct {
+  __global float* x;                  // (N_EMBD) the residual stream
+  __global float* q;                  // (N_EMBD) this position's queries
+  __global float* k_cache;            // (N_LAYER, N_CTX, N_EMBD_KV)
+  __global float* v_cache;            // (N_LAYER, N_CTX, N_EMBD_KV)
+  __global float* att;                // (N_EMBD) attention output, heads side by side
+  __global float* h;                  // (N_FF) silu(gate) * up
+  __global float* logits;             // (N_VOCAB)
+  __global float* part_val;           // (n_groups) each work-group's best logit
+  __global int* part_idx;             // (n_groups) and its id
+  __global float* att_part;           // (N_HEAD, ATT_SPLIT_MAX, ATT_PART) split partials
+  volatile __global uint* att_count;  // (N_HEAD) splits done per head
+} State;
+
+// The work-group's local memory (declared in decode_token: OpenCL C allows
+// __local variables only at kernel scope).
+typedef struct {
+  __local float* xl;       // (LOCAL_XP) a stage's input, padded (XP)
+  __local float* red;      // (WARPS) stage_norm's partial sums
+  __local float* att_acc;  // (WARPS, AW_STRIDE) the attention warps' sums of V
+  __local float* aw_m;     // (WARPS) their max
+  __local float* aw_l;     // (WARPS) and sum
+  __local float* red_v;    // (WARPS) workgroup_argmax's values
+  __local int* red_i;      // (WARPS) and ids
+  __local float* sp_m;     // (ATT_SPLIT_MAX) the split merge's max
+  __local float* sp_l;     // (ATT_SPLIT_MAX) and sum
+  __local int* flag;       // arrive_last's answer
+} Local;
 
 // ---- work-group helpers -------------------------------------------------------
 
 // xl[i] = src[i] for i < n into the padded layout (XP); volatile: written by
 // other work-groups. 16-byte loads: one or two per work-item instead of 3-6
 // scalar ones in a row (n % 4 == 0; groups of 4 never straddle a padded block).
-inline void stage_padded(__local float* xl, volatile const __global float* src, int n) {
+INLINE void stage_padded(__local float* xl, volatile const __global float* src, int n) {
   for (int i = get_local_id(0); i < n / 4; i += PWG) {
     vstore4(((volatile const __global float4*)src)[i], 0, xl + XP(4 * i));
   }
@@ -542,9 +548,11 @@ inline void stage_padded(__local float* xl, volatile const __global float* src, 
 
 // The norm weights a work-item applies in stage_norm: float4 number
 // lid + k * PWG of g for k < NORM_MAX. Loaded before the barrier wait that
-// precedes the norm (EARLY_LOADS), they are off its critical path.
+// precedes the norm, they are off its critical path (H200, Q4_0 tg128
+// against loading them after the wait: 1,964-1,970 tok/s vs 1,881-1,887; P1
+// 121 -> 107 us and P4 112 -> 100 us per token).
 #define NORM_MAX ((N_EMBD / 4 + PWG - 1) / PWG)
-inline void load_norm(float4* gw, const __global float* g) {
+INLINE void load_norm(float4* gw, const __global float* g) {
 #pragma unroll
   for (int k = 0; k < NORM_MAX; ++k) {
     const int i = get_local_id(0) + k * PWG;
@@ -556,7 +564,7 @@ inline void load_norm(float4* gw, const __global float* g) {
 // layout; src null: xl in place; g from load_norm) and the return value is
 // 1 / rms(src), which the caller applies to each row's dot product
 // (dot(W, x * g) * scale), so one local barrier suffices.
-inline float stage_norm(__local float* xl, volatile const __global float* src, const float4* gw,
+INLINE float stage_norm(__local float* xl, volatile const __global float* src, const float4* gw,
                         __local float* red) {
   const int lid = get_local_id(0);
   float ss = 0.0f;
@@ -580,7 +588,7 @@ inline float stage_norm(__local float* xl, volatile const __global float* src, c
 // The work-group's best (value, id) from each work-item's candidate: by
 // shuffles within each warp, then over the warps; returned to work-item 0
 // (its value in red_v[0]). Order-free: beats() breaks ties by the lower id.
-inline int workgroup_argmax(float best, int best_i, __local float* red_v, __local int* red_i) {
+INLINE int workgroup_argmax(float best, int best_i, __local float* red_v, __local int* red_i) {
   const int lid = get_local_id(0);
   for (int m = 16; m > 0; m >>= 1) {
     const float v = shfl_bfly(best, m);
@@ -608,12 +616,157 @@ inline int workgroup_argmax(float best, int best_i, __local float* red_v, __loca
   return best_i;
 }
 
-// One round of the warp-per-position attention (P2): this warp's
-// positions p0, p0 + WARPS, ... (nb of them, those before s_end), their K
-// and V rows loaded at once, folded into the warp's online softmax (*m, *l,
-// acc). Lane l holds dimensions AW_LANE(l) + AW_STEP * d, d < AW_D, of q, K,
-// V and acc; row0 includes AW_LANE(l).
-inline void att_warp_round(const __global float* k_cache, const __global float* v_cache,
+// ---- start-up self-test ---------------------------------------------------------
+
+// token_index < 0: the barrier alone, `rounds` times, run by this kernel
+// itself so that residency is judged with its own registers and local
+// memory. Before each barrier work-group g writes a word of part_idx (2 x
+// n_groups of them), after it checks a neighbour's; mismatches are counted
+// in ids[0].
+INLINE void grid_self_test(int rounds, __global int* part_idx, __global int* ids, GridBarrier* bar,
+                           const Place* at) {
+  for (int r = 0; r < rounds; ++r) {
+    volatile __global int* data = (volatile __global int*)part_idx + (r & 1) * at->n_groups;
+    if (at->lid == 0) data[at->group] = r * at->n_groups + at->group;
+    grid_sync(bar, at);
+    const int other = (at->group + 1 + r) % at->n_groups;
+    if (at->lid == 0 && data[other] != r * at->n_groups + other) atomic_inc(ids);
+  }
+}
+
+// ---- embedding and P1: norm, Q/K/V, RoPE, KV append -----------------------------
+
+// x = row `token` of the embedding: into local memory (padded) by every
+// work-group, and into x by work-group 0.
+INLINE void embed(const Weights* w, __global float* x, __local float* xl, int token,
+                  const Place* at) {
+  for (int i = at->lid; i < N_EMBD; i += PWG) {
+    const float v = embd_value(w->arena + w->embd_q, w->arena + w->embd_s, token, i);
+    xl[XP(i)] = v;
+    if (at->group == 0) x[i] = v;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+// Rows r0 and r0 + 1 of the Q/K/V matrix are a q or k pair that RoPE turns.
+INLINE bool pair_rotates(int r0) {
+  return r0 < N_EMBD + N_EMBD_KV && (r0 < N_EMBD ? r0 : r0 - N_EMBD) % HEAD_DIM < N_ROT;
+}
+// The pair's (cos, sin) at pos, in lane 0 (the lane that rotates).
+INLINE float2 pair_cs(const __global float2* rope_cs, int pos, int r0, int lane) {
+  return lane == 0 && pair_rotates(r0)
+             ? rope_cs[pos * (N_ROT / 2) + (r0 < N_EMBD ? r0 : r0 - N_EMBD) % HEAD_DIM / 2]
+             : (float2)(0.0f);
+}
+
+// Rows 2 * pair and 2 * pair + 1 of the Q/K/V matrix of layer lo into ra, rb.
+INLINE void qkv_load_pair(const Weights* w, const __global ulong* lo, int pair, int lane,
+                          RowRegs* ra, RowRegs* rb) {
+  row_load(WT_QKV, w->arena + lo[LO_QKV_Q], w->arena + lo[LO_QKV_S], N_EMBD, 2 * pair, lane, ra);
+  row_load(WT_QKV, w->arena + lo[LO_QKV_Q], w->arena + lo[LO_QKV_S], N_EMBD, 2 * pair + 1, lane,
+           rb);
+}
+
+// P1's loads that need nothing from the other work-groups, issued before the
+// barrier wait that precedes P1 of layer il: this warp's first Q/K/V row pair
+// and attn_norm; past the last layer (il == N_LAYER), output_norm.
+INLINE void qkv_early_loads(const Weights* w, int il, const Place* at, RowRegs* ra, RowRegs* rb,
+                            float4* gw) {
+  const __global ulong* lo = w->layer_off + il * LO_N;
+  if (il < N_LAYER && at->gwarp < N_QKV / 2) qkv_load_pair(w, lo, at->gwarp, at->lane, ra, rb);
+  load_norm(gw,
+            (const __global float*)(w->arena + (il < N_LAYER ? lo[LO_ATTN_NORM] : w->out_norm)));
+}
+
+// P1: x' = rmsnorm(x) * attn_norm (x_in null: x' is made from xl, the
+// embedding); the Q/K/V rows in pairs, so that a pair of q or k dimensions
+// is turned by RoPE in one lane; q -> q, k and v -> the cache at pos. The
+// warp's first pair is in ra, rb and its (cos, sin) in cs_first
+// (qkv_early_loads).
+INLINE void qkv_rope_append(const Weights* w, const State* s, const Local* lm, const Place* at,
+                            const __global ulong* lo, size_t cache_base, int pos,
+                            volatile const __global float* x_in, const float4* gw, float2 cs_first,
+                            RowRegs* ra, RowRegs* rb) {
+  const float scale = stage_norm(lm->xl, x_in, gw, lm->red);
+  for (int pair = at->gwarp; pair < N_QKV / 2; pair += at->n_gwarps) {
+    const int r0 = 2 * pair;
+    const bool rotate = pair_rotates(r0);
+    // The rotation's cos/sin load goes out with the rows' loads.
+    const float2 cs = pair == at->gwarp ? cs_first : pair_cs(w->rope_cs, pos, r0, at->lane);
+    if (pair != at->gwarp) qkv_load_pair(w, lo, pair, at->lane, ra, rb);
+    // Both rows' loads are issued before the shuffles (asm) of either sum.
+    float a = row_dot_regs(WT_QKV, w->arena + lo[LO_QKV_Q], w->arena + lo[LO_QKV_S], N_EMBD, r0,
+                           lm->xl, at->lane, ra);
+    float b = row_dot_regs(WT_QKV, w->arena + lo[LO_QKV_Q], w->arena + lo[LO_QKV_S], N_EMBD, r0 + 1,
+                           lm->xl, at->lane, rb);
+    a = warp_sum(a) * scale;
+    b = warp_sum(b) * scale;
+    if (at->lane == 0) {
+      if (rotate) {
+        const float rot_a = a * cs.x - b * cs.y;
+        b = a * cs.y + b * cs.x;
+        a = rot_a;
+      }
+      __global float* dst;
+      if (r0 < N_EMBD) {
+        dst = s->q + r0;
+      } else if (r0 < N_EMBD + N_EMBD_KV) {
+        dst = s->k_cache + cache_base + (size_t)pos * N_EMBD_KV + (r0 - N_EMBD);
+      } else {
+        dst = s->v_cache + cache_base + (size_t)pos * N_EMBD_KV + (r0 - N_EMBD - N_EMBD_KV);
+      }
+      dst[0] = a;
+      dst[1] = b;
+    }
+  }
+}
+
+// Layer il + 1's Wo, gate, up and down rows and layer il + 2's Q/K/V rows
+// (layer 0 also its own and layer 1's) into L2, rows to warps first,
+// first + stride, ...; in each of the last HEAD_PF_LAYERS layers a share of
+// the lm_head's rows. (H200, against the same layer's rows: tg128
+// 2,453-2,459 vs 2,433-2,437, @d512 2,100-2,115 vs 2,077-2,079, @d2048 1,820
+// vs 1,784.)
+INLINE void prefetch_weights(const Weights* w, int il, int first, int stride, int lane) {
+  for (int lp = il + (il == 0 ? 0 : 1); lp <= il + 1 && lp < N_LAYER; ++lp) {
+    const __global ulong* lq = w->layer_off + lp * LO_N;
+    const __global uchar* a = w->arena;
+    prefetch_rows(WT_WO, a, lq + LO_WO_Q, lq + LO_WO_S, N_EMBD, N_EMBD, first, stride, lane);
+    prefetch_rows(WT_FFN, a, lq + LO_GATE_Q, lq + LO_GATE_S, N_EMBD, N_FF, first, stride, lane);
+    prefetch_rows(WT_FFN, a, lq + LO_UP_Q, lq + LO_UP_S, N_EMBD, N_FF, first, stride, lane);
+    prefetch_rows(WT_DOWN, a, lq + LO_DOWN_Q, lq + LO_DOWN_S, N_FF, N_EMBD, first, stride, lane);
+    if (lp + 1 < N_LAYER) {
+      prefetch_rows(WT_QKV, a, lq + LO_N + LO_QKV_Q, lq + LO_N + LO_QKV_S, N_EMBD, N_QKV, first,
+                    stride, lane);
+    }
+  }
+  if (il >= N_LAYER - HEAD_PF_LAYERS) {
+    const int j = il - (N_LAYER - HEAD_PF_LAYERS);
+    const int r_end = (int)((long)(j + 1) * N_VOCAB / HEAD_PF_LAYERS);
+    for (int r = (int)((long)j * N_VOCAB / HEAD_PF_LAYERS) + first; r < r_end; r += stride) {
+      prefetch_row(w->arena + w->head_q, w->arena + w->head_s, row_q_bytes(WT_HEAD, N_EMBD),
+                   row_s_bytes(WT_HEAD, N_EMBD), r, lane);
+    }
+  }
+}
+
+// ---- P2: attention --------------------------------------------------------------
+
+// Splits per head: one up to ATT_SPLIT_POS positions, then one per
+// ATT_SPLIT_SPAN, at most ATT_SPLIT_MAX and no more than the work-groups
+// give each head.
+INLINE int att_n_split(int n_pos, int n_groups) {
+  const int split_cap = clamp(n_groups / N_HEAD, 1, ATT_SPLIT_MAX);
+  return n_pos <= ATT_SPLIT_POS
+             ? 1
+             : clamp((n_pos + ATT_SPLIT_SPAN - 1) / ATT_SPLIT_SPAN, 1, split_cap);
+}
+
+// One round of the warp-per-position attention: this warp's positions p0,
+// p0 + WARPS, ... (nb of them, those before s_end), their K and V rows loaded
+// at once, folded into the warp's online softmax (*m, *l, acc). Lane l holds
+// dimensions l + 32 * d, d < AW_D, of q, K, V and acc; row0 includes l.
+INLINE void att_warp_round(const __global float* k_cache, const __global float* v_cache,
                            size_t row0, int p0, int s_end, const int nb, const float* qv,
                            float* acc, float* m, float* l) {
   float kr[ATT_LONG_ROUND][AW_D], vr[ATT_LONG_ROUND][AW_D], sc[ATT_LONG_ROUND];
@@ -624,8 +777,8 @@ inline void att_warp_round(const __global float* k_cache, const __global float* 
     for (int d = 0; d < AW_D; ++d) {
       kr[i][d] = vr[i][d] = 0.0f;
       if (p < s_end) {
-        kr[i][d] = k_cache[row0 + (size_t)p * N_EMBD_KV + AW_STEP * d];
-        vr[i][d] = v_cache[row0 + (size_t)p * N_EMBD_KV + AW_STEP * d];
+        kr[i][d] = k_cache[row0 + (size_t)p * N_EMBD_KV + 32 * d];
+        vr[i][d] = v_cache[row0 + (size_t)p * N_EMBD_KV + 32 * d];
       }
     }
   }
@@ -653,6 +806,258 @@ inline void att_warp_round(const __global float* k_cache, const __global float* 
   *l = ls;
 }
 
+// Head hd over positions s_begin..s_end - 1: warp w takes positions
+// s_begin + w, + WARPS, ... in rounds of 4 or 8 (att_warp_round), keeping its
+// own online softmax in registers; its (m, l, sum of V) go to aw_m, aw_l,
+// att_acc. Rounds of 8 (ATT_LONG_ROUND) where the unit gives a warp more
+// than 4 positions, else of 4 (H200, against 4 always: tg128 2,316-2,320 vs
+// 2,289-2,301 tok/s; at d512, where a split is 64 positions, 8 always lost:
+// 1,937-1,953 vs 1,966-1,975).
+INLINE void att_warps(const State* s, const Local* lm, const Place* at, size_t cache_base, int hd,
+                      int s_begin, int s_end) {
+  const int kvh = hd / (N_HEAD / N_HEAD_KV);
+  const size_t row0 = cache_base + kvh * HEAD_DIM + at->lane;
+  volatile const __global float* qh = s->q + hd * HEAD_DIM + at->lane;
+  float qv[AW_D], acc[AW_D];
+#pragma unroll
+  for (int d = 0; d < AW_D; ++d) {
+    qv[d] = qh[32 * d] * rsqrt((float)HEAD_DIM);
+    acc[d] = 0.0f;
+  }
+  float m = -1e30f, l = 0.0f;
+  if (s_end - s_begin > 4 * WARPS) {
+    for (int p0 = s_begin + at->warp; p0 < s_end; p0 += ATT_LONG_ROUND * WARPS) {
+      att_warp_round(s->k_cache, s->v_cache, row0, p0, s_end, ATT_LONG_ROUND, qv, acc, &m, &l);
+    }
+  } else {
+    for (int p0 = s_begin + at->warp; p0 < s_end; p0 += 4 * WARPS) {
+      att_warp_round(s->k_cache, s->v_cache, row0, p0, s_end, 4, qv, acc, &m, &l);
+    }
+  }
+#pragma unroll
+  for (int d = 0; d < AW_D; ++d) lm->att_acc[at->warp * AW_STRIDE + at->lane + 32 * d] = acc[d];
+  if (at->lane == 0) {
+    lm->aw_m[at->warp] = m;
+    lm->aw_l[at->warp] = l;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+// The warps' partials of head hd, split sp, merged: work-item (d, p)
+// rescales the AW_D warps p, p + ATT_PARTS, ... of dimension d to the
+// work-group's max, and the ATT_PARTS adjacent lanes meet by shuffles. One
+// split: the result goes straight to att; more: the partial to att_part.
+INLINE void att_merge_warps(const State* s, const Local* lm, const Place* at, int hd, int sp,
+                            int n_split) {
+  float mm = -1e30f;
+  for (int w = 0; w < WARPS; ++w) mm = fmax(mm, lm->aw_m[w]);
+  const int d = at->lid / ATT_PARTS, pt = at->lid % ATT_PARTS;
+  float num = 0.0f, den = 0.0f;
+#pragma unroll
+  for (int j = 0; j < AW_D; ++j) {
+    const int w = pt + j * ATT_PARTS;
+    const float f = exp(lm->aw_m[w] - mm);
+    num += f * lm->att_acc[w * AW_STRIDE + d];
+    den += f * lm->aw_l[w];
+  }
+  for (int mask = ATT_PARTS / 2; mask > 0; mask >>= 1) {
+    num += shfl_bfly(num, mask);
+    den += shfl_bfly(den, mask);
+  }
+  if (pt == 0) {
+    if (n_split == 1) {
+      s->att[hd * HEAD_DIM + d] = num / den;
+    } else {
+      __global float* pp = s->att_part + (hd * ATT_SPLIT_MAX + sp) * ATT_PART;
+      pp[d] = num;
+      if (d == 0) {
+        pp[HEAD_DIM] = mm;
+        pp[HEAD_DIM + 1] = den;
+      }
+    }
+  }
+}
+
+// Publishes this split's partial of head hd; the head's last split to
+// arrive merges all n_split into att (and resets the count for the next
+// layer, which starts after a grid barrier).
+INLINE void att_merge_splits(const State* s, const Local* lm, const Place* at, int hd,
+                             int n_split) {
+  if (!arrive_last(&s->att_count[hd], (uint)(n_split - 1), lm->flag)) return;
+  const int lid = at->lid;
+  if (lid == 0) atomic_xchg(&s->att_count[hd], 0u);
+  volatile const __global float* ph = s->att_part + hd * ATT_SPLIT_MAX * ATT_PART;
+  if (lid < n_split) {
+    lm->sp_m[lid] = ph[lid * ATT_PART + HEAD_DIM];
+    lm->sp_l[lid] = ph[lid * ATT_PART + HEAD_DIM + 1];
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float mm = -1e30f;
+  for (int i = 0; i < n_split; ++i) mm = fmax(mm, lm->sp_m[i]);
+  // Work-item (d, g) sums splits g, g + G, ... of dimension d.
+  const int d = lid % HEAD_DIM, g = lid / HEAD_DIM;
+  if (g < PWG / HEAD_DIM) {
+    float num = 0.0f;
+    for (int i = g; i < n_split; i += PWG / HEAD_DIM) {
+      const float f = lm->sp_l[i] > 0.0f ? exp(lm->sp_m[i] - mm) : 0.0f;
+      num += f * ph[i * ATT_PART + d];
+    }
+    lm->att_acc[g * HEAD_DIM + d] = num;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lid < HEAD_DIM) {
+    float den = 0.0f;
+    for (int i = 0; i < n_split; ++i) {
+      if (lm->sp_l[i] > 0.0f) den += exp(lm->sp_m[i] - mm) * lm->sp_l[i];
+    }
+    float total = 0.0f;
+    for (int k = 0; k < PWG / HEAD_DIM; ++k) total += lm->att_acc[k * HEAD_DIM + lid];
+    s->att[hd * HEAD_DIM + lid] = total / den;
+  }
+}
+
+// P2: a unit is (head, split), a work-group per unit; K and V rows are read
+// whole by a warp (coalesced) and a score is a warp sum. (H200 against groups
+// of 16 work-items per position with chunk-wide softmax passes in local
+// memory, three local barriers: tg128 2,289-2,301 vs 2,228-2,246 tok/s, d512
+// 1,966-1,975 vs 1,915-1,930.)
+INLINE void attention(const State* s, const Local* lm, const Place* at, size_t cache_base,
+                      int n_pos, int n_split) {
+  for (int unit = at->group; unit < N_HEAD * n_split; unit += at->n_groups) {
+    const int hd = unit / n_split, sp = unit % n_split;
+    const int s_span = (n_pos + n_split - 1) / n_split;
+    const int s_begin = sp * s_span, s_end = min(n_pos, s_begin + s_span);
+    att_warps(s, lm, at, cache_base, hd, s_begin, s_end);
+    att_merge_warps(s, lm, at, hd, sp, n_split);
+    if (n_split > 1) att_merge_splits(s, lm, at, hd, n_split);
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+}
+
+// ---- P3 and P5: x += W in -------------------------------------------------------
+
+// Loaded before the wait that precedes matvec_residual: this warp's first
+// row of W (N_EMBD x n_in, type `type`), whose payloads and scales are at
+// arena + *q_off, arena + *s_off.
+INLINE void matvec_first_row(int type, const __global uchar* arena, const __global ulong* q_off,
+                             const __global ulong* s_off, int n_in, const Place* at, RowRegs* r) {
+  if (at->gwarp < N_EMBD)
+    row_load(type, arena + *q_off, arena + *s_off, n_in, at->gwarp, at->lane, r);
+}
+
+// x += W in, W (N_EMBD x n_in, type `type`, at arena + *q_off, *s_off), in
+// (n_in) written by the other work-groups: P3 (Wo, att) and P5 (down, h).
+// The warp's first row is in r. (The offsets are read where the row loads
+// need them, after the staging's barrier, as the loads of a row are.)
+INLINE void matvec_residual(int type, const __global uchar* arena, const __global ulong* q_off,
+                            const __global ulong* s_off, int n_in,
+                            volatile const __global float* in, __global float* x, __local float* xl,
+                            const Place* at, RowRegs* r) {
+  stage_padded(xl, in, n_in);
+  for (int row = at->gwarp; row < N_EMBD; row += at->n_gwarps) {
+    const float x_row = at->lane == 0 ? ((volatile __global float*)x)[row] : 0.0f;  // early
+    if (row != at->gwarp) row_load(type, arena + *q_off, arena + *s_off, n_in, row, at->lane, r);
+    const float v =
+        warp_sum(row_dot_regs(type, arena + *q_off, arena + *s_off, n_in, row, xl, at->lane, r));
+    if (at->lane == 0) x[row] = x_row + v;
+  }
+}
+
+// ---- P4: norm, gate and up, SwiGLU ----------------------------------------------
+
+// P4's loads that need nothing from the other work-groups: this warp's first
+// gate and up rows and ffn_norm.
+INLINE void ffn_early_loads(const Weights* w, const __global ulong* lo, const Place* at,
+                            RowRegs* ra, RowRegs* rb, float4* gw) {
+  if (at->gwarp < N_FF) {
+    row_load(WT_FFN, w->arena + lo[LO_GATE_Q], w->arena + lo[LO_GATE_S], N_EMBD, at->gwarp,
+             at->lane, ra);
+    row_load(WT_FFN, w->arena + lo[LO_UP_Q], w->arena + lo[LO_UP_S], N_EMBD, at->gwarp, at->lane,
+             rb);
+  }
+  load_norm(gw, (const __global float*)(w->arena + lo[LO_FFN_NORM]));
+}
+
+// P4: x' = rmsnorm(x) * ffn_norm; h = silu(Wg x') * (Wu x'). The warp's
+// first gate and up rows are in ra, rb.
+INLINE void ffn_gate_up(const Weights* w, const State* s, const Local* lm, const Place* at,
+                        const __global ulong* lo, const float4* gw, RowRegs* ra, RowRegs* rb) {
+  const float scale = stage_norm(lm->xl, s->x, gw, lm->red);
+  const __global uchar* a = w->arena;
+  for (int row = at->gwarp; row < N_FF; row += at->n_gwarps) {
+    if (row != at->gwarp) {
+      row_load(WT_FFN, a + lo[LO_GATE_Q], a + lo[LO_GATE_S], N_EMBD, row, at->lane, ra);
+      row_load(WT_FFN, a + lo[LO_UP_Q], a + lo[LO_UP_S], N_EMBD, row, at->lane, rb);
+    }
+    float g = row_dot_regs(WT_FFN, a + lo[LO_GATE_Q], a + lo[LO_GATE_S], N_EMBD, row, lm->xl,
+                           at->lane, ra);
+    float u =
+        row_dot_regs(WT_FFN, a + lo[LO_UP_Q], a + lo[LO_UP_S], N_EMBD, row, lm->xl, at->lane, rb);
+    g = warp_sum(g) * scale;
+    u = warp_sum(u) * scale;
+    if (at->lane == 0) s->h[row] = g / (1.0f + exp(-g)) * u;
+  }
+}
+
+// ---- the head: logits and the token ---------------------------------------------
+
+// x' = rmsnorm(x) * output_norm (gw); logits = Whead x'; this work-group's
+// argmax candidate -> part_val, part_idx. Four rows per iteration so their
+// loads overlap (eight: slower); rows stay in increasing order per warp
+// (ties keep the lower id).
+INLINE void head_logits(const Weights* w, const State* s, const Local* lm, const Place* at,
+                        const float4* gw) {
+  const float scale = stage_norm(lm->xl, s->x, gw, lm->red);
+  float best = 0.0f;
+  int best_i = -1;
+  for (int row0 = at->gwarp; row0 < N_VOCAB; row0 += 4 * at->n_gwarps) {
+    float v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int row = row0 + k * at->n_gwarps;
+      v[k] = row < N_VOCAB ? row_dot(WT_HEAD, w->arena + w->head_q, w->arena + w->head_s, N_EMBD,
+                                     row, lm->xl, at->lane)
+                           : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int row = row0 + k * at->n_gwarps;
+      const float sum = warp_sum(v[k]) * scale;
+      if (at->lane == 0 && row < N_VOCAB) {
+        s->logits[row] = sum;
+        if (beats(sum, row, best, best_i)) {
+          best = sum;
+          best_i = row;
+        }
+      }
+    }
+  }
+  best_i = workgroup_argmax(best, best_i, lm->red_v, lm->red_i);
+  if (at->lid == 0) {
+    s->part_val[at->group] = lm->red_v[0];
+    s->part_idx[at->group] = best_i;
+  }
+}
+
+// The argmax over all work-groups' candidates, spread over the work-group
+// (done by work-item 0 alone over 264 candidates it cost 3.5%), into ids[0]:
+// -2 if a barrier gave up.
+INLINE void pick_token(const State* s, const Local* lm, const Place* at, __global int* ids,
+                       volatile __global uint* abort_flag) {
+  float best = 0.0f;
+  int best_i = -1;
+  for (int g = at->lid; g < at->n_groups; g += PWG) {
+    const float v = ((volatile __global float*)s->part_val)[g];
+    const int i = ((volatile __global int*)s->part_idx)[g];
+    if (beats(v, i, best, best_i)) {
+      best = v;
+      best_i = i;
+    }
+  }
+  best_i = workgroup_argmax(best, best_i, lm->red_v, lm->red_i);
+  if (at->lid == 0) ids[0] = *abort_flag ? -2 : (best_i < 0 ? 0 : best_i);
+}
+
 // ---- the token ----------------------------------------------------------------
 
 __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
@@ -667,495 +1072,92 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   __local float red[WARPS];
   __local float att_acc[WARPS * AW_STRIDE];
   __local float aw_m[WARPS], aw_l[WARPS];
-  __local float red_v[WARPS];  // the head's argmax (red is stage_norm's)
+  __local float red_v[WARPS];
   __local int red_i[WARPS];
   __local float sp_m[ATT_SPLIT_MAX], sp_l[ATT_SPLIT_MAX];
-  __local int merge_here;
+  __local int flag;
+  const Local lm = {xl, red, att_acc, aw_m, aw_l, red_v, red_i, sp_m, sp_l, &flag};
+  const Weights w = {arena, layer_off, embd_q, embd_s, head_q, head_s, out_norm, rope_cs};
+  const State s = {x, q, k_cache, v_cache, att, h, logits, part_val, part_idx, att_part, att_count};
+  const Place at = place_of_work_item();
+  GridBarrier gb = {bar, bar_base, 0, abort_flag, trace};
+  if (trace && at.group == 0 && at.lid == 0) trace[0] = global_timer_ns();
 
-  const int lid = get_local_id(0);
-  const int lane = lid % 32;
-  const int warp = lid / 32;
-  const int group = get_group_id(0);
-  const int n_groups = get_num_groups(0);
-  // Warp index in the grid, interleaved: consecutive rows go to different
-  // work-groups, so a stage with fewer rows than warps busies every SM a
-  // little instead of some SMs fully (H200: +5% against group-major).
-  // WARP_ROT: warp w takes slot w - WARP_ROT (mod WARPS) in every stage's
-  // rows and prefetches. With 1, warp 0, whose work-item 0 polls the
-  // barriers, takes the last slot: rows only where a stage has more than
-  // (WARPS - 1) * n_groups of them (here only the lm_head), so it loads no
-  // next-stage rows before its polls, and the fewest prefetches (H200
-  // against 0: tg128 2,458-2,459 vs 2,385-2,390, @d512 2,088-2,095 vs
-  // 2,046-2,049, @d2048 1,795-1,806 vs 1,723-1,754).
-#ifndef WARP_ROT
-#define WARP_ROT 1
-#endif
-  const int slot = (warp + WARPS - WARP_ROT % WARPS) % WARPS;
-  const int gwarp = slot * n_groups + group;
-  const int n_gwarps = n_groups * WARPS;
-  uint n_bar = 0;
-  // With a trace buffer, work-group 0 records the GPU clock after each barrier
-  // (CLCHAT_PERSIST_TRACE=1): per-stage times for tuning.
-#define GRID_WAIT()                                                        \
-  do {                                                                     \
-    grid_wait(bar, bar_base + (++n_bar) * (uint)n_groups, abort_flag);     \
-    if (trace && group == 0 && lid == 0) trace[n_bar] = global_timer_ns(); \
-  } while (0)
-#define GRID_SYNC()  \
-  do {               \
-    grid_arrive(bar); \
-    GRID_WAIT();     \
-  } while (0)
-  // SKELETON with SKEL_DROP bit k set: the barrier after stage k of a layer
-  // (0 Q/K/V, 1 attention, 2 Wo, 3 gate/up) is left out, the floor of a
-  // design with fewer barriers; work-group 0 adds the arrivals the host
-  // counts on.
-#ifndef SKEL_DROP
-#define SKEL_DROP 0
-#endif
-#define STAGE_DROPPED(k) (SKELETON && (((SKEL_DROP) >> (k)) & 1))
-#define STAGE_ARRIVE(k)                  \
-  do {                                   \
-    if (!STAGE_DROPPED(k)) {             \
-      grid_arrive(bar);                  \
-    } else if (group == 0 && lid == 0) { \
-      atomic_add(bar, (uint)n_groups);   \
-    }                                    \
-  } while (0)
-#define STAGE_WAIT(k)                                                        \
-  do {                                                                       \
-    if (!STAGE_DROPPED(k)) {                                                 \
-      GRID_WAIT();                                                           \
-    } else {                                                                 \
-      ++n_bar;                                                               \
-      if (trace && group == 0 && lid == 0) trace[n_bar] = global_timer_ns(); \
-    }                                                                        \
-  } while (0)
-  // This warp's first row(s) of the next stage (ROW_LOAD): row a, row b.
-  uint4 qa[2 * RB], qb[2 * RB];
-  float2 sa[RB], sb[RB];
-  // Rows 2 * pair and 2 * pair + 1 of the Q/K/V matrix at offsets lo_.
-#define LOAD_QKV_PAIR(lo_, pair)                                                                \
-  do {                                                                                         \
-    ROW_LOAD(WT_QKV)(arena + (lo_)[LO_QKV_Q], arena + (lo_)[LO_QKV_S], N_EMBD, 2 * (pair), lane, \
-                     qa, sa);                                                                  \
-    ROW_LOAD(WT_QKV)(arena + (lo_)[LO_QKV_Q], arena + (lo_)[LO_QKV_S], N_EMBD, 2 * (pair) + 1,  \
-                     lane, qb, sb);                                                            \
-  } while (0)
-  if (trace && group == 0 && lid == 0) trace[0] = global_timer_ns();
-
-    // Layer il + PF_AHEAD's Wo, gate, up and down rows and the next layer's
-    // Q/K/V rows, prefetched into L2 by warps first_, first_ + stride_, ...
-    // (rows by warp; the head's rows a share in each of the last
-    // HEAD_PF_LAYERS layers). L2_PF 2: by the work-groups that have no
-    // attention unit, at the start of P2, where at least 1 / PF_IDLE_DIV of
-    // the work-groups are idle there, else as 1. 1: by every warp between its
-    // work-group's arrival at P1's barrier and its wait, which delayed P1's
-    // barrier (H200 against 1: tg128 2,417-2,421 vs 2,323-2,336 (1/2), @d512
-    // 2,056-2,089 vs 1,959-1,980 (1/4; with 1/2 a d512 token has too few idle
-    // work-groups); with 1/32, d2048's 6 idle work-groups prefetching
-    // everything: 1,381 vs 1,723-1,754). 0: none (A/B: slower, 2,302-2,320).
-#ifndef L2_PF
-#define L2_PF 2
-#endif
-// PF_AHEAD: the layer stages' rows are prefetched that many layers ahead
-// (layer 0 also prefetches its own). H200, 1 against 0: tg128 2,453-2,459
-// vs 2,433-2,437, @d512 2,100-2,115 vs 2,077-2,079, @d2048 1,820 vs 1,784.
-#ifndef PF_AHEAD
-#define PF_AHEAD 1
-#endif
-#ifndef PF_IDLE_DIV
-#define PF_IDLE_DIV 4
-#endif
-#define LAYER_PREFETCH(first_, stride_)                                                       \
-  do {                                                                                        \
-    const int pf_w = (first_), pf_n = (stride_);                                              \
-    for (int lp = il + (il == 0 ? 0 : PF_AHEAD); lp <= il + PF_AHEAD && lp < N_LAYER; ++lp) { \
-      const __global ulong* lq = layer_off + lp * LO_N;                                       \
-      (void)lq; /* unused in SKELETON builds */                                               \
-      PREFETCH_ROWS(WT_WO, lq[LO_WO_Q], lq[LO_WO_S], N_EMBD, N_EMBD);                         \
-      PREFETCH_ROWS(WT_FFN, lq[LO_GATE_Q], lq[LO_GATE_S], N_EMBD, N_FF);                      \
-      PREFETCH_ROWS(WT_FFN, lq[LO_UP_Q], lq[LO_UP_S], N_EMBD, N_FF);                          \
-      PREFETCH_ROWS(WT_DOWN, lq[LO_DOWN_Q], lq[LO_DOWN_S], N_FF, N_EMBD);                     \
-      if (lp + 1 < N_LAYER) {                                                                 \
-        PREFETCH_ROWS(WT_QKV, lq[LO_N + LO_QKV_Q], lq[LO_N + LO_QKV_S], N_EMBD, N_QKV);       \
-      }                                                                                       \
-    }                                                                                         \
-    if (!SKELETON && il >= N_LAYER - HEAD_PF_LAYERS) {                                        \
-      const int j = il - (N_LAYER - HEAD_PF_LAYERS);                                          \
-      const int r_end = (int)((long)(j + 1) * N_VOCAB / HEAD_PF_LAYERS);                      \
-      for (int r = (int)((long)j * N_VOCAB / HEAD_PF_LAYERS) + pf_w; r < r_end; r += pf_n) {  \
-        prefetch_row(arena + head_q, arena + head_s, ROW_Q_BYTES(WT_HEAD, N_EMBD),            \
-                     ROW_S_BYTES(WT_HEAD, N_EMBD), r, lane);                                  \
-      }                                                                                       \
-    }                                                                                         \
-  } while (0)
-
-  // token_index < 0: the start-up self-test, run by this kernel itself so
-  // that residency is judged with its own registers and local memory.
-  // -token_index barriers; before each, work-group g writes a word of
-  // part_idx (2 x n_groups of them) and after it checks a neighbour's;
-  // mismatches are counted in ids[0].
   if (token_index < 0) {
-    for (int r = 0; r < -token_index; ++r) {
-      volatile __global int* data = (volatile __global int*)part_idx + (r & 1) * n_groups;
-      if (lid == 0) data[group] = r * n_groups + group;
-      GRID_SYNC();
-      const int other = (group + 1 + r) % n_groups;
-      if (lid == 0 && data[other] != r * n_groups + other) atomic_inc(ids);
-    }
+    grid_self_test(-token_index, part_idx, ids, &gb, &at);
     return;
   }
 
-  // Embedding row of ids[token_index] into local memory (and x, by group 0).
-  const int token = ids[token_index];
-  for (int i = lid; i < N_EMBD; i += PWG) {
-    const float v = embd_value(arena + embd_q, arena + embd_s, token, i);
-    xl[XP(i)] = v;
-    if (group == 0) x[i] = v;
-  }
-  barrier(CLK_LOCAL_MEM_FENCE);
-
-  if (gwarp < N_QKV / 2) LOAD_QKV_PAIR(layer_off, gwarp);
-  // Loads that do not depend on other work-groups go out before the barrier
-  // wait that precedes their use: the norm weights (gw) and the RoPE
-  // cos/sin of this warp's first q/k pair (the same in every layer).
-  // EARLY_LOADS=0 (A/B): after the wait, as before. (H200, Q4_0 tg128:
-  // 1,964-1,970 tok/s against 1,881-1,887; P1 121 -> 107 us and P4 112 ->
-  // 100 us per token.)
-#ifndef EARLY_LOADS
-#define EARLY_LOADS 1
-#endif
+  // This warp's first row(s) of the next stage and the next norm's weights,
+  // loaded while waiting at the barrier before it.
+  RowRegs ra, rb;
   float4 gw[NORM_MAX];
-#define PAIR_ROTATES(r0) \
-  ((r0) < N_EMBD + N_EMBD_KV && ((r0) < N_EMBD ? (r0) : (r0)-N_EMBD) % HEAD_DIM < N_ROT)
-#define PAIR_CS(r0)                                                                    \
-  (lane == 0 && PAIR_ROTATES(r0)                                                       \
-       ? rope_cs[pos * (N_ROT / 2) + ((r0) < N_EMBD ? (r0) : (r0)-N_EMBD) % HEAD_DIM / 2] \
-       : (float2)(0.0f))
-#if EARLY_LOADS
-  load_norm(gw, (const __global float*)(arena + layer_off[LO_ATTN_NORM]));
-  const float2 cs_first = gwarp < N_QKV / 2 ? PAIR_CS(2 * gwarp) : (float2)(0.0f);
-#endif
+  embed(&w, x, xl, ids[token_index], &at);
+  qkv_early_loads(&w, 0, &at, &ra, &rb, gw);
+  // The first pair's RoPE (cos, sin), the same in every layer.
+  const float2 cs_first =
+      at.gwarp < N_QKV / 2 ? pair_cs(rope_cs, pos, 2 * at.gwarp, at.lane) : (float2)(0.0f);
   const int n_pos = pos + 1;
-  const int split_cap = clamp(n_groups / N_HEAD, 1, ATT_SPLIT_MAX);
-  const int n_split = n_pos <= ATT_SPLIT_POS
-                          ? 1
-                          : clamp((n_pos + ATT_SPLIT_SPAN - 1) / ATT_SPLIT_SPAN, 1, split_cap);
+  const int n_split = att_n_split(n_pos, at.n_groups);
   const int n_units = N_HEAD * n_split;
-#if L2_PF == 2
-  const bool pf_idle = n_groups > n_units && n_groups - n_units >= n_groups / PF_IDLE_DIV;
-#endif
+  // Work-groups left without an attention unit prefetch the layers' weights
+  // into L2 during P2, if they are at least 1 / PF_IDLE_DIV of the grid; else
+  // every warp does between its work-group's arrival at P1's barrier and its
+  // wait (which delays that barrier). (H200 against every warp at P1's
+  // barrier always: tg128 2,417-2,421 vs 2,323-2,336, @d512 2,056-2,089 vs
+  // 1,959-1,980; with no prefetch 2,302-2,320; with 1/32, d2048's 6 idle
+  // work-groups prefetching everything: 1,381 vs 1,723-1,754.)
+  const bool pf_idle = at.n_groups > n_units && at.n_groups - n_units >= at.n_groups / PF_IDLE_DIV;
+  const int n_idle = at.n_groups - n_units;
+
+  // Each stage ends at a grid barrier: grid_arrive, then the next stage's
+  // loads that need nothing from the other work-groups (or the L2 prefetch),
+  // then grid_wait.
   for (int il = 0; il < N_LAYER; ++il) {
     const __global ulong* lo = layer_off + il * LO_N;
     const size_t cache_base = ((size_t)il * N_CTX) * N_EMBD_KV;
 
-    // P1: norm, q/k/v rows in pairs, RoPE, KV append.
-#if !EARLY_LOADS
-    load_norm(gw, (const __global float*)(arena + lo[LO_ATTN_NORM]));
-    const float2 cs_first = gwarp < N_QKV / 2 ? PAIR_CS(2 * gwarp) : (float2)(0.0f);
-#endif
-    float scale = stage_norm(xl, il > 0 ? x : 0, gw, red);
-    for (int pair = gwarp; pair < N_QKV / 2; pair += n_gwarps) {
-      const int r0 = 2 * pair;
-      const bool rotate = PAIR_ROTATES(r0);
-      // The rotation's cos/sin load goes out with the rows' loads.
-      const float2 cs = pair == gwarp ? cs_first : PAIR_CS(r0);
-      if (pair != gwarp) LOAD_QKV_PAIR(lo, pair);
-      // Both rows' loads are issued before the shuffles (asm) of either sum.
-      float a = ROW_DOT_REGS(WT_QKV)(arena + lo[LO_QKV_Q], arena + lo[LO_QKV_S], N_EMBD, r0, xl,
-                                     lane, qa, sa);
-      float b = ROW_DOT_REGS(WT_QKV)(arena + lo[LO_QKV_Q], arena + lo[LO_QKV_S], N_EMBD, r0 + 1, xl,
-                                     lane, qb, sb);
-      a = warp_sum(a) * scale;
-      b = warp_sum(b) * scale;
-      if (lane == 0) {
-        if (rotate) {
-          const float ra = a * cs.x - b * cs.y;
-          b = a * cs.y + b * cs.x;
-          a = ra;
-        }
-        __global float* dst;
-        if (r0 < N_EMBD) {
-          dst = q + r0;
-        } else if (r0 < N_EMBD + N_EMBD_KV) {
-          dst = k_cache + cache_base + (size_t)pos * N_EMBD_KV + (r0 - N_EMBD);
-        } else {
-          dst = v_cache + cache_base + (size_t)pos * N_EMBD_KV + (r0 - N_EMBD - N_EMBD_KV);
-        }
-        dst[0] = a;
-        dst[1] = b;
-      }
-    }
-    STAGE_ARRIVE(0);
-#if L2_PF == 1
-    LAYER_PREFETCH(gwarp, n_gwarps);
-#elif L2_PF == 2
-    if (!pf_idle) LAYER_PREFETCH(gwarp, n_gwarps);
-#endif
-    STAGE_WAIT(0);
+    // P1: q, k, v = Wqkv rmsnorm(x); RoPE; k, v -> cache
+    qkv_rope_append(&w, &s, &lm, &at, lo, cache_base, pos, il > 0 ? x : 0, gw, cs_first, &ra, &rb);
+    grid_arrive(&gb);
+    if (!pf_idle) prefetch_weights(&w, il, at.gwarp, at.n_gwarps, at.lane);
+    grid_wait(&gb, &at);
 
-    // P2: attention. A unit is (head, split): a work-group per unit. Warp w
-    // takes the unit's positions s_begin + w, + WARPS, ... in rounds of 4 or
-    // 8 (att_warp_round: their K and V rows loaded at once), lane l
-    // dimensions l, l + 32, ..., so K and V rows are read whole by a warp
-    // (coalesced) and a score is a warp sum; each warp keeps its own
-    // online softmax (max m, sum l, unnormalised sum of V) in registers. One
-    // local barrier then merges the warps: work-item (d, p) rescales the
-    // AW_D warps p, p + ATT_PARTS, ... of dimension d to the work-group's
-    // max, and the ATT_PARTS adjacent lanes meet by shuffles. (H200 against
-    // groups of 16 work-items per position with chunk-wide softmax passes
-    // in local memory, three local barriers: tg128 2,289-2,301 vs
-    // 2,228-2,246 tok/s, d512 1,966-1,975 vs 1,915-1,930.) One split: the
-    // result goes straight to att; more: partials to att_part, which the
-    // head's last split to finish merges into att.
-#if L2_PF == 2
-    if (pf_idle && group >= n_units) {
-      LAYER_PREFETCH(slot * (n_groups - n_units) + group - n_units, WARPS * (n_groups - n_units));
+    // P2: att = softmax(q K^T / sqrt(HEAD_DIM)) V
+    if (pf_idle && at.group >= n_units) {
+      prefetch_weights(&w, il, at.slot * n_idle + at.group - n_units, WARPS * n_idle, at.lane);
     }
-#endif
-    for (int unit = group; SKELETON < 2 && unit < n_units; unit += n_groups) {
-      const int hd = unit / n_split, sp = unit % n_split;
-      const int kvh = hd / (N_HEAD / N_HEAD_KV);
-      const int s_span = (n_pos + n_split - 1) / n_split;
-      const int s_begin = sp * s_span, s_end = min(n_pos, s_begin + s_span);
-      const size_t row0 = cache_base + kvh * HEAD_DIM + AW_LANE(lane);
-      volatile const __global float* qh = q + hd * HEAD_DIM + AW_LANE(lane);
-      float qv[AW_D], acc[AW_D];
-#pragma unroll
-      for (int d = 0; d < AW_D; ++d) {
-        qv[d] = qh[AW_STEP * d] * rsqrt((float)HEAD_DIM);
-        acc[d] = 0.0f;
-      }
-      float m = -1e30f, l = 0.0f;
-      // Rounds of 8 positions per warp (ATT_LONG_ROUND) where the unit
-      // gives a warp more than 4, else of 4 (H200, against 4 always: tg128
-      // 2,316-2,320 vs 2,289-2,301 tok/s; at d512, where a split is 64
-      // positions, 8 always lost: 1,937-1,953 vs 1,966-1,975).
-      if (s_end - s_begin > 4 * WARPS) {
-        for (int p0 = s_begin + warp; p0 < s_end; p0 += ATT_LONG_ROUND * WARPS) {
-          att_warp_round(k_cache, v_cache, row0, p0, s_end, ATT_LONG_ROUND, qv, acc, &m, &l);
-        }
-      } else {
-        for (int p0 = s_begin + warp; p0 < s_end; p0 += 4 * WARPS) {
-          att_warp_round(k_cache, v_cache, row0, p0, s_end, 4, qv, acc, &m, &l);
-        }
-      }
-#pragma unroll
-      for (int d = 0; d < AW_D; ++d)
-        att_acc[warp * AW_STRIDE + AW_LANE(lane) + AW_STEP * d] = acc[d];
-      if (lane == 0) {
-        aw_m[warp] = m;
-        aw_l[warp] = l;
-      }
-      barrier(CLK_LOCAL_MEM_FENCE);
-      {
-        float mm = -1e30f;
-        for (int w = 0; w < WARPS; ++w) mm = fmax(mm, aw_m[w]);
-        const int d = lid / ATT_PARTS, pt = lid % ATT_PARTS;
-        float num = 0.0f, den = 0.0f;
-#pragma unroll
-        for (int j = 0; j < AW_D; ++j) {
-          const int w = pt + j * ATT_PARTS;
-          const float f = exp(aw_m[w] - mm);
-          num += f * att_acc[w * AW_STRIDE + d];
-          den += f * aw_l[w];
-        }
-        for (int mask = ATT_PARTS / 2; mask > 0; mask >>= 1) {
-          num += shfl_bfly(num, mask);
-          den += shfl_bfly(den, mask);
-        }
-        if (pt == 0) {
-          if (n_split == 1) {
-            att[hd * HEAD_DIM + d] = num / den;
-          } else {
-            __global float* pp = att_part + (hd * ATT_SPLIT_MAX + sp) * ATT_PART;
-            pp[d] = num;
-            if (d == 0) {
-              pp[HEAD_DIM] = mm;
-              pp[HEAD_DIM + 1] = den;
-            }
-          }
-        }
-      }
-      if (n_split > 1) {
-        // Publish the partial; the head's last split merges (and resets the
-        // count for the next layer, which starts after a grid barrier).
-        if (arrive_last(&att_count[hd], (uint)(n_split - 1), &merge_here)) {
-          if (lid == 0) atomic_xchg(&att_count[hd], 0u);
-          volatile const __global float* ph = att_part + hd * ATT_SPLIT_MAX * ATT_PART;
-          if (lid < n_split) {
-            sp_m[lid] = ph[lid * ATT_PART + HEAD_DIM];
-            sp_l[lid] = ph[lid * ATT_PART + HEAD_DIM + 1];
-          }
-          barrier(CLK_LOCAL_MEM_FENCE);
-          float mm = -1e30f;
-          for (int i = 0; i < n_split; ++i) mm = fmax(mm, sp_m[i]);
-          // Work-item (d, g) sums splits g, g + G, ... of dimension d.
-          const int d = lid % HEAD_DIM, g = lid / HEAD_DIM;
-          if (g < PWG / HEAD_DIM) {
-            float num = 0.0f;
-            for (int i = g; i < n_split; i += PWG / HEAD_DIM) {
-              const float f = sp_l[i] > 0.0f ? exp(sp_m[i] - mm) : 0.0f;
-              num += f * ph[i * ATT_PART + d];
-            }
-            att_acc[g * HEAD_DIM + d] = num;
-          }
-          barrier(CLK_LOCAL_MEM_FENCE);
-          if (lid < HEAD_DIM) {
-            float den = 0.0f;
-            for (int i = 0; i < n_split; ++i) {
-              if (sp_l[i] > 0.0f) den += exp(sp_m[i] - mm) * sp_l[i];
-            }
-            float total = 0.0f;
-            for (int k = 0; k < PWG / HEAD_DIM; ++k) total += att_acc[k * HEAD_DIM + lid];
-            att[hd * HEAD_DIM + lid] = total / den;
-          }
-        }
-      }
-      barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    STAGE_ARRIVE(1);
-    if (gwarp < N_EMBD) {
-      ROW_LOAD(WT_WO)(arena + lo[LO_WO_Q], arena + lo[LO_WO_S], N_EMBD, gwarp, lane, qa, sa);
-    }
-    STAGE_WAIT(1);
+    attention(&s, &lm, &at, cache_base, n_pos, n_split);
+    grid_arrive(&gb);
+    matvec_first_row(WT_WO, arena, lo + LO_WO_Q, lo + LO_WO_S, N_EMBD, &at, &ra);
+    grid_wait(&gb, &at);
 
-    // P3: x += Wo att.
-    stage_padded(xl, att, N_EMBD);
-    for (int row = gwarp; row < N_EMBD; row += n_gwarps) {
-      const float x_row = lane == 0 ? ((volatile __global float*)x)[row] : 0.0f;  // early
-      if (row != gwarp) {
-        ROW_LOAD(WT_WO)(arena + lo[LO_WO_Q], arena + lo[LO_WO_S], N_EMBD, row, lane, qa, sa);
-      }
-      const float v = warp_sum(ROW_DOT_REGS(WT_WO)(arena + lo[LO_WO_Q], arena + lo[LO_WO_S], N_EMBD,
-                                                   row, xl, lane, qa, sa));
-      if (lane == 0) x[row] = x_row + v;
-    }
-    STAGE_ARRIVE(2);
-    if (gwarp < N_FF) {
-      ROW_LOAD(WT_FFN)(arena + lo[LO_GATE_Q], arena + lo[LO_GATE_S], N_EMBD, gwarp, lane, qa, sa);
-      ROW_LOAD(WT_FFN)(arena + lo[LO_UP_Q], arena + lo[LO_UP_S], N_EMBD, gwarp, lane, qb, sb);
-    }
-#if EARLY_LOADS
-    load_norm(gw, (const __global float*)(arena + lo[LO_FFN_NORM]));
-#endif
-    STAGE_WAIT(2);
+    // P3: x += Wo att
+    matvec_residual(WT_WO, arena, lo + LO_WO_Q, lo + LO_WO_S, N_EMBD, att, x, xl, &at, &ra);
+    grid_arrive(&gb);
+    ffn_early_loads(&w, lo, &at, &ra, &rb, gw);
+    grid_wait(&gb, &at);
 
-    // P4: norm, gate and up, SwiGLU.
-#if !EARLY_LOADS
-    load_norm(gw, (const __global float*)(arena + lo[LO_FFN_NORM]));
-#endif
-    scale = stage_norm(xl, x, gw, red);
-    for (int row = gwarp; row < N_FF; row += n_gwarps) {
-      if (row != gwarp) {
-        ROW_LOAD(WT_FFN)(arena + lo[LO_GATE_Q], arena + lo[LO_GATE_S], N_EMBD, row, lane, qa, sa);
-        ROW_LOAD(WT_FFN)(arena + lo[LO_UP_Q], arena + lo[LO_UP_S], N_EMBD, row, lane, qb, sb);
-      }
-      float g = ROW_DOT_REGS(WT_FFN)(arena + lo[LO_GATE_Q], arena + lo[LO_GATE_S], N_EMBD, row, xl,
-                                     lane, qa, sa);
-      float u = ROW_DOT_REGS(WT_FFN)(arena + lo[LO_UP_Q], arena + lo[LO_UP_S], N_EMBD, row, xl,
-                                     lane, qb, sb);
-      g = warp_sum(g) * scale;
-      u = warp_sum(u) * scale;
-      if (lane == 0) h[row] = g / (1.0f + exp(-g)) * u;
-    }
-    STAGE_ARRIVE(3);
-    if (gwarp < N_EMBD) {
-      ROW_LOAD(WT_DOWN)(arena + lo[LO_DOWN_Q], arena + lo[LO_DOWN_S], N_FF, gwarp, lane, qa, sa);
-    }
-    STAGE_WAIT(3);
+    // P4: h = silu(Wg rmsnorm(x)) * (Wu rmsnorm(x))
+    ffn_gate_up(&w, &s, &lm, &at, lo, gw, &ra, &rb);
+    grid_arrive(&gb);
+    matvec_first_row(WT_DOWN, arena, lo + LO_DOWN_Q, lo + LO_DOWN_S, N_FF, &at, &ra);
+    grid_wait(&gb, &at);
 
-    // P5: x += Wd h.
-    stage_padded(xl, h, N_FF);
-    for (int row = gwarp; row < N_EMBD; row += n_gwarps) {
-      const float x_row = lane == 0 ? ((volatile __global float*)x)[row] : 0.0f;  // early
-      if (row != gwarp) {
-        ROW_LOAD(WT_DOWN)(arena + lo[LO_DOWN_Q], arena + lo[LO_DOWN_S], N_FF, row, lane, qa, sa);
-      }
-      const float v = warp_sum(ROW_DOT_REGS(WT_DOWN)(arena + lo[LO_DOWN_Q], arena + lo[LO_DOWN_S],
-                                                     N_FF, row, xl, lane, qa, sa));
-      if (lane == 0) x[row] = x_row + v;
-    }
-    grid_arrive(bar);
-    if (il + 1 < N_LAYER && gwarp < N_QKV / 2) LOAD_QKV_PAIR(lo + LO_N, gwarp);
-#if EARLY_LOADS
-    load_norm(gw, (const __global float*)(arena + (il + 1 < N_LAYER ? lo[LO_N + LO_ATTN_NORM]
-                                                                     : out_norm)));
-#endif
-    GRID_WAIT();
+    // P5: x += Wd h
+    matvec_residual(WT_DOWN, arena, lo + LO_DOWN_Q, lo + LO_DOWN_S, N_FF, h, x, xl, &at, &ra);
+    grid_arrive(&gb);
+    qkv_early_loads(&w, il + 1, &at, &ra, &rb, gw);
+    grid_wait(&gb, &at);
   }
 
-  // Head: final norm, logits, this work-group's argmax candidate.
-#if !EARLY_LOADS
-  load_norm(gw, (const __global float*)(arena + out_norm));
-#endif
-  const float scale = stage_norm(xl, x, gw, red);
-  float best = 0.0f;
-  int best_i = -1;
-  // Four rows per iteration so their loads overlap (eight: slower); rows
-  // stay in increasing order per warp (ties keep the lower id).
-  for (int row0 = gwarp; row0 < N_VOCAB; row0 += 4 * n_gwarps) {
-    float v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int row = row0 + k * n_gwarps;
-      v[k] = row < N_VOCAB ? ROW_DOT(WT_HEAD)(arena + head_q, arena + head_s, N_EMBD, row, xl, lane)
-                           : 0.0f;
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int row = row0 + k * n_gwarps;
-      const float sum = warp_sum(v[k]) * scale;
-      if (lane == 0 && row < N_VOCAB) {
-        logits[row] = sum;
-        if (beats(sum, row, best, best_i)) {
-          best = sum;
-          best_i = row;
-        }
-      }
-    }
-  }
-  best_i = workgroup_argmax(best, best_i, red_v, red_i);
-  if (lid == 0) {
-    part_val[group] = red_v[0];
-    part_idx[group] = best_i;
-  }
-#ifndef ARGMAX_LAST
-#define ARGMAX_LAST 1
-#endif
-#if ARGMAX_LAST
-  // The last work-group to arrive takes the argmax over all work-groups'
-  // candidates; the others are done (no wait at a grid barrier). Its arrival
-  // counts like a barrier's, so the host's bar_base stays in step.
-  // (ARGMAX_LAST=0: a grid barrier, then work-group 0. The same speed on the
-  // H200; either way the final argmax is spread over the work-group: done by
-  // work-item 0 alone over 264 candidates it cost 3.5%.)
-  if (!arrive_last(bar, bar_base + (n_bar + 1) * (uint)n_groups - 1, &merge_here)) return;
-  if (trace && lid == 0) trace[n_bar + 1] = global_timer_ns();
-#else
-  GRID_SYNC();
-  if (group != 0) return;
-#endif
-  best = 0.0f;
-  best_i = -1;
-  for (int g = lid; g < n_groups; g += PWG) {
-    const float v = ((volatile __global float*)part_val)[g];
-    const int i = ((volatile __global int*)part_idx)[g];
-    if (beats(v, i, best, best_i)) {
-      best = v;
-      best_i = i;
-    }
-  }
-  best_i = workgroup_argmax(best, best_i, red_v, red_i);
-  if (lid == 0) ids[0] = *abort_flag ? -2 : (best_i < 0 ? 0 : best_i);
-#undef GRID_SYNC
-#undef GRID_WAIT
-#undef STAGE_ARRIVE
-#undef STAGE_WAIT
-#undef STAGE_DROPPED
-#undef LOAD_QKV_PAIR
-#undef LAYER_PREFETCH
-#undef PAIR_ROTATES
-#undef PAIR_CS
+  // The head: logits = Whead rmsnorm(x), each work-group's argmax candidate.
+  head_logits(&w, &s, &lm, &at, gw);
+  // The last work-group to arrive picks the token; the others are done (no
+  // wait at a grid barrier). Its arrival counts like a barrier's, so the
+  // host's bar_base stays in step. (A grid barrier and then work-group 0:
+  // the same speed on the H200.)
+  if (!arrive_last(bar, bar_base + (gb.n + 1) * (uint)at.n_groups - 1, &flag)) return;
+  if (trace && at.lid == 0) trace[gb.n + 1] = global_timer_ns();
+  pick_token(&s, &lm, &at, ids, abort_flag);
 }

@@ -7,24 +7,29 @@
 // multi-kernel plan's 122 launches per token thus cost ~4 ms of a ~17 ms
 // token. Here one work-group per core (n_groups = compute units) stays in
 // the kernel for the whole token and the groups meet at spin barriers
-// (~0.1 us each) between the stages that read each other's results:
-//   embed                     x = embedding row of ids[token_index]
+// (~0.1 us each) between the stages that read each other's results.
+// decode_token (at the end of this file) is the whole step, like llama2.c's
+// forward():
+//   embed               x = embedding row of ids[token_index]
 //   per layer il:
-//   P1  q; k; v = Wqkv (x * attn_norm * rms), RoPE, k and v -> cache at pos
-//   P2  attention of each head over cache positions 0..pos -> att, a claim
-//       per (KV head, range of positions), partials merged per head
-//   P3  x += Wo att
-//   P4  h = silu(Wg x') * (Wu x'), x' = x * ffn_norm * rms
-//   P5  x += Wd h
-//   head: logits = Whead (x * output_norm * rms), each group's argmax
-//   candidate -> barrier -> group 0 writes the token to ids[0] (NaN never
-//   wins, ties go to the lowest id).
+//   P1 qkv_rope_append  q; k; v = Wqkv (x * attn_norm * rms), RoPE, k and v
+//                       -> cache at pos
+//   P2 attention        attention of each head over cache positions 0..pos
+//                       -> att, a claim per (KV head, range of positions),
+//                       partials merged per head
+//   P3 matvec_residual  x += Wo att
+//   P4 ffn_gate_up      h = silu(Wg x') * (Wu x'), x' = x * ffn_norm * rms
+//   P5 matvec_residual  x += Wd h
+//   head_logits         logits = Whead (x * output_norm * rms), each group's
+//                       argmax candidate -> barrier -> pick_token: group 0
+//                       writes the token to ids[0] (NaN never wins, ties go
+//                       to the lowest id).
 // 5 barriers per layer + 2.
 //
 // Work split: each stage's rows ((KV head, split) pairs in P2) are claimed
 // in chunks from a shared counter (CHUNKS_PER_GROUP chunks per group, so
-// each chunk is a long run of rows), so a core that runs slower (another process, a noisy VM)
-// takes fewer chunks instead of holding the others at the barrier. Every
+// each chunk is a long run of rows), so a core that runs slower (another
+// process, a noisy VM) takes fewer chunks instead of holding the others at the barrier. Every
 // group makes exactly one failing claim per stage, so stage s's claims start
 // at the sum over earlier stages of (chunks + n_groups), known to all groups
 // without further communication; group 0 resets the counter at the end.
@@ -62,13 +67,7 @@
 // Rows per claim: n_rows split into CHUNKS_PER_GROUP chunks per group, a
 // multiple of NR rows each (1 to 8 measured alike within the VM's noise,
 // 16 slower; 64-row chunks, the first version, were slower too).
-#ifndef CHUNKS_PER_GROUP
 #define CHUNKS_PER_GROUP 2
-#endif
-#define CHUNK_ROWS(n)                                                              \
-  ((((n) + n_groups * CHUNKS_PER_GROUP - 1) / (n_groups * CHUNKS_PER_GROUP) + NR - 1) / NR * \
-   NR)
-#define N_CHUNKS(n, c) (((n) + (c)-1) / (c))
 // Floats per group in xn: N_EMBD rounded up to 32 (128-byte aligned slots).
 #define XN_STRIDE ((N_EMBD + 31) / 32 * 32)
 
@@ -106,11 +105,43 @@ inline bool cpu_grid_sync(volatile __global uint* bar, uint target,
   return true;
 }
 
-// The next chunk of the current stage, counted from 0 (>= the stage's
-// chunk count: none left).
-inline uint claim(volatile __global uint* work, uint stage_base) {
-  return atomic_inc(work) - stage_base;
+// A group's place in the grid, the barrier it meets the others at and the
+// counter it claims work from.
+typedef struct {
+  int group, n_groups;
+  volatile __global uint* bar;
+  uint bar_base;  // the count at this launch's start
+  uint n_bar;     // barriers passed in this launch
+  volatile __global uint* abort_flag;
+  ulong spin_ticks;
+  __global ulong* trace;  // non-null: group 0 records the TSC after each barrier
+  volatile __global uint* work;
+  uint stage_base;  // claims made in earlier stages
+} Grid;
+
+// The next barrier. A wait given up sets *abort_flag, which the launch's
+// result reports (-2); the stages run on meanwhile, their results unused.
+CPU_INLINE void grid_sync(Grid* g) {
+  cpu_grid_sync(g->bar, g->bar_base + (++g->n_bar) * (uint)g->n_groups, g->abort_flag,
+                g->spin_ticks);
+  if (g->trace && g->group == 0) g->trace[g->n_bar] = __builtin_ia32_rdtsc();
 }
+
+// Claim *c, counted from 0, of the current stage's n_claims (row chunks,
+// attention units); false when none is left, and then the stage's claims
+// are counted past: every group makes exactly one failing claim per stage.
+CPU_INLINE bool claim(Grid* g, uint n_claims, uint* c) {
+  *c = atomic_inc(g->work) - g->stage_base;
+  if (*c < n_claims) return true;
+  g->stage_base += n_claims + g->n_groups;
+  return false;
+}
+
+// Rows per chunk of a stage of n rows.
+CPU_INLINE int chunk_rows(int n, int n_groups) {
+  return ((n + n_groups * CHUNKS_PER_GROUP - 1) / (n_groups * CHUNKS_PER_GROUP) + NR - 1) / NR * NR;
+}
+CPU_INLINE uint n_chunks(int n, int chunk) { return (n + chunk - 1) / chunk; }
 
 // ---- small helpers --------------------------------------------------------------
 
@@ -220,8 +251,168 @@ inline void attend_split8(int hd, int sp, int n_split, int n_pos, const __global
 }
 #endif
 
-#define Q_OF(name) (arena + lo[LO_##name##_Q])
-#define S_OF(name) ((const __global ushort*)(arena + lo[LO_##name##_S]))
+// ---- the token's buffers --------------------------------------------------------
+
+// What the token reads and never writes (llama2.c's TransformerWeights).
+typedef struct {
+  const __global uchar* arena;      // every weight, at the byte offsets below
+  const __global ulong* layer_off;  // (N_LAYER, LO_N) offsets of each layer's weights
+  ulong embd_q, embd_s;             // token_embd (N_VOCAB, N_EMBD), type WT_EMBD
+  ulong head_q, head_s;             // lm_head (N_VOCAB, N_EMBD), type WT_HEAD
+  ulong out_norm;                   // (N_EMBD) float
+  const __global float2* rope_cs;   // (n_ctx, N_ROT / 2) cos, sin
+} Weights;
+
+// What the token writes (llama2.c's RunState).
+typedef struct {
+  __global float* x;                  // (N_EMBD) the residual stream
+  __global float* q;                  // (N_EMBD) this position's queries
+  __global float* k_cache;            // (N_LAYER, N_CTX, N_EMBD_KV)
+  __global float* v_cache;            // (N_LAYER, N_CTX, N_EMBD_KV)
+  __global float* att;                // (N_EMBD) attention output, heads side by side
+  __global float* h;                  // (N_FF) silu(gate) * up
+  __global float* logits;             // (N_VOCAB)
+  __global float* part_val;           // (n_groups) each group's best logit
+  __global int* part_idx;             // (n_groups) and its id
+  __global float* scores;             // (N_HEAD, N_CTX) attention scratch
+  __global float* att_part;           // (N_HEAD, ATT_SPLIT_MAX, ATT_PART) split partials
+  volatile __global uint* att_count;  // (N_HEAD) splits done per head
+  __global float* xg;                 // (N_EMBD) this group's normed input (its slot of xn)
+} State;
+
+// A matrix of the arena: payloads and scales (fp16 bits).
+typedef struct {
+  const __global uchar* q;
+  const __global ushort* s;
+} Matrix;
+// The matrix whose offsets are lo[q_slot], lo[s_slot] (LO_*).
+CPU_INLINE Matrix layer_matrix(const Weights* w, const __global ulong* lo, int q_slot, int s_slot) {
+  const Matrix m = {w->arena + lo[q_slot], (const __global ushort*)(w->arena + lo[s_slot])};
+  return m;
+}
+
+// ---- the stages -------------------------------------------------------------------
+
+// Group 0: x = row `token` of the embedding (0 for an id out of range).
+CPU_INLINE void embed(const Weights* w, __global float* x, int token) {
+  const int row = token >= 0 && token < N_VOCAB ? token : 0;
+  for (int i = 0; i < N_EMBD; ++i) {
+    x[i] = embd_value(w->arena + w->embd_q, w->arena + w->embd_s, row, i);
+  }
+}
+
+// P1: q; k; v = Wqkv (x * attn_norm / rms(x)) in row pairs, RoPE, k and v ->
+// the cache at pos.
+CPU_INLINE void qkv_rope_append(const Weights* w, const State* s, Grid* g, const __global ulong* lo,
+                                ulong layer_cache, int pos) {
+  norm_into(s->x, (const __global float*)(w->arena + lo[LO_ATTN_NORM]), s->xg);
+  const Matrix wqkv = layer_matrix(w, lo, LO_QKV_Q, LO_QKV_S);
+  const int chunk = chunk_rows(N_QKV, g->n_groups);
+  float dots[NR];
+  for (uint c; claim(g, n_chunks(N_QKV, chunk), &c);) {
+    for (int row0 = c * chunk; row0 < min(N_QKV, (int)(c + 1) * chunk); row0 += NR) {
+      rows_dot(WT_QKV, wqkv.q, wqkv.s, N_EMBD, row0, N_QKV, s->xg, 0, 0, dots);
+      for (int r = 0; r < NR && row0 + r < N_QKV; r += 2) {
+        rope_store_pair(row0 + r, dots[r], dots[r + 1], N_EMBD, N_EMBD_KV, HEAD_DIM, N_ROT,
+                        w->rope_cs, pos, s->q, s->k_cache, s->v_cache,
+                        layer_cache + (ulong)pos * N_EMBD_KV);
+      }
+    }
+  }
+}
+
+// P2: attention over cache positions 0..pos. A claim is a (KV head, split):
+// the query heads that share the KV head run one after another over the same
+// K and V rows, which the first of them brought into this core's caches.
+// Head sizes that are not a multiple of 8: a whole head per claim.
+CPU_INLINE void attention(const State* s, Grid* g, ulong layer_cache, int pos, int n_split) {
+#if HEAD_DIM % 8 == 0
+  for (uint u; claim(g, N_HEAD_KV * n_split, &u);) {
+    const int kvh = u / n_split, sp = u % n_split;
+    for (int i = 0; i < N_HEAD / N_HEAD_KV; ++i) {
+      attend_split8(kvh * (N_HEAD / N_HEAD_KV) + i, sp, n_split, pos + 1, s->q, s->k_cache,
+                    s->v_cache, layer_cache, s->scores, s->att, s->att_part, s->att_count);
+    }
+  }
+#else
+  for (uint hd; claim(g, N_HEAD, &hd);) {
+    attend_head(hd, s->q, s->k_cache, s->v_cache, layer_cache, pos + 1, N_HEAD, N_HEAD_KV, HEAD_DIM,
+                s->scores, N_CTX, s->att);
+  }
+#endif
+}
+
+// P3 and P5: x += W in, W (N_EMBD x n_in) of type `type`: Wo att, Wd h.
+CPU_INLINE void matvec_residual(Grid* g, int type, Matrix m, int n_in, const __global float* in,
+                                __global float* x) {
+  const int chunk = chunk_rows(N_EMBD, g->n_groups);
+  float dots[NR];
+  for (uint c; claim(g, n_chunks(N_EMBD, chunk), &c);) {
+    for (int row0 = c * chunk; row0 < min(N_EMBD, (int)(c + 1) * chunk); row0 += NR) {
+      rows_dot(type, m.q, m.s, n_in, row0, N_EMBD, in, 0, 0, dots);
+      for (int r = 0; r < NR && row0 + r < N_EMBD; ++r) x[row0 + r] += dots[r];
+    }
+  }
+}
+
+// P4: h = silu(Wg x') * (Wu x'), x' = x * ffn_norm / rms(x).
+CPU_INLINE void ffn_gate_up(const Weights* w, const State* s, Grid* g, const __global ulong* lo) {
+  norm_into(s->x, (const __global float*)(w->arena + lo[LO_FFN_NORM]), s->xg);
+  const Matrix wg = layer_matrix(w, lo, LO_GATE_Q, LO_GATE_S);
+  const Matrix wu = layer_matrix(w, lo, LO_UP_Q, LO_UP_S);
+  const int chunk = chunk_rows(N_FF, g->n_groups);
+  float gate[NR], up[NR];
+  for (uint c; claim(g, n_chunks(N_FF, chunk), &c);) {
+    for (int row0 = c * chunk; row0 < min(N_FF, (int)(c + 1) * chunk); row0 += NR) {
+      rows_dot(WT_FFN, wg.q, wg.s, N_EMBD, row0, N_FF, s->xg, 0, 0, gate);
+      rows_dot(WT_FFN, wu.q, wu.s, N_EMBD, row0, N_FF, s->xg, 0, 0, up);
+      for (int r = 0; r < NR && row0 + r < N_FF; ++r) {
+        s->h[row0 + r] = gate[r] / (1.0f + exp(-gate[r])) * up[r];
+      }
+    }
+  }
+}
+
+// The head: logits = Whead (x * output_norm / rms(x)); this group's argmax
+// candidate -> part_val, part_idx.
+CPU_INLINE void head_logits(const Weights* w, const State* s, Grid* g) {
+  norm_into(s->x, (const __global float*)(w->arena + w->out_norm), s->xg);
+  const Matrix wh = {w->arena + w->head_q, (const __global ushort*)(w->arena + w->head_s)};
+  const int chunk = chunk_rows(N_VOCAB, g->n_groups);
+  float best = 0.0f;
+  int best_i = -1;
+  float dots[NR];
+  for (uint c; claim(g, n_chunks(N_VOCAB, chunk), &c);) {
+    for (int row0 = c * chunk; row0 < min(N_VOCAB, (int)(c + 1) * chunk); row0 += NR) {
+      rows_dot(WT_HEAD, wh.q, wh.s, N_EMBD, row0, N_VOCAB, s->xg, 0, 0, dots);
+      for (int r = 0; r < NR && row0 + r < N_VOCAB; ++r) {
+        s->logits[row0 + r] = dots[r];
+        if (beats(dots[r], row0 + r, best, best_i)) {
+          best = dots[r];
+          best_i = row0 + r;
+        }
+      }
+    }
+  }
+  s->part_val[g->group] = best;
+  s->part_idx[g->group] = best_i;
+}
+
+// Group 0, after the head's barrier: the best of the groups' candidates
+// into ids[0] (-2 if a barrier gave up), and the claim counter back to 0
+// for the next launch (every claim of this one is made).
+CPU_INLINE void pick_token(const State* s, Grid* g, __global int* ids) {
+  float best = 0.0f;
+  int best_i = -1;
+  for (int gi = 0; gi < g->n_groups; ++gi) {
+    if (beats(s->part_val[gi], s->part_idx[gi], best, best_i)) {
+      best = s->part_val[gi];
+      best_i = s->part_idx[gi];
+    }
+  }
+  ids[0] = *g->abort_flag ? -2 : (best_i < 0 ? 0 : best_i);
+  *g->work = 0;
+}
 
 // ---- the token ----------------------------------------------------------------
 
@@ -232,9 +423,8 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
     __global float* att, __global float* h, __global float* logits, __global float* part_val,
     __global int* part_idx, __global int* ids, int token_index, int pos,
     volatile __global uint* bar, uint bar_base, volatile __global uint* abort_flag,
-    __global ulong* trace, volatile __global uint* work, __global float* scores,
-    __global float* xn, ulong spin_ticks, __global float* att_part,
-    volatile __global uint* att_count) {
+    __global ulong* trace, volatile __global uint* work, __global float* scores, __global float* xn,
+    ulong spin_ticks, __global float* att_part, volatile __global uint* att_count) {
   if (get_local_id(0) != 0) return;
   const int group = get_group_id(0);
   const int n_groups = get_num_groups(0);
@@ -242,30 +432,15 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
     if (group == 0) ids[0] = -2;
     return;
   }
-  uint n_bar = 0;
-  uint stage_base = 0;  // claims made in earlier stages
-  __global float* xg = xn + (size_t)group * XN_STRIDE;  // this group's normed input
-  // With a trace buffer, group 0 records the TSC after each barrier.
-#define SYNC()                                                                 \
-  do {                                                                         \
-    cpu_grid_sync(bar, bar_base + (++n_bar) * (uint)n_groups, abort_flag, spin_ticks); \
-    if (trace && group == 0) trace[n_bar] = __builtin_ia32_rdtsc();            \
-  } while (0)
-  // Rows [chunk * c, ...) of n_rows, in blocks of NR, for each claimed c.
-#define FOR_CHUNK_ROWS(row0, n_rows, chunk)                                         \
-  for (uint c_, n_c_ = N_CHUNKS(n_rows, chunk); (c_ = claim(work, stage_base)) < n_c_ ||    \
-                                                 ((stage_base += n_c_ + n_groups), 0);) \
-    for (int row0 = c_ * (chunk); row0 < min((int)(n_rows), (int)(c_ + 1) * (chunk)); row0 += NR)
+  Grid g = {group, n_groups, bar, bar_base, 0, abort_flag, spin_ticks, trace, work, 0};
+  const Weights w = {arena, layer_off, embd_q, embd_s, head_q, head_s, out_norm, rope_cs};
+  __global float* xg = xn + (size_t)group * XN_STRIDE;
+  const State s = {x,        q,        k_cache, v_cache,  att,       h, logits,
+                   part_val, part_idx, scores,  att_part, att_count, xg};
   if (trace && group == 0) trace[0] = __builtin_ia32_rdtsc();
 
-  const int token = ids[token_index];
-  if (group == 0) {
-    const int row = token >= 0 && token < N_VOCAB ? token : 0;
-    for (int i = 0; i < N_EMBD; ++i) {
-      x[i] = embd_value(arena + embd_q, arena + embd_s, row, i);
-    }
-  }
-  SYNC();
+  if (group == 0) embed(&w, x, ids[token_index]);
+  grid_sync(&g);
 
   // At least two splits from two positions on: the claims are KV heads
   // (3 for SmolLM2), which alone would not spread evenly over the cores.
@@ -273,107 +448,29 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
   for (int il = 0; il < N_LAYER; ++il) {
     const __global ulong* lo = layer_off + il * LO_N;
     const ulong layer_cache = (ulong)il * N_CTX * N_EMBD_KV;
-    float dots[NR];
 
-    // P1: norm, q/k/v rows in pairs, RoPE, KV append.
-    norm_into(x, (const __global float*)(arena + lo[LO_ATTN_NORM]), xg);
-    {
-      FOR_CHUNK_ROWS(row0, N_QKV, CHUNK_ROWS(N_QKV)) {
-        rows_dot(WT_QKV, Q_OF(QKV), S_OF(QKV), N_EMBD, row0, N_QKV, xg, 0, 0, dots);
-        for (int r = 0; r < NR && row0 + r < N_QKV; r += 2) {
-          rope_store_pair(row0 + r, dots[r], dots[r + 1], N_EMBD, N_EMBD_KV, HEAD_DIM, N_ROT,
-                          rope_cs, pos, q, k_cache, v_cache,
-                          layer_cache + (ulong)pos * N_EMBD_KV);
-        }
-      }
-    }
-    SYNC();
-
-    // P2: attention, a (KV head, split) per claim: the query heads that
-    // share the KV head run one after another over the same K and V rows,
-    // which the first of them brought into this core's caches.
-#if HEAD_DIM % 8 == 0
-    for (uint n_c = N_HEAD_KV * n_split, u; (u = claim(work, stage_base)) < n_c ||
-                                            ((stage_base += n_c + n_groups), 0);) {
-      const int kvh = u / n_split, sp = u % n_split;
-      for (int g = 0; g < N_HEAD / N_HEAD_KV; ++g) {
-        attend_split8(kvh * (N_HEAD / N_HEAD_KV) + g, sp, n_split, pos + 1, q, k_cache, v_cache,
-                      layer_cache, scores, att, att_part, att_count);
-      }
-    }
-#else
-    for (uint n_c = N_HEAD, hd; (hd = claim(work, stage_base)) < n_c ||
-                                ((stage_base += n_c + n_groups), 0);) {
-      attend_head(hd, q, k_cache, v_cache, layer_cache, pos + 1, N_HEAD, N_HEAD_KV, HEAD_DIM,
-                  scores, N_CTX, att);
-    }
-#endif
-    SYNC();
-
-    // P3: x += Wo att.
-    FOR_CHUNK_ROWS(row0, N_EMBD, CHUNK_ROWS(N_EMBD)) {
-      rows_dot(WT_WO, Q_OF(WO), S_OF(WO), N_EMBD, row0, N_EMBD, att, 0, 0, dots);
-      for (int r = 0; r < NR && row0 + r < N_EMBD; ++r) x[row0 + r] += dots[r];
-    }
-    SYNC();
-
-    // P4: norm, gate and up, SwiGLU.
-    norm_into(x, (const __global float*)(arena + lo[LO_FFN_NORM]), xg);
-    {
-      float up[NR];
-      FOR_CHUNK_ROWS(row0, N_FF, CHUNK_ROWS(N_FF)) {
-        rows_dot(WT_FFN, Q_OF(GATE), S_OF(GATE), N_EMBD, row0, N_FF, xg, 0, 0, dots);
-        rows_dot(WT_FFN, Q_OF(UP), S_OF(UP), N_EMBD, row0, N_FF, xg, 0, 0, up);
-        for (int r = 0; r < NR && row0 + r < N_FF; ++r) {
-          h[row0 + r] = dots[r] / (1.0f + exp(-dots[r])) * up[r];
-        }
-      }
-    }
-    SYNC();
-
-    // P5: x += Wd h.
-    FOR_CHUNK_ROWS(row0, N_EMBD, CHUNK_ROWS(N_EMBD)) {
-      rows_dot(WT_DOWN, Q_OF(DOWN), S_OF(DOWN), N_FF, row0, N_EMBD, h, 0, 0, dots);
-      for (int r = 0; r < NR && row0 + r < N_EMBD; ++r) x[row0 + r] += dots[r];
-    }
-    SYNC();
+    // P1: q, k, v = Wqkv rmsnorm(x); RoPE; k, v -> cache
+    qkv_rope_append(&w, &s, &g, lo, layer_cache, pos);
+    grid_sync(&g);
+    // P2: att = softmax(q K^T / sqrt(HEAD_DIM)) V
+    attention(&s, &g, layer_cache, pos, n_split);
+    grid_sync(&g);
+    // P3: x += Wo att
+    matvec_residual(&g, WT_WO, layer_matrix(&w, lo, LO_WO_Q, LO_WO_S), N_EMBD, att, x);
+    grid_sync(&g);
+    // P4: h = silu(Wg rmsnorm(x)) * (Wu rmsnorm(x))
+    ffn_gate_up(&w, &s, &g, lo);
+    grid_sync(&g);
+    // P5: x += Wd h
+    matvec_residual(&g, WT_DOWN, layer_matrix(&w, lo, LO_DOWN_Q, LO_DOWN_S), N_FF, h, x);
+    grid_sync(&g);
   }
 
-  // Head: final norm, logits, this group's argmax candidate.
-  norm_into(x, (const __global float*)(arena + out_norm), xg);
-  {
-    float best = 0.0f;
-    int best_i = -1;
-    float dots[NR];
-    FOR_CHUNK_ROWS(row0, N_VOCAB, CHUNK_ROWS(N_VOCAB)) {
-      rows_dot(WT_HEAD, arena + head_q, (const __global ushort*)(arena + head_s), N_EMBD, row0,
-               N_VOCAB, xg, 0, 0, dots);
-      for (int r = 0; r < NR && row0 + r < N_VOCAB; ++r) {
-        logits[row0 + r] = dots[r];
-        if (beats(dots[r], row0 + r, best, best_i)) {
-          best = dots[r];
-          best_i = row0 + r;
-        }
-      }
-    }
-    part_val[group] = best;
-    part_idx[group] = best_i;
-  }
-  SYNC();
-  if (group == 0) {
-    float best = 0.0f;
-    int best_i = -1;
-    for (int gi = 0; gi < n_groups; ++gi) {
-      if (beats(part_val[gi], part_idx[gi], best, best_i)) {
-        best = part_val[gi];
-        best_i = part_idx[gi];
-      }
-    }
-    ids[0] = *abort_flag ? -2 : (best_i < 0 ? 0 : best_i);
-    *work = 0;  // every claim of this launch is made: the next starts from 0
-  }
-#undef SYNC
-#undef FOR_CHUNK_ROWS
+  // The head: logits = Whead rmsnorm(x), each group's argmax candidate; then
+  // group 0 picks the token.
+  head_logits(&w, &s, &g);
+  grid_sync(&g);
+  if (group == 0) pick_token(&s, &g, ids);
 }
 
 // Start-up check that all n_groups work-groups run at once and that data

@@ -1,32 +1,64 @@
 #!/usr/bin/env bash
 # Runs ON the lent GPU machine (see README "Performance"): builds clchat,
 # checks the persistent decode kernel against the CPU reference, then times
-# kernel variants in one call so that A/B pairs share a machine.
-#   bash .device/setup.sh && bash tests/device_ab.sh MODE [VARIANT...]
+# kernel variants, or this tree against another one, in one call so that
+# A/B pairs share a machine.
+#   bash .device/setup.sh && bash tests/device_ab.sh MODE[,MODE...] [VARIANT...]
+#   bash .device/setup.sh && BASE=.device/base bash tests/device_ab.sh ab
 # MODE: tests (test_cl_persistent), gpucheck (also test_cl_forward without
 # the SmolLM2 file's cases, test_fault_opencl, test_cl_object_counts; the
-# small models in .device/shared/models), testvar, bench, trace, all
+# small models in .device/shared/models), testvar, bench, trace, ab, all
 # (tests and bench).
-# A variant is LABEL=ENV[,ENV...] with ENV a NAME=VALUE pair (commas cannot
-# appear inside values), e.g. 'pwg256=CLCHAT_PERSIST_PWG=256'
-# 'span128=CLCHAT_PERSIST_DEFINES=-DATT_SPLIT_SPAN=128'. bench takes each variant's tg128
-# ROUNDS times (2), interleaved with the others (QUANT, DEPTH: q4_0, 0);
-# results go to $OUT/ab.txt.
+#
+# A variant is LABEL=ITEM[,ITEM...]: an ITEM that starts with "--" is an
+# argument of `clchat bench` (this tree's tuning: clchat bench --tune help
+# lists the keys), any other is a NAME=VALUE environment variable (commas
+# cannot appear inside items), e.g. 'pwg256=--tune=persist_wg_size=256'
+# 'span128=--tune=persist_defines=-DATT_SPLIT_SPAN=128'
+# 'split64=--tune=att_split_pos=64'. bench takes each variant's tg128 ROUNDS
+# times (2), interleaved with the others (QUANT, DEPTH: q4_0, 0); testvar
+# runs test_cl_persistent under each (GTEST_FILTER, GTEST_REPEAT); trace logs
+# each one's per-stage times and NVIDIA's register count.
+#
+# ab: BASE is another source tree inside this one, built into BASE/build:
+# e.g. the commit to compare against, unpacked into the git-ignored .device
+# (rm -rf .device/base && mkdir .device/base && git archive COMMIT | tar -x
+# -C .device/base) and named in the device call's carry (".device"). Each
+# of ROUNDS (3) rounds runs every case with `base` and `new` (this tree)
+# back to back, the order swapped every other round: CASES (default
+# "q4_0:0:tg q4_1:0:tg q4_0:512:tg q4_0:0:pp"), each QUANT:DEPTH:TEST, TEST
+# tg (tg128) or pp (pp512), all on the synthetic SmolLM2-135M shape, -r 5.
+# Only default settings: no variants, no environment.
+#
+# Results go to $OUT/ab.txt (and the terminal).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-/tmp/device_out}
 mkdir -p "$out"
-what=${1:-all}
+modes=,${1:-all},
 shift || true
-export XDG_STATE_HOME=/tmp/clchat-state
-rm -rf "$XDG_STATE_HOME"
+has_mode() { [[ $modes == *,$1,* || ($modes == *,all,* && ($1 == tests || $1 == bench)) ]]; }
 start=$SECONDS
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$out/cmake.log" 2>&1
-targets=(clchat test_cl_persistent)
-[ "$what" = gpucheck ] && targets+=(test_cl_forward test_fault_opencl test_cl_object_counts)
-if ! cmake --build build -j"$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1; then
-  tail -40 "$out/build.log"
+
+# build LABEL TREE TARGET...: configures and builds TREE into TREE/build.
+build() {
+  local label=$1 tree=$2
+  shift 2
+  cmake -S "$tree" -B "$tree/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$out/cmake_$label.log" 2>&1 &&
+    cmake --build "$tree/build" -j"$(nproc)" --target "$@" >"$out/build_$label.log" 2>&1 && return 0
+  echo "build of $tree failed:"
+  tail -40 "$out/build_$label.log"
   exit 1
+}
+targets=(clchat test_cl_persistent)
+has_mode gpucheck && targets+=(test_cl_forward test_fault_opencl test_cl_object_counts)
+build new . "${targets[@]}"
+if has_mode ab; then
+  if [ -z "${BASE:-}" ] || [ ! -f "$BASE/CMakeLists.txt" ]; then
+    echo "ab: BASE must name another source tree (BASE=${BASE:-})"
+    exit 1
+  fi
+  build base "$BASE" clchat
 fi
 echo "build: $((SECONDS - start)) s"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
@@ -36,71 +68,109 @@ log() { echo "$*" | tee -a "$out/ab.txt"; }
 # The summary lines of a gtest log.
 gtest_summary() { grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$1" | tr '\n' ' '; }
 
-if [ "$what" = tests ] || [ "$what" = all ]; then
+# Each binary keeps its kernel cache apart.
+state_dir() { echo "/tmp/clchat-state-$1"; }
+rm -rf /tmp/clchat-state-*
+export XDG_STATE_HOME
+XDG_STATE_HOME=$(state_dir new)
+
+if has_mode tests; then
   test_log=$out/test_persistent_${TEST_LABEL:-default}.log
   CLCHAT_TEST_DEVICE=gpu timeout 300 build/tests/test_cl_persistent >"$test_log" 2>&1
   log "test_cl_persistent (${TEST_LABEL:-default}): rc $? $(gtest_summary "$test_log")"
-  grep -E "^\[  FAILED|Failure|error" "$test_log" | head -20
+  grep -E "^\[  FAILED|Failure|\[error\]" "$test_log" | head -20
 fi
 
-if [ "$what" = gpucheck ]; then
-  export CLCHAT_SHARED_DIR=$PWD/.device/shared
+if has_mode gpucheck; then
   for t in test_cl_persistent test_cl_forward test_fault_opencl test_cl_object_counts; do
-    CLCHAT_TEST_DEVICE=gpu timeout 400 "build/tests/$t" \
+    CLCHAT_SHARED_DIR=$PWD/.device/shared CLCHAT_TEST_DEVICE=gpu timeout 400 "build/tests/$t" \
       --gtest_filter='-ClForward.SmolLM2LogitsMatchCpu:ClForward.SmolLM2GreedyIdsMatchReference' \
       >"$out/$t.log" 2>&1
     log "$t: rc $? $(gtest_summary "$out/$t.log")"
   done
 fi
 
-# bench LABEL QUANT DEPTH ENV... : one tg128 -r 5 line.
-bench() {
-  local label=$1 quant=$2 depth=$3
-  shift 3
-  local line
-  line=$(env "$@" build/clchat bench --synthetic smollm2-135m --quant "$quant" -p 0 -n 128 -d "$depth" \
-    -r 5 --device gpu 2>&1 | grep -E "tg128" | awk -F'|' '{print $(NF-3) "launch" $(NF-1)}')
-  log "$label $quant d$depth: $line"
+# Splits variant $1 (LABEL=ITEM[,ITEM...]) into label, env_kv (the NAME=VALUE
+# items) and args (the items that start with "--").
+parse_variant() {
+  label=${1%%=*}
+  local items=() item
+  [ -n "${1#*=}" ] && IFS=',' read -r -a items <<<"${1#*=}"
+  env_kv=()
+  args=()
+  for item in "${items[@]}"; do
+    if [[ $item == --* ]]; then args+=("$item"); else env_kv+=("$item"); fi
+  done
+}
+
+# run_bench BIN QUANT DEPTH TEST ARG...: one `clchat bench` of TEST (tg:
+# tg128, pp: pp512) with the variables in env_kv, printed as "TEST | t/s".
+run_bench() {
+  local bin=$1 quant=$2 depth=$3 test=$4 counts
+  shift 4
+  if [ "$test" = pp ]; then counts=(-p 512 -n 0); else counts=(-p 0 -n 128); fi
+  env "${env_kv[@]}" "$bin" bench --synthetic smollm2-135m --quant "$quant" "${counts[@]}" \
+    -d "$depth" -r 5 --device gpu "$@" 2>&1 |
+    awk -F'|' 'NF > 3 && $(NF-2) ~ /(pp|tg)[0-9]+/ {
+      t = $(NF-2) "|" $(NF-1); gsub(/^ +| +$/, "", t); printf "%s", t }'
 }
 
 variants=("$@")
 [ ${#variants[@]} -eq 0 ] && variants=("default=")
-# Splits variant $1 (LABEL=ENV[,ENV...]) into label and the array kv.
-parse_variant() {
-  label=${1%%=*}
-  IFS=',' read -r -a kv <<<"${1#*=}"
-}
 
-# test_cl_persistent under each variant (GTEST_FILTER, GTEST_REPEAT).
-if [ "$what" = testvar ]; then
+# test_cl_persistent under each variant: its "--" items go to the test
+# (gtest flags), after GTEST_FILTER and GTEST_REPEAT.
+if has_mode testvar; then
   for v in "${variants[@]}"; do
     parse_variant "$v"
-    env "${kv[@]}" CLCHAT_TEST_DEVICE=gpu timeout 300 build/tests/test_cl_persistent \
-      --gtest_filter="${GTEST_FILTER:-*}" --gtest_repeat="${GTEST_REPEAT:-1}" >"$out/test_$label.log" 2>&1
+    env "${env_kv[@]}" CLCHAT_TEST_DEVICE=gpu timeout 300 build/tests/test_cl_persistent \
+      --gtest_filter="${GTEST_FILTER:-*}" --gtest_repeat="${GTEST_REPEAT:-1}" "${args[@]}" \
+      >"$out/test_$label.log" 2>&1
     log "test $label: rc $? passed $(grep -c '^\[       OK' "$out/test_$label.log") failed $(grep -c '^\[  FAILED  \] .*ms)' "$out/test_$label.log") failures $(grep -c 'Failure' "$out/test_$label.log")"
   done
 fi
 
-# Per-stage trace (CLCHAT_PERSIST_TRACE=1, logged at exit) and the compiler's
-# register count (-cl-nv-verbose) of each variant.
-if [ "$what" = trace ]; then
+# Per-stage trace (logged at exit) and NVIDIA's register count
+# (-cl-nv-verbose, added to a variant's own --tune=persist_defines=...).
+if has_mode trace; then
   for v in "${variants[@]}"; do
     parse_variant "$v"
-    defs=
-    for e in "${kv[@]}"; do [[ $e == CLCHAT_PERSIST_DEFINES=* ]] && defs=${e#*=}; done
-    env "${kv[@]}" CLCHAT_PERSIST_TRACE=1 CLCHAT_PERSIST_DEFINES="$defs -cl-nv-verbose" \
-      build/clchat bench --synthetic smollm2-135m --quant q4_0 -p 0 -n 128 -r 2 --device gpu \
-      >"$out/trace_$label.log" 2>&1
+    defs=-cl-nv-verbose
+    rest=()
+    for a in "${args[@]}"; do
+      if [[ $a == --tune=persist_defines=* ]]; then defs="${a#--tune=persist_defines=} $defs"; else rest+=("$a"); fi
+    done
+    env "${env_kv[@]}" build/clchat bench --synthetic smollm2-135m --quant q4_0 -p 0 -n 128 -r 2 \
+      --device gpu --tune trace=1 "--tune=persist_defines=$defs" "${rest[@]}" >"$out/trace_$label.log" 2>&1
     log "$label trace: $(grep -o 'per token):.*' "$out/trace_$label.log" | head -1)"
     log "$label $(grep -o 'Used [0-9]* registers.*' "$out/trace_$label.log" | head -1)"
   done
 fi
 
-if [ "$what" = bench ] || [ "$what" = all ]; then
+if has_mode bench; then
   for round in $(seq "${ROUNDS:-2}"); do
     for v in "${variants[@]}"; do
       parse_variant "$v"
-      bench "$label" "${QUANT:-q4_0}" "${DEPTH:-0}" "${kv[@]}"
+      log "$label ${QUANT:-q4_0} d${DEPTH:-0}: $(run_bench build/clchat "${QUANT:-q4_0}" "${DEPTH:-0}" tg "${args[@]}")"
+    done
+  done
+fi
+
+if has_mode ab; then
+  rev() { [ -e "$1/.git" ] && git -C "$1" log -1 --format=%h 2>/dev/null || echo "no git"; }
+  log "ab: base $BASE ($(rev "$BASE")) against new ($(rev .))"
+  env_kv=()
+  read -r -a cases <<<"${CASES:-q4_0:0:tg q4_1:0:tg q4_0:512:tg q4_0:0:pp}"
+  for round in $(seq "${ROUNDS:-3}"); do
+    order=(base new)
+    ((round % 2 == 0)) && order=(new base)
+    for c in "${cases[@]}"; do
+      IFS=: read -r quant depth test <<<"$c"
+      for tree in "${order[@]}"; do
+        bin=build/clchat
+        [ "$tree" = base ] && bin=$BASE/build/clchat
+        log "round $round $tree $quant d$depth $test: $(XDG_STATE_HOME=$(state_dir "$tree") run_bench "$bin" "$quant" "$depth" "$test")"
+      done
     done
   done
 fi

@@ -1,28 +1,128 @@
 #!/usr/bin/env bash
-# Compiles kernels/decode_persistent.cl for NVIDIA without a GPU: clang's
+# Compiles kernels/decode_persistent.cl for NVIDIA without a GPU, in every
+# configuration the host (engine/cl/persistent_decode.cpp) can build: clang's
 # OpenCL front end to PTX (libclc for the builtins), then ptxas for sm_90.
 # Catches compile errors in the NVIDIA-only kernel (inline PTX: PoCL cannot
-# build it) before spending device time. Register counts differ from
-# NVIDIA's own OpenCL compiler (it spends fewer; add -cl-nv-verbose to
-# CLCHAT_PERSIST_DEFINES on the GPU for the real figures).
-#   tests/nvptx_check.sh ["EXTRA -D OPTIONS"] ["WEIGHT TYPE -D OPTIONS"]
-# (PWG: 512 unless the extra options set it.)
-# Needs clang-14, libclc-14 (Debian) and ptxas (CUDA toolkit); not part of CI.
+# build it) before spending device time, and shows what a change does to
+# registers and spills.
+#
+# Configurations: work-groups of 512 and 256 (PWG) with each head size the
+# host accepts (32, 64, 128, 256); every layer weight type (F32, F16, Q4_0,
+# Q4_1, Q8_0 for Q/K/V, Wo, gate/up and down) with every embedding / lm_head
+# type, in both work-group sizes; two mixes with a different type per
+# matrix; and the tunables a test or a run may set (ATT_SPLIT_POS,
+# ATT_SPLIT_SPAN, SPIN_NS) and a partial rotary dimension.
+#
+# Each line: the configuration, then ptxas's registers and spill bytes
+# (stores/loads) twice: "free" as clang's PTX leaves it (no thread count:
+# ptxas may use up to 255 registers), and "cap" with `.reqntid PWG` added,
+# what reqd_work_group_size tells NVIDIA's compiler (at 512 work-items at
+# most 128 registers). NVIDIA's own OpenCL compiler spends fewer registers
+# than clang + ptxas (at most 128 at 512, no spills, for the SmolLM2 shape):
+# `tests/device_ab.sh trace` on the GPU shows its figures (clchat bench
+# --tune persist_defines=-cl-nv-verbose).
+#
+#   tests/nvptx_check.sh ["EXTRA -D OPTIONS"]
+#   KERNELS=DIR   compile DIR/persistent_layout.cl + DIR/decode_persistent.cl
+#                 (e.g. an older tree's kernels/, for before/after figures;
+#                 kernels older than decode_persistent.cl's INLINE fail the
+#                 h128/h256 shapes here: clang keeps a call to a C99 `inline`
+#                 function that it did not inline, which ptxas cannot resolve)
+#   PTX_OUT=DIR   keep each configuration's PTX there (diff two versions)
+# Exit status 1 if a configuration does not compile. Spills are reported,
+# not failed: clang's PTX is only a proxy for NVIDIA's compiler (which built
+# every SmolLM2 configuration with at most 128 registers and no spills), so
+# compare two versions (KERNELS=) rather than read one alone.
+# Needs clang-14, libclc-14 (Debian: apt-get install -y libclc-14) and ptxas
+# (CUDA toolkit); not part of CI.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
+kernels=${KERNELS:-kernels}
+extra=${1:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cat kernels/persistent_layout.cl kernels/decode_persistent.cl >"$tmp/k.cl"
-types=${2:-"-DWT_QKV=2 -DWT_WO=2 -DWT_FFN=2 -DWT_DOWN=2 -DWT_HEAD=8 -DWT_EMBD=8"}
-# SmolLM2-135M's shapes.
-shape="-DN_EMBD=576 -DN_FF=1536 -DN_HEAD=9 -DN_HEAD_KV=3 -DHEAD_DIM=64 -DN_ROT=64 -DN_LAYER=30
-  -DN_VOCAB=49152 -DN_CTX=2048 -DRMS_EPS=1e-5f -DATT_SPLIT_MAX=16"
-[[ ${1:-} == *-DPWG=* ]] || shape+=" -DPWG=512"
+cat "$kernels/persistent_layout.cl" "$kernels/decode_persistent.cl" >"$tmp/k.cl"
+[ -n "${PTX_OUT:-}" ] && mkdir -p "$PTX_OUT"
 inc=$(clang-14 -print-resource-dir)/include/opencl-c.h
-# shellcheck disable=SC2086
-clang-14 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -O2 -S -Wall -Werror \
-  -Wno-linker-warnings -Xclang -finclude-default-header -include "$inc" \
-  -Xclang -mlink-builtin-bitcode -Xclang /usr/lib/clc/nvptx64--nvidiacl.bc -Dasm=__asm__ \
-  $shape $types ${1:-} "$tmp/k.cl" -o "$tmp/k.ptx"
-sed -i 's/^\.target sm_[0-9]*.*/.target sm_90/; s/^\.version [0-9.]*/.version 8.0/' "$tmp/k.ptx"
-ptxas -arch=sm_90 -v "$tmp/k.ptx" -o "$tmp/k.cubin" 2>&1 | grep -E "error|fatal|registers|spill"
+
+common="-DN_LAYER=30 -DN_VOCAB=49152 -DN_CTX=2048 -DRMS_EPS=1e-5f -DATT_SPLIT_MAX=16"
+# Shapes by head size: h64 is SmolLM2-135M's.
+declare -A shapes=(
+  [h32]="-DN_EMBD=576 -DN_FF=1536 -DN_HEAD=18 -DN_HEAD_KV=6 -DHEAD_DIM=32 -DN_ROT=32"
+  [h64]="-DN_EMBD=576 -DN_FF=1536 -DN_HEAD=9 -DN_HEAD_KV=3 -DHEAD_DIM=64 -DN_ROT=64"
+  [h128]="-DN_EMBD=1024 -DN_FF=2816 -DN_HEAD=8 -DN_HEAD_KV=2 -DHEAD_DIM=128 -DN_ROT=128"
+  [h256]="-DN_EMBD=1024 -DN_FF=2816 -DN_HEAD=4 -DN_HEAD_KV=1 -DHEAD_DIM=256 -DN_ROT=256"
+)
+# WT_* as the host passes them: GGML type ids 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0.
+types() { echo "-DWT_QKV=$1 -DWT_WO=$2 -DWT_FFN=$3 -DWT_DOWN=$4 -DWT_HEAD=$5 -DWT_EMBD=$6"; }
+bench_types=$(types 2 2 2 2 8 8)  # clchat bench --synthetic smollm2-135m --quant q4_0
+
+failed=0
+# build LABEL PWG OPTIONS...: one configuration, one line.
+build() {
+  local label=$1 pwg=$2
+  shift 2
+  local ptx=$tmp/k.ptx
+  # shellcheck disable=SC2086,SC2046
+  if ! clang-14 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -O2 -S -Wall -Werror \
+    -Wno-linker-warnings -Xclang -finclude-default-header -include "$inc" \
+    -Xclang -mlink-builtin-bitcode -Xclang /usr/lib/clc/nvptx64--nvidiacl.bc -Dasm=__asm__ \
+    $common -DPWG="$pwg" "$@" $extra "$tmp/k.cl" -o "$ptx" 2>"$tmp/clang.log"; then
+    echo "$label: clang failed"
+    cat "$tmp/clang.log"
+    failed=1
+    return
+  fi
+  sed -i 's/^\.target sm_[0-9]*.*/.target sm_90/; s/^\.version [0-9.]*/.version 8.0/' "$ptx"
+  [ -n "${PTX_OUT:-}" ] && cp "$ptx" "$PTX_OUT/$label.ptx"
+  # The cap: .reqntid after the entry's parameter list.
+  awk -v n="$pwg" '/^\.entry/ {e = 1} e && /^\)$/ {print; print ".reqntid " n ", 1, 1"; e = 0; next} {print}' \
+    "$ptx" >"$tmp/cap.ptx"
+  local line=$label
+  for f in "$ptx" "$tmp/cap.ptx"; do
+    local out regs spill
+    if ! out=$(ptxas -arch=sm_90 -v "$f" -o "$tmp/k.cubin" 2>&1); then
+      echo "$label: ptxas failed"
+      echo "$out" | grep -E "error|fatal"
+      failed=1
+      return
+    fi
+    regs=$(echo "$out" | grep -o 'Used [0-9]* registers' | grep -o '[0-9]*')
+    spill=$(echo "$out" | sed -n 's/.* \([0-9]*\) bytes spill stores, \([0-9]*\) bytes spill loads.*/\1\/\2/p')
+    if [ "$f" = "$ptx" ]; then
+      line+="  free $regs regs, spill $spill"
+    else
+      line+="  | cap $regs regs, spill $spill"
+    fi
+  done
+  echo "$line"
+}
+
+for pwg in 512 256; do
+  for h in h32 h64 h128 h256; do
+    # shellcheck disable=SC2086,SC2046
+    build "pwg$pwg-$h-q4_0" "$pwg" ${shapes[$h]} $bench_types
+  done
+done
+for pwg in 512 256; do
+  for l in 0 1 2 3 8; do
+    for e in 0 1 2 3 8; do
+      # shellcheck disable=SC2086,SC2046
+      build "pwg$pwg-h64-layers$l-head$e" "$pwg" ${shapes[h64]} $(types $l $l $l $l $e $e)
+    done
+  done
+  # shellcheck disable=SC2086,SC2046
+  build "pwg$pwg-h64-mix1" "$pwg" ${shapes[h64]} $(types 8 3 1 2 0 1)
+  # shellcheck disable=SC2086,SC2046
+  build "pwg$pwg-h64-mix2" "$pwg" ${shapes[h64]} $(types 0 2 8 3 2 3)
+done
+# The tunables: test_cl_persistent's ATT_SPLIT_POS=8 (through
+# CLCHAT_ATT_SPLIT_POS), ATT_SPLIT_SPAN, SPIN_NS; a partial rotary dimension.
+# shellcheck disable=SC2086,SC2046
+build "pwg512-h64-split8" 512 ${shapes[h64]} $bench_types -DATT_SPLIT_POS=8
+# shellcheck disable=SC2086,SC2046
+build "pwg512-h64-span128-spin1ms" 512 ${shapes[h64]} $bench_types -DATT_SPLIT_SPAN=128 \
+  -DSPIN_NS=1000000ul
+# shellcheck disable=SC2086,SC2046
+build "pwg256-h64-rot32" 256 ${shapes[h64]/-DN_ROT=64/-DN_ROT=32} $bench_types
+exit $failed

@@ -207,9 +207,8 @@ void bench(const BenchOptions& opt) {
 
 }  // namespace
 
-void add_bench_command(CLI::App& app, const EngineSwitches& engine) {
+void add_bench_command(CLI::App& app, EngineSwitches& engine) {
   auto opt = std::make_shared<BenchOptions>();
-  opt->switches = engine;
   auto* cmd = app.add_subcommand("bench", "Measure prompt processing and generation speed");
   auto* m = cmd->add_option("-m,--model", opt->model_path, "GGUF model file");
   auto* s = cmd->add_option("--synthetic", opt->synthetic,
@@ -234,12 +233,15 @@ void add_bench_command(CLI::App& app, const EngineSwitches& engine) {
   cmd->add_flag("--json", opt->json, "Print a JSON array of records, like llama-bench");
   cmd->add_option("--device", opt->device, "OpenCL device: cpu, gpu, INDEX or NAME substring");
   cmd->add_flag("--profile", opt->profile, "Per-kernel and per-layer device times (OpenCL events)");
-  add_engine_flags(*cmd, opt->switches);
+  add_engine_flags(*cmd, engine);
   cmd->add_option("--tune", opt->tune,
                   "Set a decode or prefill tuning field for A/B runs (repeatable; --tune help "
                   "lists the keys, their types and this device's defaults)")
       ->type_name("KEY=VALUE");
-  cmd->callback([opt] { bench(*opt); });
+  cmd->callback([opt, &engine] {
+    opt->switches = engine;
+    bench(*opt);
+  });
 }
 
 }  // namespace clchat::app

@@ -114,9 +114,8 @@ void perplexity(const PerplexityOptions& opt) {
 
 }  // namespace
 
-void add_perplexity_command(CLI::App& app, const EngineSwitches& engine) {
+void add_perplexity_command(CLI::App& app, EngineSwitches& engine) {
   auto opt = std::make_shared<PerplexityOptions>();
-  opt->switches = engine;
   auto* cmd = app.add_subcommand("perplexity", "Perplexity on a text file (as llama-perplexity)");
   cmd->add_option("-m,--model", opt->model_path, "GGUF model file");
   cmd->add_option("-f,--file", opt->text_path, "Text file")->required();
@@ -130,8 +129,11 @@ void add_perplexity_command(CLI::App& app, const EngineSwitches& engine) {
       ->capture_default_str()
       ->check(CLI::IsMember({"opencl", "reference"}));
   cmd->add_option("--device", opt->device, "OpenCL device: cpu, gpu, INDEX or NAME substring");
-  add_engine_flags(*cmd, opt->switches);
-  cmd->callback([opt] { perplexity(*opt); });
+  add_engine_flags(*cmd, engine);
+  cmd->callback([opt, &engine] {
+    opt->switches = engine;
+    perplexity(*opt);
+  });
 }
 
 }  // namespace clchat::app

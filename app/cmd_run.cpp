@@ -173,9 +173,8 @@ ChatOptions chat_options(const RunOptions& opt) {
 
 }  // namespace
 
-void add_run_command(CLI::App& app, const EngineSwitches& engine) {
+void add_run_command(CLI::App& app, EngineSwitches& engine) {
   auto opt = std::make_shared<RunOptions>();
-  opt->switches = engine;
   auto* cmd = app.add_subcommand("run", "Generate a continuation of one prompt");
   cmd->add_option("-m,--model", opt->model_path, "GGUF model file (default: the SmolLM2 model)");
   cmd->add_option("-p,--prompt", opt->prompt, "Prompt text; special tokens are recognised");
@@ -198,8 +197,9 @@ void add_run_command(CLI::App& app, const EngineSwitches& engine) {
   cmd->add_option("-c,--ctx", opt->n_ctx, "Context size (default: prompt + n, capped by the model)")
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--seed", opt->seed, "Random seed (sampling is greedy by default)");
-  add_engine_flags(*cmd, opt->switches);
-  cmd->callback([opt] {
+  add_engine_flags(*cmd, engine);
+  cmd->callback([opt, &engine] {
+    opt->switches = engine;
     if (opt->chat) {
       run_line_chat(chat_options(*opt), std::cin, stdout, stderr);
       return;

@@ -21,11 +21,12 @@ void add_info_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
-// Commands that build an OpenCL engine; `engine` holds the config file's
-// [engine] switches, which their flags override.
-void add_run_command(CLI::App& app, const EngineSwitches& engine);
-void add_bench_command(CLI::App& app, const EngineSwitches& engine);
-void add_perplexity_command(CLI::App& app, const EngineSwitches& engine);
+// Commands that build an OpenCL engine. `engine` (it must outlive parsing)
+// holds the config file's [engine] switches; the engine flags, given before
+// the command or after it, override them in place (only one command runs).
+void add_run_command(CLI::App& app, EngineSwitches& engine);
+void add_bench_command(CLI::App& app, EngineSwitches& engine);
+void add_perplexity_command(CLI::App& app, EngineSwitches& engine);
 
 // --no-persistent, --no-tensor-cores, --no-lookahead, --kernel-cache DIR.
 void add_engine_flags(CLI::App& cmd, EngineSwitches& switches);

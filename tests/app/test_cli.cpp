@@ -182,21 +182,21 @@ TEST(Cli, BenchJsonRecordsOnePerTest) {
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
 }
 
-// `clchat bench ARGS --json` on stories260K (tg4 only): its launches per token.
-int bench_launches_per_token(const std::string& args) {
-  const auto r = test::run_command(test::clchat_binary() + " bench --device cpu -m " +
-                                   test::shared_file("models/stories260K.gguf") +
-                                   " -p 0 -n 4 -r 1 --json " + args);
-  EXPECT_EQ(r.exit_code, 0) << args << ": " << r.err;
+// `clchat BEFORE bench ARGS --json` on stories260K (tg4 only): its launches
+// per token.
+int bench_launches_per_token(const std::string& args, const std::string& before = "") {
+  const auto r = test::run_command(
+      test::clchat_binary() + " " + before + " bench --device cpu -m " +
+      test::shared_file("models/stories260K.gguf") + " -p 0 -n 4 -r 1 --json " + args);
+  EXPECT_EQ(r.exit_code, 0) << before << " bench " << args << ": " << r.err;
   if (r.exit_code != 0) return -1;
-  const auto records = nlohmann::json::parse(r.out);
-  return records.at(0).at("launches_per_token").get<int>();
+  return nlohmann::json::parse(r.out).at(0).at("launches_per_token").get<int>();
 }
 
 // The engine switches turn the one-launch persistent kernel off whichever way
-// they come: the flag, `--tune persistent=0`, the config file's [engine]
-// table. The other switches are accepted on every command that builds an
-// OpenCL engine.
+// they come: the flag (after the command or before it), --tune persistent=0,
+// the config file's [engine] table. The other switches are accepted on every
+// command that builds an OpenCL engine.
 TEST(Cli, EngineSwitchesReachTheEngine) {
 #if !defined(__x86_64__)
   GTEST_SKIP() << "no persistent decode kernel for CPUs of this host";
@@ -205,14 +205,11 @@ TEST(Cli, EngineSwitchesReachTheEngine) {
   EXPECT_EQ(bench_launches_per_token("--no-lookahead --no-tensor-cores"), 1);
   EXPECT_GT(bench_launches_per_token("--no-persistent"), 1);
   EXPECT_GT(bench_launches_per_token("--tune persistent=0"), 1);
+  EXPECT_GT(bench_launches_per_token("", "--no-persistent"), 1);  // before the command
   const test::TempDir dir;
   const std::string config = dir.file("config.toml");
   std::ofstream(config) << "[engine]\npersistent_decode = false\n";
-  const auto r =
-      test::run_command(test::clchat_binary() + " --config " + config + " bench --device cpu -m " +
-                        test::shared_file("models/stories260K.gguf") + " -p 0 -n 4 -r 1 --json");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_GT(nlohmann::json::parse(r.out).at(0).at("launches_per_token").get<int>(), 1) << r.out;
+  EXPECT_GT(bench_launches_per_token("", "--config " + config), 1);
   // The plan gives the same ids as the kernel.
   const auto run = test::run_command(
       test::clchat_binary() + " run --device cpu --no-persistent --no-lookahead --no-tensor-cores" +

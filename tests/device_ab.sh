@@ -157,8 +157,9 @@ if has_mode bench; then
 fi
 
 if has_mode ab; then
-  rev() { [ -e "$1/.git" ] && git -C "$1" log -1 --format=%h 2>/dev/null || echo "no git"; }
-  log "ab: base $BASE ($(rev "$BASE")) against new ($(rev .))"
+  # (No commit names: the device's copy of a working tree need not match
+  # its .git, and a git-archive'd BASE has none. Say them in the call.)
+  log "ab: base $BASE against new (this tree)"
   env_kv=()
   read -r -a cases <<<"${CASES:-q4_0:0:tg q4_1:0:tg q4_0:512:tg q4_0:0:pp}"
   for round in $(seq "${ROUNDS:-3}"); do

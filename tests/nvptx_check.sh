@@ -116,8 +116,8 @@ for pwg in 512 256; do
   # shellcheck disable=SC2086,SC2046
   build "pwg$pwg-h64-mix2" "$pwg" ${shapes[h64]} $(types 0 2 8 3 2 3)
 done
-# The tunables: test_cl_persistent's ATT_SPLIT_POS=8 (through
-# CLCHAT_ATT_SPLIT_POS), ATT_SPLIT_SPAN, SPIN_NS; a partial rotary dimension.
+# The tunables: test_cl_persistent's ATT_SPLIT_POS=8 (the att_split_pos tuning
+# field), ATT_SPLIT_SPAN, SPIN_NS; a partial rotary dimension.
 # shellcheck disable=SC2086,SC2046
 build "pwg512-h64-split8" 512 ${shapes[h64]} $bench_types -DATT_SPLIT_POS=8
 # shellcheck disable=SC2086,SC2046

@@ -14,8 +14,8 @@
 # argument of `clchat bench` (this tree's tuning: clchat bench --tune help
 # lists the keys), any other is a NAME=VALUE environment variable (commas
 # cannot appear inside items), e.g. 'pwg256=--tune=persist_wg_size=256'
-# 'span128=--tune=persist_defines=-DATT_SPLIT_SPAN=128'
-# 'split64=--tune=att_split_pos=64'. bench takes each variant's tg128 ROUNDS
+# 'split64=--tune=att_split_pos=64'
+# 'nvverbose=--tune=persist_defines=-cl-nv-verbose'. bench takes each variant's tg128 ROUNDS
 # times (2), interleaved with the others (QUANT, DEPTH: q4_0, 0); testvar
 # runs test_cl_persistent under each (GTEST_FILTER, GTEST_REPEAT); trace logs
 # each one's per-stage times and NVIDIA's register count.

@@ -10,8 +10,8 @@
 # host accepts (32, 64, 128, 256); every layer weight type (F32, F16, Q4_0,
 # Q4_1, Q8_0 for Q/K/V, Wo, gate/up and down) with every embedding / lm_head
 # type, in both work-group sizes; two mixes with a different type per
-# matrix; and the tunables a test or a run may set (ATT_SPLIT_POS,
-# ATT_SPLIT_SPAN, SPIN_NS) and a partial rotary dimension.
+# matrix; the tunable a test or a run may set (ATT_SPLIT_POS) and a partial
+# rotary dimension.
 #
 # Each line: the configuration, then ptxas's registers and spill bytes
 # (stores/loads) twice: "free" as clang's PTX leaves it (no thread count:
@@ -116,13 +116,10 @@ for pwg in 512 256; do
   # shellcheck disable=SC2086,SC2046
   build "pwg$pwg-h64-mix2" "$pwg" ${shapes[h64]} $(types 0 2 8 3 2 3)
 done
-# The tunables: test_cl_persistent's ATT_SPLIT_POS=8 (the att_split_pos tuning
-# field), ATT_SPLIT_SPAN, SPIN_NS; a partial rotary dimension.
+# The tunable: test_cl_persistent's ATT_SPLIT_POS=8 (the att_split_pos tuning
+# field); a partial rotary dimension.
 # shellcheck disable=SC2086,SC2046
 build "pwg512-h64-split8" 512 ${shapes[h64]} $bench_types -DATT_SPLIT_POS=8
-# shellcheck disable=SC2086,SC2046
-build "pwg512-h64-span128-spin1ms" 512 ${shapes[h64]} $bench_types -DATT_SPLIT_SPAN=128 \
-  -DSPIN_NS=1000000ul
 # shellcheck disable=SC2086,SC2046
 build "pwg256-h64-rot32" 256 ${shapes[h64]/-DN_ROT=64/-DN_ROT=32} $bench_types
 exit $failed

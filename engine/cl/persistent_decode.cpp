@@ -142,8 +142,8 @@ std::unique_ptr<PersistentDecode> PersistentDecode::create(const ModelConfig& c,
   std::unique_ptr<PersistentDecode> p(new PersistentDecode(c, rt, tuning, w, s));
   try {
     if (!p->build(shapes)) return nullptr;
-  } catch (const std::logic_error&) {
-    throw;  // a bug (e.g. a kernel argument bound under another name), not the device
+  } catch (const KernelArgError&) {
+    throw;  // a bug in clchat, not the device
   } catch (const std::exception& e) {
     return no(e.what());
   }

@@ -166,8 +166,8 @@ bool ClPrefill::mma_ok(GgmlType type) {
           "the portable kernel",
           ggml_type_name(type), rel);
     }
-  } catch (const std::logic_error&) {
-    throw;  // a bug (e.g. a kernel argument bound under another name), not the device
+  } catch (const KernelArgError&) {
+    throw;  // a bug in clchat, not the device
   } catch (const std::exception& e) {
     spdlog::warn("tensor-core prefill matmul unavailable for {} ({}); using the portable kernel",
                  ggml_type_name(type), e.what());

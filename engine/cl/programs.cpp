@@ -62,8 +62,8 @@ bool ClPrograms::shfl_self_test() {
     }
     spdlog::warn("warp-shuffle path unavailable ({}); using the portable path", e.what());
     return false;
-  } catch (const std::logic_error&) {
-    throw;  // a bug (e.g. a kernel argument bound under another name), not the device
+  } catch (const KernelArgError&) {
+    throw;  // a bug in clchat, not the device
   } catch (const std::exception& e) {
     spdlog::warn("warp-shuffle path unavailable ({}); using the portable path", e.what());
     return false;

@@ -466,14 +466,14 @@ void KernelArgs::bind(const ClKernel& k) const {
   cl_check(clGetKernelInfo(k.get(), CL_KERNEL_NUM_ARGS, sizeof(n_args), &n_args, nullptr),
            "clGetKernelInfo(CL_KERNEL_NUM_ARGS)");
   if (n_args != args_.size()) {
-    throw std::logic_error("kernel " + kernel_name(k.get()) + " takes " + std::to_string(n_args) +
+    throw KernelArgError("kernel " + kernel_name(k.get()) + " takes " + std::to_string(n_args) +
                            " arguments; " + std::to_string(args_.size()) + " are bound");
   }
   for (cl_uint i = 0; i < n_args; ++i) {
     const KernelArg& a = args_[i];
     const std::string name = arg_name(k.get(), i);
     if (!name.empty() && name != a.name()) {
-      throw std::logic_error("kernel " + kernel_name(k.get()) + ": argument " + std::to_string(i) +
+      throw KernelArgError("kernel " + kernel_name(k.get()) + ": argument " + std::to_string(i) +
                              " is '" + name + "', bound as '" + a.name() + "'");
     }
     const cl_int err = clSetKernelArg(k.get(), i, a.size(), a.value());
@@ -489,7 +489,7 @@ cl_uint KernelArgs::index(std::string_view name) const {
   for (size_t i = 0; i < args_.size(); ++i) {
     if (name == args_[i].name()) return cl_uint(i);
   }
-  throw std::logic_error("no kernel argument named '" + std::string(name) + "' is bound");
+  throw KernelArgError("no kernel argument named '" + std::string(name) + "' is bound");
 }
 
 void bind_args(const ClKernel& k, std::initializer_list<KernelArg> args) {

@@ -173,6 +173,13 @@ class KernelArg {
   alignas(8) unsigned char value_[8];
 };
 
+// Arguments bound that do not match the kernel's signature: a bug in clchat,
+// never a reason to fall back to another path (the fallbacks that catch
+// device failures let exactly this type through).
+struct KernelArgError : std::logic_error {
+  using std::logic_error::logic_error;
+};
+
 // The arguments of one kernel, in its signature's order, each under the name
 // the kernel gives it: declared once per kernel, e.g.
 //   const KernelArgs args = {{"x", x}, {"n", cl_int(n)}, {"pos", cl_int(0)}};
@@ -187,10 +194,9 @@ class KernelArgs {
   // (clGetKernelArgInfo, which needs -cl-kernel-arg-info: build_program adds
   // it; PoCL and NVIDIA's OpenCL (driver 580 on an H100) report them for
   // programs built from source and from cached binaries); the count always.
-  // A mismatch throws std::logic_error naming the kernel and the argument;
-  // the engine lets it through the fallbacks that catch device failures.
+  // A mismatch throws KernelArgError naming the kernel and the argument.
   void bind(const ClKernel& k) const;
-  // The index of argument `name` (std::logic_error when there is none).
+  // The index of argument `name` (KernelArgError when there is none).
   cl_uint index(std::string_view name) const;
 
  private:

@@ -197,6 +197,11 @@ int bench_launches_per_token(const std::string& args, const std::string& before 
 // they come: the flag (after the command or before it), --tune persistent=0,
 // the config file's [engine] table. The other switches are accepted on every
 // command that builds an OpenCL engine.
+// The engine flags and the config table reach the engine, before or after the
+// subcommand: --no-persistent's effect is seen in the launches per token; the
+// other switches are checked here for being accepted by every subcommand that
+// builds an engine (what each turns off is Tuning.SwitchesTurnThePathsOff, and
+// tensor cores exist only on NVIDIA, so PoCL cannot show that one).
 TEST(Cli, EngineSwitchesReachTheEngine) {
 #if !defined(__x86_64__)
   GTEST_SKIP() << "no persistent decode kernel for CPUs of this host";

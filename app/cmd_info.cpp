@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
-#include "engine/model/model.h"
 #include "common/utf8.h"
+#include "engine/model/model.h"
 
 namespace clchat::app {
 

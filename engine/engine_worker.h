@@ -7,10 +7,10 @@
 #include <atomic>
 #include <memory>
 
-#include "engine/model/backend.h"
 #include "engine/chat/session.h"
 #include "engine/cl/runtime.h"
 #include "engine/messages.h"
+#include "engine/model/backend.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 

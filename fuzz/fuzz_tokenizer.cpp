@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "common/utf8.h"
 #include "engine/gguf/gguf.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/unicode_bytes.h"
-#include "common/utf8.h"
 #include "fuzz/fuzz_targets.h"
 
 namespace clchat::fuzz {

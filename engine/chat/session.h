@@ -28,10 +28,10 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/model/backend.h"
+#include "engine/chat/sampler.h"
 #include "engine/chat/template.h"
 #include "engine/messages.h"
-#include "engine/chat/sampler.h"
+#include "engine/model/backend.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace clchat {

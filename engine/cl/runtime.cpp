@@ -467,14 +467,14 @@ void KernelArgs::bind(const ClKernel& k) const {
            "clGetKernelInfo(CL_KERNEL_NUM_ARGS)");
   if (n_args != args_.size()) {
     throw KernelArgError("kernel " + kernel_name(k.get()) + " takes " + std::to_string(n_args) +
-                           " arguments; " + std::to_string(args_.size()) + " are bound");
+                         " arguments; " + std::to_string(args_.size()) + " are bound");
   }
   for (cl_uint i = 0; i < n_args; ++i) {
     const KernelArg& a = args_[i];
     const std::string name = arg_name(k.get(), i);
     if (!name.empty() && name != a.name()) {
       throw KernelArgError("kernel " + kernel_name(k.get()) + ": argument " + std::to_string(i) +
-                             " is '" + name + "', bound as '" + a.name() + "'");
+                           " is '" + name + "', bound as '" + a.name() + "'");
     }
     const cl_int err = clSetKernelArg(k.get(), i, a.size(), a.value());
     if (err != CL_SUCCESS) {

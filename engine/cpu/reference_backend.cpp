@@ -1,9 +1,9 @@
 // Backend over CpuForward: every call is one token at a time.
 #include <stdexcept>
 
-#include "engine/model/backend.h"
 #include "engine/cpu/forward.h"
 #include "engine/cpu/ops.h"
+#include "engine/model/backend.h"
 
 namespace clchat {
 

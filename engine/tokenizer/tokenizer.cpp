@@ -15,8 +15,8 @@
 #include "engine/tokenizer/bpe.h"
 #include "engine/tokenizer/pretokenizer.h"
 #include "engine/tokenizer/spm.h"
-#include "engine/tokenizer/vocab.h"
 #include "engine/tokenizer/unicode_bytes.h"
+#include "engine/tokenizer/vocab.h"
 
 namespace clchat {
 

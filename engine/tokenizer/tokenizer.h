@@ -28,8 +28,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/gguf/gguf.h"
 #include "common/utf8.h"
+#include "engine/gguf/gguf.h"
 
 namespace clchat {
 

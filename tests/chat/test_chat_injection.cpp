@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/backend.h"
 #include "engine/chat/session.h"
 #include "engine/chat/template.h"
 #include "engine/gguf/gguf.h"
+#include "engine/model/backend.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/test_support.h"
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/backend.h"
 #include "engine/chat/session.h"
 #include "engine/cl/forward.h"
+#include "engine/model/backend.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/cl/cl_test_support.h"

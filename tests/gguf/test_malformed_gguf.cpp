@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <random>
 
-#include "engine/model/model.h"
 #include "engine/gguf/quant.h"
+#include "engine/model/model.h"
 #include "tests/gguf_fixtures.h"
 #include "tests/test_support.h"
 

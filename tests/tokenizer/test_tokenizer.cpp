@@ -17,8 +17,8 @@
 #include <thread>
 
 #include "engine/gguf/gguf.h"
-#include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/pretokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/unicode_bytes.h"
 #include "tests/test_support.h"
 

@@ -9,6 +9,13 @@
 # the SmolLM2 file's cases, test_fault_opencl, test_cl_object_counts; the
 # small models in .device/shared/models), testvar, bench, trace, ab, all
 # (tests and bench).
+# The SmolLM2 file (94 MB) exceeds one call's 64 MiB carry but travels in two
+# calls fired back to back while the machine is warm (~30 s): `split -b 49M`,
+# the first call copies .device/part_aa to /tmp, the second carries part_ab
+# and cats both into .device/shared/models/ (sha256 in .ci/fetch-model); then
+# CLCHAT_SHARED_DIR=$PWD/.device/shared CLCHAT_TEST_DEVICE=gpu runs
+# test_cl_forward --gtest_filter='ClForward.SmolLM2*' and
+# test_cl_prefill --gtest_filter='ClchatPerplexity.*' (2026-11-24, H200: pass).
 #
 # A variant is LABEL=ITEM[,ITEM...]: an ITEM that starts with "--" is an
 # argument of `clchat bench` (this tree's tuning: clchat bench --tune help

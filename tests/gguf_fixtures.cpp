@@ -31,6 +31,26 @@ uint32_t file_type_id(GgmlType type) {
       return 3;
     case GgmlType::Q8_0:
       return 7;
+    case GgmlType::Q5_0:
+      return 8;
+    case GgmlType::Q5_1:
+      return 9;
+    case GgmlType::Q2_K:
+      return 10;
+    case GgmlType::Q3_K:
+      return 11;  // Q3_K_S
+    case GgmlType::Q4_K:
+      return 14;  // Q4_K_S
+    case GgmlType::Q5_K:
+      return 16;  // Q5_K_S
+    case GgmlType::Q6_K:
+      return 18;
+    case GgmlType::IQ4_NL:
+      return 25;
+    case GgmlType::IQ4_XS:
+      return 30;
+    case GgmlType::BF16:
+      return 32;
   }
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "engine/cl/block_layout.h"
 #include "engine/cl/build_error.h"
 
 namespace clchat {
@@ -14,16 +15,13 @@ namespace {
 // Bytes of the quant payload buffer that repack_matrix() makes from a tensor
 // (the scales go to a second, smaller buffer); floats stay whole.
 uint64_t payload_bytes(const GgufTensor& t) {
-  const uint64_t blocks = t.n_bytes / uint64_t(ggml_block_bytes(t.type));
-  switch (t.type) {
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-      return blocks * 16;
-    case GgmlType::Q8_0:
-      return blocks * 32;
-    default:
-      return t.n_bytes;
-  }
+  if (!ggml_is_quantized(t.type)) return t.n_bytes;
+  return t.n_elements / 32 * uint64_t(device_q_bytes(t.type));
+}
+// Payloads and scale records together (K-quants take more than in the file).
+uint64_t device_bytes(const GgufTensor& t) {
+  if (!ggml_is_quantized(t.type)) return t.n_bytes;
+  return payload_bytes(t) + t.n_elements / 32 * uint64_t(device_s_bytes(t.type));
 }
 
 std::string size_text(uint64_t bytes) {
@@ -48,7 +46,7 @@ WeightFootprint weight_footprint(const Model& model) {
   const ModelTensors& t = model.tensors;
   auto add = [&](const GgufTensor* tensor) {
     if (!tensor) return;
-    f.total_bytes += tensor->n_bytes;
+    f.total_bytes += device_bytes(*tensor);
     f.largest_buffer_bytes = std::max(f.largest_buffer_bytes, payload_bytes(*tensor));
   };
   add(t.token_embd);

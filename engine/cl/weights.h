@@ -1,14 +1,11 @@
 // Weights on the device. Matrices are uploaded once, read-only, in their GGUF
-// storage type; quantized blocks are split into two arrays (16-byte-aligned
-// quant payloads and fp16 scales) so kernels can use aligned vector loads:
-//   Q4_0: q = 16 nibble bytes per block, s = fp16 d
-//   Q4_1: q = 16 nibble bytes per block, s = fp16 (d, m) pairs
-//   Q8_0: q = 32 int8 per block,         s = fp16 d
-//   F32, F16: q = the row-major values,  s = unused (1 element)
-// The same layout (rows x blocks, row-major) holds for q and s, so row-wise
-// concatenation of matrices is concatenation of both arrays. DeviceWeights
-// holds a model's matrices in that layout; WeightArena copies them into one
-// buffer for the persistent decode kernel.
+// storage type, in the block layout of engine/cl/block_layout.h: payloads (q)
+// and scale records (s) of each 32 values in two arrays, so kernels can use
+// aligned vector loads; F32, F16 and BF16 rows as they are. The same layout
+// (rows x blocks, row-major) holds for q and s, so row-wise concatenation of
+// matrices is concatenation of both arrays. DeviceWeights holds a model's
+// matrices in that layout; WeightArena copies them into one buffer for the
+// persistent decode kernel.
 #pragma once
 
 #include <cstdint>

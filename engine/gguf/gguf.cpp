@@ -344,7 +344,7 @@ void GgufFile::parse() {
     const auto type = ggml_type_from_id(type_id);
     if (!type) {
       fail("tensor '" + t.name + "' has unsupported type " + ggml_type_name_for_id(type_id) + " (" +
-           std::to_string(type_id) + "); supported: F32, F16, Q4_0, Q4_1, Q8_0");
+           std::to_string(type_id) + "); supported: " + ggml_supported_type_names());
     }
     t.type = *type;
     const auto row_bytes = ggml_row_bytes(t.type, t.dims[0]);

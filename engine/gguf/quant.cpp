@@ -61,34 +61,6 @@ uint16_t fp32_to_fp16(float f) {
 
 namespace {
 
-void dequantize_q4_0(const BlockQ4_0* b, float* y, uint64_t nb) {
-  for (uint64_t i = 0; i < nb; ++i) {
-    const float d = fp16_to_fp32(b[i].d);
-    for (int j = 0; j < 16; ++j) {
-      y[i * 32 + j] = float((b[i].qs[j] & 0x0f) - 8) * d;
-      y[i * 32 + j + 16] = float((b[i].qs[j] >> 4) - 8) * d;
-    }
-  }
-}
-
-void dequantize_q4_1(const BlockQ4_1* b, float* y, uint64_t nb) {
-  for (uint64_t i = 0; i < nb; ++i) {
-    const float d = fp16_to_fp32(b[i].d);
-    const float m = fp16_to_fp32(b[i].m);
-    for (int j = 0; j < 16; ++j) {
-      y[i * 32 + j] = float(b[i].qs[j] & 0x0f) * d + m;
-      y[i * 32 + j + 16] = float(b[i].qs[j] >> 4) * d + m;
-    }
-  }
-}
-
-void dequantize_q8_0(const BlockQ8_0* b, float* y, uint64_t nb) {
-  for (uint64_t i = 0; i < nb; ++i) {
-    const float d = fp16_to_fp32(b[i].d);
-    for (int j = 0; j < 32; ++j) y[i * 32 + j] = float(b[i].qs[j]) * d;
-  }
-}
-
 void quantize_q4_0(const float* x, BlockQ4_0* b, uint64_t nb) {
   for (uint64_t i = 0; i < nb; ++i) {
     float amax = 0.0f, max = 0.0f;
@@ -146,31 +118,6 @@ void quantize_q8_0(const float* x, BlockQ8_0* b, uint64_t nb) {
 
 }  // namespace
 
-void dequantize_row(GgmlType type, const uint8_t* src, float* dst, uint64_t n) {
-  const uint64_t nb = n / k_quant_block;
-  switch (type) {
-    case GgmlType::F32:
-      std::memcpy(dst, src, n * 4);
-      return;
-    case GgmlType::F16:
-      for (uint64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = fp16_to_fp32(h);
-      }
-      return;
-    case GgmlType::Q4_0:
-      dequantize_q4_0(reinterpret_cast<const BlockQ4_0*>(src), dst, nb);
-      return;
-    case GgmlType::Q4_1:
-      dequantize_q4_1(reinterpret_cast<const BlockQ4_1*>(src), dst, nb);
-      return;
-    case GgmlType::Q8_0:
-      dequantize_q8_0(reinterpret_cast<const BlockQ8_0*>(src), dst, nb);
-      return;
-  }
-}
-
 void quantize_row(GgmlType type, const float* src, uint8_t* dst, uint64_t n) {
   const uint64_t nb = n / k_quant_block;
   switch (type) {
@@ -192,7 +139,11 @@ void quantize_row(GgmlType type, const float* src, uint8_t* dst, uint64_t n) {
     case GgmlType::Q8_0:
       quantize_q8_0(src, reinterpret_cast<BlockQ8_0*>(dst), nb);
       return;
+    default:
+      break;
   }
+  throw std::invalid_argument(std::string("quantize_row: no quantizer for ") +
+                              ggml_type_name(type));
 }
 
 std::vector<uint8_t> quantize_matrix(GgmlType type, std::span<const float> values, uint64_t n) {
@@ -205,19 +156,6 @@ std::vector<uint8_t> quantize_matrix(GgmlType type, std::span<const float> value
   std::vector<uint8_t> out(rows * *row_bytes);
   for (uint64_t r = 0; r < rows; ++r) {
     quantize_row(type, values.data() + r * n, out.data() + r * *row_bytes, n);
-  }
-  return out;
-}
-
-std::vector<float> dequantize_matrix(GgmlType type, std::span<const uint8_t> bytes, uint64_t n,
-                                     uint64_t rows) {
-  const auto row_bytes = ggml_row_bytes(type, n);
-  if (!row_bytes || bytes.size() < rows * *row_bytes) {
-    throw std::invalid_argument("dequantize_matrix: buffer too small for its shape");
-  }
-  std::vector<float> out(rows * n);
-  for (uint64_t r = 0; r < rows; ++r) {
-    dequantize_row(type, bytes.data() + r * *row_bytes, out.data() + r * n, n);
   }
   return out;
 }

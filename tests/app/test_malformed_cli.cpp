@@ -47,9 +47,9 @@ std::vector<BrokenFile> broken_files() {
                    "'tokenizer.ggml.tokens': array length 280 exceeds the file size"});
   files.push_back(
       {"cut-data", Bytes(good.begin(), good.end() - 100), "is not within the file bounds"});
-  Bytes q4k = good;
-  test::patch_u32(q4k, l.tensor("blk.0.attn_v.weight").type_at, 12);
-  files.push_back({"q4_k", q4k, "unsupported type Q4_K (12)"});
+  Bytes iq2 = good;
+  test::patch_u32(iq2, l.tensor("blk.0.attn_v.weight").type_at, 16);
+  files.push_back({"iq2_xxs", iq2, "unsupported type IQ2_XXS (16)"});
   Bytes count = good;
   test::patch_u64(count, GgufLayout::n_tensors_at, ~uint64_t{0});
   files.push_back({"huge-count", count, "tensor count 18446744073709551615 exceeds"});

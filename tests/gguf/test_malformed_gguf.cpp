@@ -362,16 +362,17 @@ TEST(MalformedTensorInfo, DimensionsAndTypes) {
     uint32_t id;
     const char* phrase;
   };
-  for (const TypeCase& c : {TypeCase{12, "Q4_K (12)"},
-                            {6, "Q5_0 (6)"},
+  for (const TypeCase& c : {TypeCase{16, "IQ2_XXS (16)"},
+                            {9, "Q8_1 (9)"},
                             {4, "Q4_2 (4)"},
-                            {14, "Q6_K (14)"},
-                            {30, "BF16 (30)"},
+                            {15, "Q8_K (15)"},
+                            {29, "IQ1_M (29)"},
                             {31, "unknown (31)"},
                             {0xFFFFFFFFu, "unknown (4294967295)"}}) {
-    expect_rejected(
-        dir, "type-" + std::to_string(c.id), patched_u32(b, q.type_at, c.id),
-        {name + " has unsupported type " + c.phrase + "; supported: F32, F16, Q4_0, Q4_1, Q8_0"});
+    expect_rejected(dir, "type-" + std::to_string(c.id), patched_u32(b, q.type_at, c.id),
+                    {name + " has unsupported type " + c.phrase +
+                     "; supported: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, "
+                     "Q6_K, IQ4_NL, IQ4_XS, BF16"});
   }
   // A supported but different type changes the data size and the shape check passes:
   // F32 [32, 32] is 4096 bytes, more than fits before the file's end for the last tensor.

@@ -207,7 +207,11 @@ TEST(GgmlTypes, IdsNamesAndSizes) {
   EXPECT_EQ(ggml_type_from_id(2), GgmlType::Q4_0);
   EXPECT_EQ(ggml_type_from_id(3), GgmlType::Q4_1);
   EXPECT_EQ(ggml_type_from_id(8), GgmlType::Q8_0);
-  for (uint32_t id : {4u, 5u, 6u, 7u, 9u, 12u, 30u, 1000u})
+  EXPECT_EQ(ggml_type_from_id(6), GgmlType::Q5_0);
+  EXPECT_EQ(ggml_type_from_id(12), GgmlType::Q4_K);
+  EXPECT_EQ(ggml_type_from_id(23), GgmlType::IQ4_XS);
+  EXPECT_EQ(ggml_type_from_id(30), GgmlType::BF16);
+  for (uint32_t id : {4u, 5u, 9u, 15u, 16u, 29u, 31u, 1000u})
     EXPECT_EQ(ggml_type_from_id(id), std::nullopt);
   EXPECT_STREQ(ggml_type_name_for_id(12), "Q4_K");
   EXPECT_STREQ(ggml_type_name_for_id(6), "Q5_0");
@@ -217,7 +221,9 @@ TEST(GgmlTypes, IdsNamesAndSizes) {
   EXPECT_STREQ(ggml_type_name(GgmlType::Q4_1), "Q4_1");
   EXPECT_EQ(ggml_type_from_name("q8_0"), GgmlType::Q8_0);
   EXPECT_EQ(ggml_type_from_name("F16"), GgmlType::F16);
-  EXPECT_EQ(ggml_type_from_name("q4_k"), std::nullopt);
+  EXPECT_EQ(ggml_type_from_name("q4_k"), GgmlType::Q4_K);
+  EXPECT_EQ(ggml_type_from_name("iq4_xs"), GgmlType::IQ4_XS);
+  EXPECT_EQ(ggml_type_from_name("q8_k"), std::nullopt);
   // Row sizes by hand: QK = 32 values per block; 18, 20, 34 bytes per block.
   EXPECT_EQ(ggml_row_bytes(GgmlType::F32, 7), 28u);
   EXPECT_EQ(ggml_row_bytes(GgmlType::F16, 7), 14u);
@@ -226,6 +232,11 @@ TEST(GgmlTypes, IdsNamesAndSizes) {
   EXPECT_EQ(ggml_row_bytes(GgmlType::Q8_0, 576), 612u);
   EXPECT_EQ(ggml_row_bytes(GgmlType::Q8_0, 172), std::nullopt);
   EXPECT_EQ(ggml_row_bytes(GgmlType::Q4_0, 16), std::nullopt);
+  // Super-blocks of 256: Q4_K 144 bytes, Q6_K 210; 576 values are not whole ones.
+  EXPECT_EQ(ggml_row_bytes(GgmlType::Q4_K, 512), 288u);
+  EXPECT_EQ(ggml_row_bytes(GgmlType::Q6_K, 1536), 1260u);
+  EXPECT_EQ(ggml_row_bytes(GgmlType::Q4_K, 576), std::nullopt);
+  EXPECT_EQ(ggml_row_bytes(GgmlType::Q5_0, 64), 44u);
   EXPECT_EQ(ggml_row_bytes(GgmlType::F32, uint64_t(1) << 62), std::nullopt);  // overflows
 }
 
@@ -557,6 +568,9 @@ std::vector<float> ref_decode_rows(const GgufTensor& t, uint64_t first_row, uint
         }
         break;
       }
+      default:  // the other types: tests/gguf/test_quant_vectors.cpp (the gguf package's values)
+        ADD_FAILURE() << "no plain decoder for " << ggml_type_name(t.type);
+        return out;
     }
   }
   return out;

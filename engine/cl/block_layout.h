@@ -1,0 +1,45 @@
+// How each GGML type's blocks sit in device memory (kernels/quant_blocks.cl
+// reads them). Every quantized row is cut into blocks of 32 values, each with
+// a payload of device_q_bytes(type) in one array (q) and a record of
+// device_s_bytes(type) in another (s), both rows x blocks, row-major, so
+// stacking matrices row-wise concatenates both arrays. Codes stay in their
+// GGUF widths; K-quant super-blocks are split into their 32-value groups,
+// each with its own scale record (float products that GGML computes at
+// dequantization are exact in float32):
+//   type    q (per 32)                          s (per 32)                     value
+//   Q4_0    16 nibble bytes                     half d                          d (c - 8)
+//   Q4_1    16 nibble bytes                     half d, m                       d c + m
+//   Q5_0    16 nibble bytes                     half d, 0; uint qh              d (c - 16)
+//   Q5_1    16 nibble bytes                     half d, m; uint qh              d c + m
+//   Q8_0    32 int8                             half d                          d c
+//   IQ4_NL  16 nibble bytes                     half d                          d kv[c]
+//   IQ4_XS  16 nibble bytes                     float d (ls - 32)               s kv[c]
+//   Q4_K    16 nibble bytes                     float d sc, dmin m              s c - m
+//   Q5_K    16 nibble bytes                     float d sc, dmin m; uint qh, 0  s c - m
+//   Q6_K    16 nibble bytes (low 4 bits)        float s0, s1; uint h0, h1       s (c - 32)
+//   Q3_K    8 bytes of 2-bit codes              half d; char sc0, sc1; uint qh  d sc (c - 4)
+//   Q2_K    8 bytes of 2-bit codes              half d, dmin; uchar sm0, sm1    d (sm & 15) c
+//                                                                                 - dmin (sm >> 4)
+// Nibble byte j holds value j (low half) and j + 16 (high half); bit j of qh
+// is bit 4 of value j (Q3_K: bit 2); Q6_K's h0 / h1 hold the top two bits of
+// values 0-15 / 16-31 at bits 2j, 2j + 1; 2-bit byte k holds values k, k + 8,
+// k + 16, k + 24 at bits 0-1, 2-3, 4-5, 6-7. Values 0-15 and 16-31 of the
+// 16-value K-quant groups take scale 0 and 1 (Q6_K s0, s1; Q3_K sc0, sc1;
+// Q2_K sm0, sm1). F32, F16 and BF16 rows stay whole in q (s: 4 zero bytes).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/gguf/ggml_types.h"
+
+namespace clchat {
+
+int device_q_bytes(GgmlType type);  // payload bytes per 32 values (F32/F16/BF16: per value)
+int device_s_bytes(GgmlType type);  // record bytes per 32 values (0 for F32/F16/BF16)
+
+// `rows` GGUF rows of n_in values (ggml_row_bytes each) -> q and s above.
+void repack_rows(GgmlType type, const uint8_t* data, int n_in, int rows, std::vector<uint8_t>& q,
+                 std::vector<uint8_t>& s);
+
+}  // namespace clchat

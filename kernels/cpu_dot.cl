@@ -23,8 +23,12 @@
 // x with vpmaddwd was 1.3x faster but moved SmolLM2's logits by 1.8e-3
 // against the reference).
 //
+// The other quantized types (kernels/quant_blocks.cl, built before this file)
+// are read 8 values at a time by block_values8 with the same x loads and
+// accumulators; BF16 rows like F32 ones.
+//
 // The weight type is a parameter that is a literal at every call (GGML ids:
-// 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0), and rows_dot is always inlined, so
+// 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0, ...), and rows_dot is always inlined, so
 // each call compiles to the loop of its type alone; one program can then
 // hold matrices of several types (the persistent kernel's).
 
@@ -111,9 +115,10 @@ CPU_INLINE void rows_dot(const int wt, const __global uchar* wq, const __global 
   float8 acc[NR];
   FOR_ROWS(r) acc[r] = 0.0f;
 
-  if (wt == 0 || wt == 1) {
+  if (wt == 0 || wt == 1 || wt == 30) {
     const __global float* wf = (const __global float*)wq;
     const __global half* wh = (const __global half*)wq;
+    const __global ushort* wb = (const __global ushort*)wq;
     float tail[NR];
     FOR_ROWS(r) tail[r] = 0.0f;
     int i = 0;
@@ -122,7 +127,9 @@ CPU_INLINE void rows_dot(const int wt, const __global uchar* wq, const __global 
       if (use_g) xv *= vload8(0, g + i);
       FOR_ROWS(r) {
         const size_t at = row[r] * n_in + i;
-        const float8 wv = wt == 0 ? vload8(0, wf + at) : vload_half8(0, wh + at);  // F16: not tuned
+        const float8 wv = wt == 0   ? vload8(0, wf + at)
+                          : wt == 1 ? vload_half8(0, wh + at)  // F16, BF16: not tuned
+                                    : as_float8(convert_uint8(vload8(0, wb + at)) << 16);
         acc[r] = fma(wv, xv, acc[r]);
       }
     }
@@ -130,7 +137,7 @@ CPU_INLINE void rows_dot(const int wt, const __global uchar* wq, const __global 
       const float xv = use_g ? x[i] * g[i] : x[i];
       FOR_ROWS(r) {
         const size_t at = row[r] * n_in + i;
-        tail[r] += (wt == 0 ? wf[at] : vload_half(at, wh)) * xv;
+        tail[r] += plain_value(wt, wq, at) * xv;
       }
     }
     FOR_ROWS(r) dots[r] = hsum8(acc[r]) + tail[r];
@@ -145,9 +152,9 @@ CPU_INLINE void rows_dot(const int wt, const __global uchar* wq, const __global 
   size_t blk[NR];  // the row's first block
   FOR_ROWS(r) blk[r] = row[r] * nb;
   // Prefetches may point past the matrix (they never fault).
-  const int line_blocks = wt == 8 ? 2 : 4;  // blocks per 64-byte line
+  const int line_blocks = 64 / QT_QB(wt);  // blocks per 64-byte line
   const size_t pf_blocks = (size_t)PF_ROWS * nb;
-  FOR_ROWS(r) __builtin_prefetch(ws + (blk[r] + pf_blocks) * (wt == 3 ? 2 : 1));
+  FOR_ROWS(r) __builtin_prefetch((const __global uchar*)ws + (blk[r] + pf_blocks) * QT_SB(wt));
   for (int b = 0; b < nb; ++b) {
     float8 x0 = x8[4 * b], x1 = x8[4 * b + 1], x2 = x8[4 * b + 2], x3 = x8[4 * b + 3];
     if (use_g) {
@@ -158,7 +165,17 @@ CPU_INLINE void rows_dot(const int wt, const __global uchar* wq, const __global 
     }
     const float8 xs = (x0 + x1) + (x2 + x3);  // Q4_0: the codes' offset 8; Q4_1: the min
     if (b % line_blocks == 0) {
-      FOR_ROWS(r) __builtin_prefetch(wq + (blk[r] + b + pf_blocks) * (wt == 8 ? 32 : 16));
+      FOR_ROWS(r) __builtin_prefetch(wq + (blk[r] + b + pf_blocks) * QT_QB(wt));
+    }
+    if (QT_GENERIC(wt)) {
+      FOR_ROWS(r) {
+        const __global uchar* s8 = (const __global uchar*)ws;
+        float8 t = block_values8(wt, wq, s8, blk[r] + b, 0) * x0;
+        t = fma(block_values8(wt, wq, s8, blk[r] + b, 1), x1, t);
+        t = fma(block_values8(wt, wq, s8, blk[r] + b, 2), x2, t);
+        acc[r] = fma(block_values8(wt, wq, s8, blk[r] + b, 3), x3, acc[r] + t);
+      }
+      continue;
     }
     FOR_ROWS(r) {
       if (wt == 8) {

@@ -40,8 +40,11 @@
 // Weights live in one arena buffer; `layer_off` holds byte offsets per layer
 // (LO_* in kernels/persistent_layout.cl, built before this file). Types are
 // compile-time: WT_QKV, WT_WO, WT_FFN (gate and up), WT_DOWN, WT_HEAD,
-// WT_EMBD (GGML type ids 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0); layouts are
-// the repacked ones of engine/cl/weights.h.
+// WT_EMBD (GGML type ids 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0, 30 BF16 and
+// the others of kernels/quant_blocks.cl, built before this file); layouts
+// are those of engine/cl/block_layout.h. Q4_0, Q4_1 and Q8_0 have loops of
+// their own (and rows held in registers across barriers); the other types
+// are read 8 values at a time by block_values8.
 //
 // The barrier counts arrivals on a counter that only the host resets: barrier
 // k of this launch waits until counter - (bar_base + k * n_groups) >= 0 in
@@ -358,6 +361,33 @@ INLINE float row_dot_q8_0(const __global uchar* wq, const __global uchar* ws, in
   }
   return s;
 }
+INLINE float row_dot_bf16(const __global uchar* wq, int n_in, int row, const __local float* x,
+                          int lane) {
+  const __global ushort* w = (const __global ushort*)wq + (size_t)row * n_in;
+  float s = 0.0f;
+  for (int i = lane; i < n_in / 4; i += 32) {
+    const float4 v = as_float4(convert_uint4(vload4(i, w)) << 16);
+    s += dot(v, vload4(0, x + XP(4 * i)));
+  }
+  return s;
+}
+// The types of kernels/quant_blocks.cl without a loop of their own here.
+INLINE float row_dot_blocks(int type, const __global uchar* wq, const __global uchar* ws, int n_in,
+                            int row, const __local float* x, int lane) {
+  const int nb = n_in / 32;
+  const size_t base = (size_t)row * nb;
+  float s = 0.0f;
+  for (int b = lane; b < nb; b += 32) {
+    float4 acc = (float4)(0.0f);
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const float8 w = block_values8(type, wq, ws, base + b, p);
+      acc += w.lo * vload4(2 * p, x + b * XS) + w.hi * vload4(2 * p + 1, x + b * XS);
+    }
+    s += acc.x + acc.y + acc.z + acc.w;
+  }
+  return s;
+}
 // The same for a matrix of GGML type `type`: always a WT_* constant, so once
 // inlined only one case is left.
 INLINE float row_dot(int type, const __global uchar* wq, const __global uchar* ws, int n_in,
@@ -371,8 +401,12 @@ INLINE float row_dot(int type, const __global uchar* wq, const __global uchar* w
       return row_dot_q4_0(wq, ws, n_in, row, x, lane);
     case 3:
       return row_dot_q4_1(wq, ws, n_in, row, x, lane);
-    default:
+    case 8:
       return row_dot_q8_0(wq, ws, n_in, row, x, lane);
+    case 30:
+      return row_dot_bf16(wq, n_in, row, x, lane);
+    default:
+      return row_dot_blocks(type, wq, ws, n_in, row, x, lane);
   }
 }
 
@@ -462,10 +496,10 @@ INLINE float row_dot_regs(int type, const __global uchar* wq, const __global uch
 
 // Bytes of one row's payloads and scales in the repacked layout.
 INLINE size_t row_q_bytes(int type, int n) {
-  return type == 0 ? n * 4 : type == 1 ? n * 2 : type == 8 ? n : n / 2;
+  return type == 0 ? n * 4 : type == 1 || type == 30 ? n * 2 : n / 32 * QT_QB(type);
 }
 INLINE size_t row_s_bytes(int type, int n) {
-  return type == 0 || type == 1 ? 0 : type == 3 ? n / 8 : n / 16;
+  return type == 0 || type == 1 || type == 30 ? 0 : n / 32 * QT_SB(type);
 }
 
 // The lanes of a warp prefetch row `row` of a matrix into L2.

@@ -1,7 +1,8 @@
 // Matrix-matrix kernels for batched prompt prefill, for one weight type chosen
 // at build time with -DWTYPE=<GGML type id> (0 F32, 1 F16, 2 Q4_0, 3 Q4_1,
-// 8 Q8_0), in the repacked split layout of matvec.cl (quants and fp16 scales
-// in separate buffers).
+// 8 Q8_0, 30 BF16, and the types of kernels/quant_blocks.cl, which is built
+// before this file), in the block layout of engine/cl/block_layout.h
+// (payloads and scale records in separate buffers).
 //
 // matmul: out[t][r] (+)= sum_k W[r][k] * x[t][k] for the n_tok tokens of a
 // chunk. A work-group computes a tile of TILE_R rows x TILE_T tokens and walks
@@ -71,10 +72,11 @@
 #define LDX (TILE_T + 1)  // padded: the transposed stores of step 2 spread over banks
 #define WG_SIZE (MM_NR * MM_NT)
 
-#if WTYPE != 0 && WTYPE != 1 && WTYPE != 2 && WTYPE != 3 && WTYPE != 8
+#if WTYPE != 0 && WTYPE != 1 && WTYPE != 2 && WTYPE != 3 && WTYPE != 8 && WTYPE != 30 && \
+    !QT_GENERIC(WTYPE)
 #error "unsupported WTYPE"
 #endif
-#define QUANTIZED (WTYPE >= 2)
+#define QUANTIZED (WTYPE != 0 && WTYPE != 1 && WTYPE != 30)
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
@@ -92,10 +94,17 @@ typedef CAT(float, MM_VR) floatR;
 // stores them at wl[k * TILE_R + r] for their offsets k within the block.
 // Q4_0/Q4_1: word u of the 16 nibble bytes holds values 4u..4u+3 (low
 // nibbles) and 4u+16..4u+19 (high). Q8_0: words 2u, 2u+1 hold values
-// 8u..8u+7. F32/F16: values 8u..8u+7 of the block, zero past n_in.
+// 8u..8u+7. F32/F16/BF16: values 8u..8u+7 of the block, zero past n_in. The
+// other types: values 8u..8u+7 by block_values8.
 inline void dequant_unit(const __global uint* wq, const __global void* ws, int n_in, int row, int b,
                          int u, int r, __local float* wl) {
-#if WTYPE == 2 || WTYPE == 3
+#if QT_GENERIC(WTYPE)
+  const size_t blk = (size_t)row * (size_t)(n_in / KB) + (size_t)b;
+  float v[8];
+  vstore8(block_values8(WTYPE, (const __global uchar*)wq, (const __global uchar*)ws, blk, u), 0,
+          v);
+  for (int i = 0; i < 8; ++i) wl[(8 * u + i) * TILE_R + r] = v[i];
+#elif WTYPE == 2 || WTYPE == 3
   const size_t blk = (size_t)row * (size_t)(n_in / KB) + (size_t)b;
   const uint word = wq[blk * 4 + u];
 #if WTYPE == 2
@@ -124,11 +133,7 @@ inline void dequant_unit(const __global uint* wq, const __global void* ws, int n
   const size_t base = (size_t)row * (size_t)n_in;
   for (int i = 0; i < 8; ++i) {
     const int k = k0 + i;
-#if WTYPE == 0
-    const float v = k < n_in ? ((const __global float*)wq)[base + k] : 0.0f;
-#else
-    const float v = k < n_in ? vload_half(base + k, (const __global half*)wq) : 0.0f;
-#endif
+    const float v = k < n_in ? plain_value(WTYPE, (const __global uchar*)wq, base + k) : 0.0f;
     wl[(8 * u + i) * TILE_R + r] = v;
   }
 #endif
@@ -212,9 +217,14 @@ inline float8 dequant8(const __global uint* wq, const __global void* ws, int n_i
   return vload8(0, (const __global float*)wq + (size_t)row * n_in + b * KB + 8 * k8);
 #elif WTYPE == 1
   return vload_half8(0, (const __global half*)wq + (size_t)row * n_in + b * KB + 8 * k8);
+#elif WTYPE == 30
+  const ushort8 h = vload8(0, (const __global ushort*)wq + (size_t)row * n_in + b * KB + 8 * k8);
+  return as_float8(convert_uint8(h) << 16);
 #else
   const size_t blk = (size_t)row * (size_t)(n_in / KB) + (size_t)b;
-#if WTYPE == 8
+#if QT_GENERIC(WTYPE)
+  return block_values8(WTYPE, (const __global uchar*)wq, (const __global uchar*)ws, blk, k8);
+#elif WTYPE == 8
   const char8 c = as_char8(vload2(k8, wq + blk * 8));
   return vload_half(blk, (const __global half*)ws) * convert_float8(c);
 #else
@@ -270,11 +280,7 @@ __kernel void matmul(const __global uint* wq, const __global void* ws, int n_in,
 #if !QUANTIZED
   for (int k = n_full * KB; k < n_in; ++k) {  // F32/F16 rows that end mid-block
     for (int i = 0; i < MM_VR; ++i) {
-#if WTYPE == 0
-      const float wv = ((const __global float*)wq)[(size_t)rows[i] * n_in + k];
-#else
-      const float wv = vload_half((size_t)rows[i] * n_in + k, (const __global half*)wq);
-#endif
+      const float wv = plain_value(WTYPE, (const __global uchar*)wq, (size_t)rows[i] * n_in + k);
       for (int j = 0; j < MM_WT; ++j) sum[i][j] += wv * xt[j][k];
     }
   }
@@ -298,14 +304,17 @@ __kernel void embed_rows(const __global uint* wq, const __global void* ws, int n
   if (i >= n_in || t >= n_tok) return;
   const int row = ids[id_off + t];
   float v;
-#if WTYPE == 0
-  v = ((const __global float*)wq)[(size_t)row * n_in + i];
-#elif WTYPE == 1
-  v = vload_half((size_t)row * n_in + i, (const __global half*)wq);
+#if !QUANTIZED
+  v = plain_value(WTYPE, (const __global uchar*)wq, (size_t)row * n_in + i);
 #else
   const size_t blk = (size_t)row * (size_t)(n_in / KB) + (size_t)(i / KB);
   const int j = i % KB;
-#if WTYPE == 8
+#if QT_GENERIC(WTYPE)
+  float vals[8];
+  vstore8(block_values8(WTYPE, (const __global uchar*)wq, (const __global uchar*)ws, blk, j / 8),
+          0, vals);
+  v = vals[j % 8];
+#elif WTYPE == 8
   const uint word = wq[blk * 8 + j / 4];
   const int c = ((int)(word << (24 - 8 * (j % 4)))) >> 24;
   v = vload_half(blk, (const __global half*)ws) * (float)c;

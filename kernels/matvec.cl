@@ -1,5 +1,6 @@
 // Matrix-vector kernels for one weight type, chosen at build time with
-// -DWTYPE=<GGML type id> (0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0).
+// -DWTYPE=<GGML type id> (0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0, 30 BF16, and
+// the types kernels/quant_blocks.cl reads, which is built before this file).
 //
 // Weight layout on the device (repacked at upload for aligned 16-byte loads):
 //   F32, F16: row-major values, as in GGUF.
@@ -7,6 +8,7 @@
 //         ws = half scales    [rows][nb]
 //   Q4_1: wq as Q4_0, ws = half2 (scale, min) [rows][nb]
 //   Q8_0: wq = uint4 pairs [rows][nb][2] (32 int8 per block), ws = half scales.
+//   BF16: row-major values; the other types: engine/cl/block_layout.h.
 // Nibble byte j of a block holds value j (low half) and value j + 16 (high).
 //
 // Work split: a work-group of ROWS * TPR work-items computes ROWS output rows;
@@ -54,9 +56,16 @@ typedef half ws_t;  // pairs: scale, min
 #elif WTYPE == 8
 typedef uint4 wq_t;
 typedef half ws_t;
+#elif WTYPE == 30
+typedef ushort wq_t;
+typedef float ws_t;
+#elif QT_GENERIC(WTYPE)
+typedef uchar wq_t;
+typedef uchar ws_t;
 #else
 #error "unsupported WTYPE"
 #endif
+#define WT_PLAIN (WTYPE == 0 || WTYPE == 1 || WTYPE == 30)
 
 // Sum over one block of 32: sum_j q_j * x_j (q the raw 4-bit codes) and
 // sum_j x_j, from 16 nibble bytes in `q` and x (with norm weight g when given).
@@ -107,15 +116,25 @@ inline float int8_dot16(uint4 q, const __global float* x, const __global float* 
 inline float row_partial(const __global wq_t* wq, const __global ws_t* ws, int n_in, int row,
                          const __global float* x, const __global float* g, int lane) {
   float sum = 0.0f;
-#if WTYPE == 0 || WTYPE == 1
+#if WT_PLAIN
   const __global wq_t* w = wq + (size_t)row * n_in;
   for (int i = lane; i < n_in; i += TPR) {
-#if WTYPE == 0
-    const float wv = w[i];
-#else
-    const float wv = vload_half(i, w);
-#endif
+    const float wv = plain_value(WTYPE, (const __global uchar*)w, i);
     sum += wv * (g ? x[i] * g[i] : x[i]);
+  }
+#elif QT_GENERIC(WTYPE)
+  const int nb = n_in / 32;
+  const size_t base = (size_t)row * nb;
+  for (int b = lane; b < nb; b += TPR) {
+    float8 acc = (float8)(0.0f);
+    for (int p = 0; p < 4; ++p) {
+      float8 xv = vload8(p, x + b * 32);
+      if (g) xv *= vload8(p, g + b * 32);
+      acc += block_values8(WTYPE, wq, ws, base + b, p) * xv;
+    }
+    const float4 a4 = acc.lo + acc.hi;
+    const float2 a2 = a4.lo + a4.hi;
+    sum += a2.x + a2.y;
   }
 #else
   const int nb = n_in / 32;
@@ -302,10 +321,12 @@ __kernel void get_row(const __global wq_t* wq, const __global ws_t* ws, int n_in
   const int i = get_global_id(0);
   if (i >= n_in) return;
   const int row = ids[token_index];
-#if WTYPE == 0
-  x[i] = wq[(size_t)row * n_in + i];
-#elif WTYPE == 1
-  x[i] = vload_half((size_t)row * n_in + i, wq);
+#if WT_PLAIN
+  x[i] = plain_value(WTYPE, (const __global uchar*)wq, (size_t)row * n_in + i);
+#elif QT_GENERIC(WTYPE)
+  float v[8];
+  vstore8(block_values8(WTYPE, wq, ws, (size_t)row * (n_in / 32) + i / 32, i % 32 / 8), 0, v);
+  x[i] = v[i % 8];
 #else
   const int nb = n_in / 32;
   const size_t blk = (size_t)row * nb + i / 32;

@@ -1,6 +1,7 @@
 // Matrix-vector kernels for CPU devices (PoCL), one weight type per build
-// (-DWTYPE=<GGML type id>: 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0), built
-// after kernels/cpu_dot.cl (the row dot products and their algorithm). Same
+// (-DWTYPE=<GGML type id>: 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0, 30 BF16 and
+// those of kernels/quant_blocks.cl), built after kernels/quant_blocks.cl and
+// kernels/cpu_dot.cl (the row dot products and their algorithm). Same
 // kernel names, arguments and launch geometry as kernels/matvec.cl
 // (work-groups of ROWS work-items for ROWS output rows), same device weight
 // layout (engine/cl/weights.h).
@@ -28,8 +29,10 @@
 typedef float wq_t;
 #elif WTYPE == 1
 typedef half wq_t;
-#elif WTYPE == 2 || WTYPE == 3 || WTYPE == 8
-typedef uchar16 wq_t;
+#elif WTYPE == 30
+typedef ushort wq_t;
+#elif WTYPE == 2 || WTYPE == 3 || WTYPE == 8 || QT_GENERIC(WTYPE)
+typedef uchar wq_t;
 #else
 #error "unsupported WTYPE"
 #endif

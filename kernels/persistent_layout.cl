@@ -41,14 +41,16 @@ inline bool beats(float v, int i, float bv, int bi) {
 
 // Value i of row `row` of the embedding (type WT_EMBD).
 inline float embd_value(const __global uchar* wq, const __global uchar* ws, int row, int i) {
-#if WT_EMBD == 0
-  return ((const __global float*)wq)[(size_t)row * N_EMBD + i];
-#elif WT_EMBD == 1
-  return vload_half((size_t)row * N_EMBD + i, (const __global half*)wq);
+#if WT_EMBD == 0 || WT_EMBD == 1 || WT_EMBD == 30
+  return plain_value(WT_EMBD, wq, (size_t)row * N_EMBD + i);
 #else
   const size_t blk = (size_t)row * (N_EMBD / 32) + i / 32;
   const int j = i % 32;
-#if WT_EMBD == 8
+#if QT_GENERIC(WT_EMBD)
+  float v[8];
+  vstore8(block_values8(WT_EMBD, wq, ws, blk, j / 8), 0, v);
+  return v[j % 8];
+#elif WT_EMBD == 8
   const char c = ((const __global char*)wq)[blk * 32 + j];
   return vload_half(blk, (const __global half*)ws) * (float)c;
 #else

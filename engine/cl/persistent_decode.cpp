@@ -32,7 +32,6 @@ constexpr const char* k_stage_names[k_stages + 1] = {"qkv",     "attention", "wo
                                                      "gate_up", "down",      "head"};
 constexpr const char* k_start_name = "start";  // the CPU kernel's lead stage
 
-bool is_block_type(GgmlType t) { return t != GgmlType::F32 && t != GgmlType::F16; }
 
 // TSC ticks per microsecond, measured against the steady clock over 20 ms
 // (x86-64 hosts; the CPU kernel's trace is in TSC ticks).
@@ -86,8 +85,8 @@ std::string PersistentDecode::ineligible(const ModelConfig& c, const DeviceInfo&
   if (c.n_rot % 2 != 0) return "odd rotary dimension count";
   if (!uniform_layers(w)) return "layers differ in weight types";
   const DeviceWeights::Layer& l0 = w.layers.front();
-  const bool blocks = is_block_type(l0.qkv[0].type) || is_block_type(l0.wo.type) ||
-                      is_block_type(l0.ffn_gate.type) || is_block_type(l0.ffn_down.type);
+  const bool blocks = ggml_is_quantized(l0.qkv[0].type) || ggml_is_quantized(l0.wo.type) ||
+                      ggml_is_quantized(l0.ffn_gate.type) || ggml_is_quantized(l0.ffn_down.type);
   if ((!cpu || blocks) && (c.n_embd % 32 != 0 || c.n_ff % 32 != 0)) {
     return "row lengths not multiples of 32";
   }
@@ -236,6 +235,7 @@ std::string PersistentDecode::source() const {
     text += kernel_source(stem);
     text += '\n';
   };
+  add("quant_blocks");
   add("persistent_layout");
   if (cpu_) {
     add("cpu_dot");

@@ -177,7 +177,7 @@ bool ClPrefill::mma_ok(GgmlType type) {
 }
 
 ClKernel ClPrefill::weight_kernel(GgmlType type, const char* name) {
-  return kernel("matmul", matmul_defines(type, tuning_), name);
+  return kernel("quant_blocks+matmul", matmul_defines(type, tuning_), name);
 }
 
 ClPrefill::Step ClPrefill::matmul_step(const DeviceMatrix& w, const ClMem& x, int ld_x,

@@ -11,11 +11,19 @@ namespace clchat {
 // Generated from kernels/*.cl by kernels/embed_kernels.cmake.
 const std::map<std::string, std::string_view>& embedded_kernel_sources();
 
-std::string_view kernel_source(const std::string& stem) {
+std::string kernel_source(const std::string& stems) {
   const auto& sources = embedded_kernel_sources();
-  auto it = sources.find(stem);
-  if (it == sources.end()) throw std::logic_error("no embedded kernel source " + stem + ".cl");
-  return it->second;
+  std::string text;
+  for (size_t begin = 0; begin <= stems.size();) {
+    const size_t end = std::min(stems.find('+', begin), stems.size());
+    const std::string stem = stems.substr(begin, end - begin);
+    auto it = sources.find(stem);
+    if (it == sources.end()) throw std::logic_error("no embedded kernel source " + stem + ".cl");
+    text += it->second;
+    text += '\n';
+    begin = end + 1;
+  }
+  return text;
 }
 
 ClPrograms::ClPrograms(const ClRuntime& rt, KernelTuning tuning) : rt_(rt), tuning_(tuning) {
@@ -31,7 +39,7 @@ ClPrograms::ClPrograms(const ClRuntime& rt, KernelTuning tuning) : rt_(rt), tuni
 bool ClPrograms::shfl_self_test() {
   try {
     ClKernel k =
-        rt_.create_kernel(program("matvec", matvec_defines(GgmlType::F32)), "shfl_selftest");
+        rt_.create_kernel(program("quant_blocks+matvec", matvec_defines(GgmlType::F32)), "shfl_selftest");
     const size_t n = 64;
     ClMem out = rt_.alloc(n * sizeof(float));
     bind_args(k, {{"width", cl_int(tuning_.tpr)}, {"out", out}});
@@ -83,15 +91,7 @@ const ClProgram& ClPrograms::program(const std::string& stem, const std::string&
   // Strict programs drop the fast-math flags: argmax must compare exactly
   // and keep its isnan tests, which -cl-fast-relaxed-math may remove.
   const std::string options = strict_math ? "-cl-std=CL1.2" : tuning_.build_options;
-  // "a+b": the sources of a.cl and b.cl, in that order, as one program.
-  std::string source;
-  for (size_t begin = 0; begin <= stem.size();) {
-    const size_t end = std::min(stem.find('+', begin), stem.size());
-    source += kernel_source(stem.substr(begin, end - begin));
-    source += '\n';
-    begin = end + 1;
-  }
-  ClProgram p = rt_.build_program(stem, source, options + defines);
+  ClProgram p = rt_.build_program(stem, kernel_source(stem), options + defines);
   return programs_.emplace(key, std::move(p)).first->second;
 }
 
@@ -104,21 +104,21 @@ std::string ClPrograms::matvec_cpu_defines(GgmlType type) const {
 ClKernel ClPrograms::weight_kernel(GgmlType type, const char* name) {
   // get_row (once per token) always comes from matvec.cl.
   if (use_cpu_matvec() && std::string_view(name) != "get_row") {
-    return rt_.create_kernel(program("cpu_dot+matvec_cpu", matvec_cpu_defines(type)), name);
+    return rt_.create_kernel(program("quant_blocks+cpu_dot+matvec_cpu", matvec_cpu_defines(type)), name);
   }
-  return rt_.create_kernel(program("matvec", matvec_defines(type)), name);
+  return rt_.create_kernel(program("quant_blocks+matvec", matvec_defines(type)), name);
 }
 
 ClKernel ClPrograms::head_argmax_kernel(GgmlType type) {
   if (!fused_head_argmax()) throw std::logic_error("matvec_argmax needs the CPU kernels");
   return rt_.create_kernel(
-      program("argmax_cpu+cpu_dot+matvec_cpu", matvec_cpu_defines(type) + " -DWITH_ARGMAX=1"),
+      program("argmax_cpu+quant_blocks+cpu_dot+matvec_cpu", matvec_cpu_defines(type) + " -DWITH_ARGMAX=1"),
       "matvec_argmax");
 }
 
 ClKernel ClPrograms::qkv_attention_kernel(GgmlType type) {
   if (!fused_qkv_attention()) throw std::logic_error("qkv_rope_attention needs the CPU kernels");
-  return rt_.create_kernel(program("attention_cpu+cpu_dot+matvec_cpu",
+  return rt_.create_kernel(program("attention_cpu+quant_blocks+cpu_dot+matvec_cpu",
                                    matvec_cpu_defines(type) + " -DATT_WG=" +
                                        std::to_string(tuning_.att_wg) + " -DWITH_ATTENTION=1"),
                            "qkv_rope_attention");

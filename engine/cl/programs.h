@@ -52,7 +52,8 @@ class ClPrograms {
   std::map<std::string, ClProgram> programs_;  // by stem + defines
 };
 
-// Source text of kernels/<stem>.cl, embedded at build time.
-std::string_view kernel_source(const std::string& stem);
+// Source text of kernels/<stem>.cl, embedded at build time; "a+b": a.cl's
+// text, then b.cl's, as one program.
+std::string kernel_source(const std::string& stems);
 
 }  // namespace clchat

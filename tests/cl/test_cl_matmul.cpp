@@ -81,7 +81,7 @@ ClKernel build_kernel(const std::string& stem, const std::string& defines, const
 }
 
 ClKernel matmul_kernel(GgmlType type, const PrefillTuning& t, const char* name = "matmul") {
-  return build_kernel("matmul", ClPrefill::matmul_defines(type, t), name);
+  return build_kernel("quant_blocks+matmul", ClPrefill::matmul_defines(type, t), name);
 }
 
 bool device_is_nvidia() {

@@ -7,9 +7,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
+
+#include "engine/gguf/quant.h"
 
 namespace clchat::test {
 
@@ -34,6 +38,71 @@ std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::vector<uint8_t> random_blocks(GgmlType type, uint64_t n_in, uint64_t rows, uint32_t seed) {
+  const auto row_bytes = ggml_row_bytes(type, n_in);
+  if (!row_bytes || !ggml_is_quantized(type)) throw std::invalid_argument("random_blocks: type");
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> b(*row_bytes * rows);
+  for (auto& v : b) v = uint8_t(rng());
+  std::uniform_real_distribution<float> unit(0.5f, 1.0f);
+  auto put = [&](uint8_t* at, float v) {
+    const uint16_t h = fp32_to_fp16(v);
+    std::memcpy(at, &h, 2);
+  };
+  // Offsets of the fp16 fields in each block (ggml_types.h): the scale d,
+  // and a min (Q4_1, Q5_1) or dmin (K-quants) or none (-1); `range` is the
+  // largest |value| that d multiplies (sub-scale times code), so that the
+  // values stay within about [-1, 1].
+  int d_at = 0, m_at = -1;
+  float range = 1.0f;
+  switch (type) {
+    case GgmlType::Q4_0:
+      range = 8;
+      break;
+    case GgmlType::Q4_1:
+      range = 15, m_at = 2;
+      break;
+    case GgmlType::Q5_0:
+      range = 16;
+      break;
+    case GgmlType::Q5_1:
+      range = 31, m_at = 2;
+      break;
+    case GgmlType::Q8_0:
+    case GgmlType::IQ4_NL:
+      range = 127;
+      break;
+    case GgmlType::Q2_K:
+      range = 15 * 3, d_at = 80, m_at = 82;
+      break;
+    case GgmlType::Q3_K:
+      range = 32 * 4, d_at = 108;
+      break;
+    case GgmlType::Q4_K:
+      range = 63 * 15, m_at = 2;
+      break;
+    case GgmlType::Q5_K:
+      range = 63 * 31, m_at = 2;
+      break;
+    case GgmlType::Q6_K:
+      range = 128 * 32, d_at = 208;
+      break;
+    case GgmlType::IQ4_XS:
+      range = 32 * 127;
+      break;
+    default:
+      break;
+  }
+  const bool k_quant = ggml_block_size(type) == 256;
+  const size_t bytes = size_t(ggml_block_bytes(type));
+  for (size_t at = 0; at < b.size(); at += bytes) {
+    put(&b[at + d_at], (rng() & 1 ? 1.0f : -1.0f) * unit(rng) / range);
+    // Q4_1/Q5_1: the min, added; K-quants: dmin, times a 4- or 6-bit min, subtracted.
+    if (m_at >= 0) put(&b[at + m_at], k_quant ? unit(rng) / 63.0f : -unit(rng));
+  }
+  return b;
 }
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float lo, float hi) {

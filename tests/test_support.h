@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/gguf/ggml_types.h"
+
 namespace clchat::test {
 
 // Directory with models/, tokenizer-vectors/, reference/: $CLCHAT_SHARED_DIR,
@@ -20,6 +22,11 @@ std::string clchat_binary();
 
 std::string read_file(const std::string& path);
 std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f);
+// GGUF bytes of a rows x n_in matrix of a quantized `type` (n_in a whole
+// number of its blocks): random payloads, so every code and bit pattern
+// occurs, and random finite fp16 scales of either sign sized so that the
+// values stay within about [-1, 1]. Not the product of a quantizer.
+std::vector<uint8_t> random_blocks(GgmlType type, uint64_t n_in, uint64_t rows, uint32_t seed);
 
 // ||a - b|| / ||b|| in float64.
 double relative_error(const std::vector<float>& a, const std::vector<float>& b);

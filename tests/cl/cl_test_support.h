@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -180,21 +181,58 @@ inline TestMatrix make_test_matrix(GgmlType type, const std::vector<float>& valu
   return m;
 }
 
-inline TestMatrix make_test_matrix(GgmlType type, int n_in, int rows, uint32_t seed) {
-  return make_test_matrix(type, random_floats(size_t(n_in) * size_t(rows), seed), n_in, rows);
+// The GGUF bytes `bytes` of `type` as a test matrix.
+inline TestMatrix test_matrix_from_bytes(GgmlType type, std::vector<uint8_t> bytes, int n_in,
+                                         int rows) {
+  TestMatrix m;
+  m.type = type;
+  m.n_in = n_in;
+  m.rows = rows;
+  m.bytes = std::move(bytes);
+  m.values = dequantize_matrix(type, m.bytes, uint64_t(n_in), uint64_t(rows));
+  m.dev = upload_matrix(cl_test_runtime(), repack_matrix(type, m.bytes.data(), n_in, rows));
+  return m;
 }
 
-// The weight types a row of n_in values can be stored in (quantized types
-// need whole blocks of 32).
+// Random weights: F32, F16, BF16, Q4_0, Q4_1 and Q8_0 quantized from random
+// floats in [-1, 1); the other types as random blocks (random_blocks: every
+// code and bit pattern, random scales).
+inline TestMatrix make_test_matrix(GgmlType type, int n_in, int rows, uint32_t seed) {
+  switch (type) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q8_0:
+      return make_test_matrix(type, random_floats(size_t(n_in) * size_t(rows), seed), n_in, rows);
+    case GgmlType::BF16: {
+      const std::vector<float> v = random_floats(size_t(n_in) * size_t(rows), seed);
+      std::vector<uint8_t> b(v.size() * 2);
+      for (size_t i = 0; i < v.size(); ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, &v[i], 4);
+        const uint16_t h = uint16_t(bits >> 16);  // truncated: any BF16 value will do
+        std::memcpy(&b[2 * i], &h, 2);
+      }
+      return test_matrix_from_bytes(type, std::move(b), n_in, rows);
+    }
+    default:
+      return test_matrix_from_bytes(type, random_blocks(type, uint64_t(n_in), uint64_t(rows), seed),
+                                    n_in, rows);
+  }
+}
+
+// The weight types a row of n_in values can be stored in (legacy quantized
+// types need whole blocks of 32, K-quants and IQ4_XS of 256).
 inline std::vector<GgmlType> types_for_row(int n_in) {
-  std::vector<GgmlType> t = {GgmlType::F32, GgmlType::F16};
-  if (n_in % 32 == 0) {
-    for (GgmlType q : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) t.push_back(q);
+  std::vector<GgmlType> t;
+  for (GgmlType type : ggml_supported_types()) {
+    if (ggml_row_bytes(type, uint64_t(n_in))) t.push_back(type);
   }
   return t;
 }
 
-inline bool is_quantized(GgmlType t) { return t != GgmlType::F32 && t != GgmlType::F16; }
+inline bool is_quantized(GgmlType t) { return ggml_is_quantized(t); }
 
 // ||a - b|| / ||b|| with b in float64.
 inline double relative_error(std::span<const float> a, std::span<const double> b) {

@@ -285,7 +285,7 @@ class ClEmbedRows : public testing::TestWithParam<GgmlType> {};
 
 TEST_P(ClEmbedRows, MatchesDequantizedRows) {
   const GgmlType type = GetParam();
-  const int n_embd = 96, n_vocab = 50, n_tok = 9, id_off = 3;
+  const int n_embd = 256, n_vocab = 50, n_tok = 9, id_off = 3;  // one K-quant super-block
   const TestMatrix w = test::make_test_matrix(type, n_embd, n_vocab, 77 + uint32_t(type));
   std::vector<int32_t> ids(size_t(id_off + n_tok));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 17 + 5) % n_vocab);
@@ -306,9 +306,7 @@ TEST_P(ClEmbedRows, MatchesDequantizedRows) {
   EXPECT_EQ(test::count_overwritten(got, want.size()), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, ClEmbedRows,
-                         testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::Q4_0,
-                                         GgmlType::Q4_1, GgmlType::Q8_0),
+INSTANTIATE_TEST_SUITE_P(Types, ClEmbedRows, testing::ValuesIn(ggml_supported_types()),
                          [](const testing::TestParamInfo<GgmlType>& info) {
                            return std::string(ggml_type_name(info.param));
                          });

@@ -211,11 +211,9 @@ struct FfnShape {
   int n_embd;
   int n_ff;
 };
-constexpr FfnShape k_ffn_shapes[] = {{"stories", 64, 172},
-                                     {"tiny", 8, 32},
-                                     {"smollm2", 576, 1536},
-                                     {"synthetic", 128, 256},
-                                     {"rows_2_mod_4", 64, 90}};
+constexpr FfnShape k_ffn_shapes[] = {
+    {"stories", 64, 172},     {"tiny", 8, 32},     {"smollm2", 576, 1536}, {"synthetic", 128, 256},
+    {"rows_2_mod_4", 64, 90}, {"kquant", 256, 512}};  // whole 256-value super-blocks
 
 struct FfnCase {
   FfnShape shape;
@@ -290,6 +288,7 @@ constexpr QkvShape k_qkv_shapes[] = {
     {"stories", 64, 8, 4, 8, 10000.0f, 2048},      {"tiny", 8, 2, 2, 4, 10000.0f, 4096},
     {"smollm2", 576, 9, 3, 64, 100000.0f, 8192},   {"synthetic", 128, 4, 2, 32, 10000.0f, 2048},
     {"partial_rope", 64, 4, 2, 8, 10000.0f, 1024},  // n_rot 8 < head_dim 16
+    {"kquant", 256, 4, 2, 64, 10000.0f, 1024},      // rows of whole 256-value super-blocks
 };
 
 struct QkvCase {
@@ -449,8 +448,11 @@ struct EmbdShape {
 void PrintTo(const EmbdShape& s, std::ostream* os) {
   *os << s.name << " " << s.n_embd << "x" << s.n_vocab;
 }
-constexpr EmbdShape k_embd_shapes[] = {
-    {"stories", 64, 512}, {"tiny", 8, 32000}, {"smollm2", 576, 49152}, {"synthetic", 128, 512}};
+constexpr EmbdShape k_embd_shapes[] = {{"stories", 64, 512},
+                                       {"tiny", 8, 32000},
+                                       {"smollm2", 576, 49152},
+                                       {"synthetic", 128, 512},
+                                       {"kquant", 512, 300}};
 
 class ClGetRow : public testing::TestWithParam<EmbdShape> {};
 

@@ -9,8 +9,8 @@
 # Configurations: work-groups of 512 and 256 (PWG) with each head size the
 # host accepts (32, 64, 128, 256); every layer weight type (F32, F16, Q4_0,
 # Q4_1, Q8_0 for Q/K/V, Wo, gate/up and down) with every embedding / lm_head
-# type, in both work-group sizes; two mixes with a different type per
-# matrix; the tunable a test or a run may set (ATT_SPLIT_POS) and a partial
+# type, and the other types with a Q8_0 head, in both work-group sizes; two
+# K-quant mixes and two others with a different type per matrix; the tunable a test or a run may set (ATT_SPLIT_POS) and a partial
 # rotary dimension.
 #
 # Each line: the configuration, then ptxas's registers and spill bytes
@@ -41,7 +41,7 @@ kernels=${KERNELS:-kernels}
 extra=${1:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cat "$kernels/persistent_layout.cl" "$kernels/decode_persistent.cl" >"$tmp/k.cl"
+cat "$kernels/quant_blocks.cl" "$kernels/persistent_layout.cl" "$kernels/decode_persistent.cl" >"$tmp/k.cl"
 [ -n "${PTX_OUT:-}" ] && mkdir -p "$PTX_OUT"
 inc=$(clang-14 -print-resource-dir)/include/opencl-c.h
 
@@ -53,7 +53,8 @@ declare -A shapes=(
   [h128]="-DN_EMBD=1024 -DN_FF=2816 -DN_HEAD=8 -DN_HEAD_KV=2 -DHEAD_DIM=128 -DN_ROT=128"
   [h256]="-DN_EMBD=1024 -DN_FF=2816 -DN_HEAD=4 -DN_HEAD_KV=1 -DHEAD_DIM=256 -DN_ROT=256"
 )
-# WT_* as the host passes them: GGML type ids 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0.
+# WT_* as the host passes them: GGML type ids 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0,
+# 6 Q5_0, 7 Q5_1, 10-14 Q2_K-Q6_K, 20 IQ4_NL, 23 IQ4_XS, 30 BF16.
 types() { echo "-DWT_QKV=$1 -DWT_WO=$2 -DWT_FFN=$3 -DWT_DOWN=$4 -DWT_HEAD=$5 -DWT_EMBD=$6"; }
 bench_types=$(types 2 2 2 2 8 8)  # clchat bench --synthetic smollm2-135m --quant q4_0
 
@@ -111,6 +112,15 @@ for pwg in 512 256; do
       build "pwg$pwg-h64-layers$l-head$e" "$pwg" ${shapes[h64]} $(types $l $l $l $l $e $e)
     done
   done
+  for l in 6 7 10 11 12 13 14 20 23 30; do
+    # shellcheck disable=SC2086,SC2046
+    build "pwg$pwg-h64-layers$l-head8" "$pwg" ${shapes[h64]} $(types $l $l $l $l 8 $l)
+  done
+  # Q4_K_M-like mixes: SmolLM2's (rows of 576: Q5_0, down Q6_K) and a 1B-like one.
+  # shellcheck disable=SC2086,SC2046
+  build "pwg$pwg-h64-kmix" "$pwg" ${shapes[h64]} $(types 6 6 6 14 8 8)
+  # shellcheck disable=SC2086,SC2046
+  build "pwg$pwg-h128-kmix" "$pwg" ${shapes[h128]} $(types 12 12 12 14 14 14)
   # shellcheck disable=SC2086,SC2046
   build "pwg$pwg-h64-mix1" "$pwg" ${shapes[h64]} $(types 8 3 1 2 0 1)
   # shellcheck disable=SC2086,SC2046

@@ -362,17 +362,19 @@ TEST(ClPrefill, CrossesChunkOf512) {
 
 // ---- clchat perplexity ---------------------------------------------------------
 
-// SmolLM2-135M Q4_1 on reference/ppl-text.txt with --ctx 512 (14 windows,
-// 3570 scored tokens): within 0.5% of the float64 reference's perplexity.
+// SmolLM2-135M on reference/ppl-text.txt with --ctx 512 (14 windows, 3570
+// scored tokens): within 0.5% of the float64 reference's perplexity, for the
+// Q4_1 file (reference/ppl.json) and llama-quantize's Q4_K_M mix
+// (reference/smollm2-q4_k_m/ppl.json: Q5_0, Q8_0, Q4_K and Q6_K tensors).
 // The device comes from CLCHAT_TEST_DEVICE (default cpu, i.e. PoCL).
-TEST(ClchatPerplexity, SmolLM2MatchesReference) {
-  const auto ref = nlohmann::json::parse(test::read_file(test::shared_file("reference/ppl.json")));
+void expect_perplexity_matches(const std::string& model, const std::string& reference) {
+  const auto ref = nlohmann::json::parse(test::read_file(test::shared_file(reference)));
   const double want = ref.at("ppl").get<double>();
   const char* dev = std::getenv("CLCHAT_TEST_DEVICE");
-  const auto r = test::run_command(test::clchat_binary() + " perplexity -m " +
-                                   test::shared_file("models/SmolLM2-135M-Instruct.Q4_1.gguf") +
-                                   " -f " + test::shared_file("reference/ppl-text.txt") +
-                                   " --ctx 512 --device " + (dev && *dev ? dev : "cpu"));
+  const auto r =
+      test::run_command(test::clchat_binary() + " perplexity -m " + test::shared_file(model) +
+                        " -f " + test::shared_file("reference/ppl-text.txt") +
+                        " --ctx 512 --device " + (dev && *dev ? dev : "cpu"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::printf("%s%s", r.out.c_str(), r.err.c_str());
   const std::string key = "Final estimate: PPL = ";
@@ -381,6 +383,15 @@ TEST(ClchatPerplexity, SmolLM2MatchesReference) {
   const double got = std::stod(r.out.substr(at + key.size()));
   EXPECT_NEAR(got, want, 0.005 * want);
   EXPECT_NE(r.out.find("[14]"), std::string::npos) << "expected 14 windows";
+}
+
+TEST(ClchatPerplexity, SmolLM2MatchesReference) {
+  expect_perplexity_matches("models/SmolLM2-135M-Instruct.Q4_1.gguf", "reference/ppl.json");
+}
+
+TEST(ClchatPerplexity, SmolLM2Q4KMMatchesReference) {
+  expect_perplexity_matches("models/SmolLM2-135M-Instruct.Q4_K_M.gguf",
+                            "reference/smollm2-q4_k_m/ppl.json");
 }
 
 TEST(ClchatPerplexity, TooShortTextIsAUsageError) {

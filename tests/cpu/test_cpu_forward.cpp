@@ -63,10 +63,9 @@ TEST(CpuForward, RejectsOutOfRangeTokenAndPosition) {
 
 // Greedy ids must match up to the first position whose recorded margin (top-1
 // minus top-2 logit) is below 0.05; the top-5 logits must stay close there.
-TEST(CpuForward, SmolLM2MatchesReferenceGreedyIdsAndLogits) {
-  const Model model = load_model(test::shared_file("models/SmolLM2-135M-Instruct.Q4_1.gguf"));
-  const auto ref =
-      nlohmann::json::parse(test::read_file(test::shared_file("reference/greedy-smollm2.json")));
+void expect_greedy_matches(const std::string& model_file, const std::string& reference) {
+  const Model model = load_model(test::shared_file(model_file));
+  const auto ref = nlohmann::json::parse(test::read_file(test::shared_file(reference)));
   ASSERT_GE(ref["cases"].size(), 6u);
   CpuForward fwd(model, 256);  // each case restarts at position 0
   for (const auto& c : ref["cases"]) {
@@ -93,6 +92,16 @@ TEST(CpuForward, SmolLM2MatchesReferenceGreedyIdsAndLogits) {
       logits = &fwd.forward(greedy_ids[i], pos++);
     }
   }
+}
+
+TEST(CpuForward, SmolLM2MatchesReferenceGreedyIdsAndLogits) {
+  expect_greedy_matches("models/SmolLM2-135M-Instruct.Q4_1.gguf", "reference/greedy-smollm2.json");
+}
+
+// llama-quantize's Q4_K_M of the same model: Q5_0, Q8_0, Q4_K and Q6_K tensors.
+TEST(CpuForward, SmolLM2Q4KMMatchesReferenceGreedyIdsAndLogits) {
+  expect_greedy_matches("models/SmolLM2-135M-Instruct.Q4_K_M.gguf",
+                        "reference/smollm2-q4_k_m/greedy.json");
 }
 
 }  // namespace

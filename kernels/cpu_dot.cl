@@ -167,6 +167,42 @@ CPU_INLINE void rows_dot(const int wt, const __global uchar* wq, const __global 
     if (b % line_blocks == 0) {
       FOR_ROWS(r) __builtin_prefetch(wq + (blk[r] + b + pf_blocks) * QT_QB(wt));
     }
+    if (wt == 6 || wt == 12 || wt == 14) {
+      // Q5_0, Q4_K, Q6_K (Q4_K_M's layer types): the nibbles as above, the
+      // extra bits from the record, one float8 of codes per 8 values.
+      FOR_ROWS(r) {
+        const __global uchar8* qb = (const __global uchar8*)(wq + (blk[r] + b) * 16);
+        const int8 v0 = convert_int8(qb[0]), v1 = convert_int8(qb[1]);
+        int8 c0 = v0 & 15, c1 = v1 & 15, c2 = v0 >> 4, c3 = v1 >> 4;
+        if (wt == 6) {
+          const uint2 rec = ((const __global uint2*)ws)[blk[r] + b];  // d, qh
+          const int8 lanes = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+          c0 |= (((int8)(int)rec.y >> lanes) & 1) << 4;
+          c1 |= (((int8)(int)(rec.y >> 8) >> lanes) & 1) << 4;
+          c2 |= (((int8)(int)(rec.y >> 16) >> lanes) & 1) << 4;
+          c3 |= (((int8)(int)(rec.y >> 24) >> lanes) & 1) << 4;
+          float8 t = fma(convert_float8(c0), x0, convert_float8(c1) * x1);
+          t = fma(convert_float8(c2), x2, fma(convert_float8(c3), x3, t));
+          acc[r] = fma(half_to_float8((ushort)rec.x), fma((float8)-16.0f, xs, t), acc[r]);
+        } else if (wt == 12) {
+          const float2 rec = ((const __global float2*)ws)[blk[r] + b];  // scale, min
+          float8 t = fma(convert_float8(c0), x0, convert_float8(c1) * x1);
+          t = fma(convert_float8(c2), x2, fma(convert_float8(c3), x3, t));
+          acc[r] = fma((float8)rec.x, t, fma((float8)-rec.y, xs, acc[r]));
+        } else {
+          const uint4 rec = ((const __global uint4*)ws)[blk[r] + b];  // s0, s1, h0, h1
+          const int8 two = (int8)(0, 2, 4, 6, 8, 10, 12, 14);
+          c0 |= (((int8)(int)rec.z >> two) & 3) << 4;
+          c1 |= (((int8)(int)(rec.z >> 16) >> two) & 3) << 4;
+          c2 |= (((int8)(int)rec.w >> two) & 3) << 4;
+          c3 |= (((int8)(int)(rec.w >> 16) >> two) & 3) << 4;
+          const float8 lo = fma(convert_float8(c0 - 32), x0, convert_float8(c1 - 32) * x1);
+          const float8 hi = fma(convert_float8(c2 - 32), x2, convert_float8(c3 - 32) * x3);
+          acc[r] = fma((float8)as_float(rec.x), lo, fma((float8)as_float(rec.y), hi, acc[r]));
+        }
+      }
+      continue;
+    }
     if (QT_GENERIC(wt)) {
       FOR_ROWS(r) {
         const __global uchar* s8 = (const __global uchar*)ws;

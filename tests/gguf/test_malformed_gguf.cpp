@@ -749,8 +749,8 @@ TEST(MalformedStories, PatchedFields) {
   const auto& scores = l.kv("tokenizer.ggml.scores");
   expect_rejected(dir, "s-scores-count", patched_u64(b, scores.array_count_at, ~uint64_t{0}),
                   {"'tokenizer.ggml.scores': array length 18446744073709551615 exceeds"});
-  expect_rejected(dir, "s-q4k", patched_u32(b, q.type_at, 12),
-                  {"tensor 'blk.0.attn_q.weight' has unsupported type Q4_K (12)"});
+  expect_rejected(dir, "s-iq2xxs", patched_u32(b, q.type_at, 16),
+                  {"tensor 'blk.0.attn_q.weight' has unsupported type IQ2_XXS (16)"});
   expect_rejected(
       dir, "s-overflow",
       patched_u64(patched_u64(b, q.dim_at[0], uint64_t{1} << 33), q.dim_at[1], uint64_t{1} << 33),

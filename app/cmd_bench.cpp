@@ -127,9 +127,7 @@ void bench(const BenchOptions& opt) {
   std::string quant_name;
   if (!opt.synthetic.empty()) {
     SyntheticSpec spec = synthetic_preset(opt.synthetic);
-    const auto type = ggml_type_from_name(opt.quant);
-    if (!type) throw UsageError("unknown --quant '" + opt.quant + "' (q4_0, q4_1, q8_0, f16, f32)");
-    spec.layer_type = *type;
+    spec.mix = quant_mix_or_throw(opt.quant);
     path = write_synthetic_model_tmp(spec);
     remove_after = true;
   } else if (path.empty()) {
@@ -214,9 +212,7 @@ void add_bench_command(CLI::App& app, EngineSwitches& engine) {
   auto* s = cmd->add_option("--synthetic", opt->synthetic,
                             "Benchmark a synthetic model of this shape instead (smollm2-135m)");
   m->excludes(s);
-  cmd->add_option("--quant", opt->quant, "Layer weight type of the synthetic model")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"q4_0", "q4_1", "q8_0", "f16", "f32"}, CLI::ignore_case));
+  add_quant_option(*cmd, opt->quant);
   cmd->add_option("-p,--n-prompt", opt->n_prompt, "Prompt tokens (0: skip the pp test)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 16));

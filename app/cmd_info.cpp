@@ -37,6 +37,9 @@ nlohmann::ordered_json describe(const Model& model) {
   j["rms_eps"] = c.rms_eps;
   j["tied_embeddings"] = c.tied_embeddings;
   j["weight_type"] = describe_weight_type(model);
+  nlohmann::ordered_json layer_types = nlohmann::ordered_json::object();
+  for (const auto& [type, n] : layer_weight_types(model)) layer_types[ggml_type_name(type)] = n;
+  j["layer_weight_types"] = layer_types;  // most common first
   j["n_tensors"] = f.tensors().size();
   j["tensor_types"] = type_counts;
   j["tokenizer"] = sanitize_utf8(f.opt_string("tokenizer.ggml.model").value_or("none"));
@@ -67,7 +70,19 @@ void print_text(const nlohmann::ordered_json& j) {
               j["tokenizer_pre"].get<std::string>().c_str());
   std::printf("lm head:       %s\n",
               j["tied_embeddings"].get<bool>() ? "tied to token embedding" : "output.weight");
-  std::printf("weights:       %s (layer matrices)\n", j["weight_type"].get<std::string>().c_str());
+  // One type: "Q4_1 (layer matrices)"; a mix: every type, most common first,
+  // and llama-quantize's file type when the file names one.
+  const auto& layer_types = j["layer_weight_types"];
+  std::string weights = j["weight_type"].get<std::string>();
+  if (layer_types.size() > 1) {
+    std::string list;
+    for (const auto& [name, n] : layer_types.items()) list += (list.empty() ? "" : ", ") + name;
+    const bool named = weights.size() > 4 && weights.ends_with(" mix");
+    weights = list + " (layer matrices, " + (named ? weights : std::string("mixed")) + ")";
+  } else {
+    weights += " (layer matrices)";
+  }
+  std::printf("weights:       %s\n", weights.c_str());
   std::string types;
   for (const auto& [name, n] : j["tensor_types"].items()) {
     types += (types.empty() ? "" : ", ") + std::to_string(n.get<int>()) + " " + name;

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "app/commands.h"
+#include "engine/model/model.h"
 #include "engine/model/synthetic.h"
 
 namespace clchat::app {
@@ -15,21 +16,20 @@ void add_synth_command(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("synth", "Write a synthetic model with real shapes and random weights");
   cmd->add_option("--preset", opt->preset, "Shape to copy (smollm2-135m)")->capture_default_str();
-  cmd->add_option("--quant", opt->quant, "Layer weight type")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"q4_0", "q4_1", "q8_0", "f16", "f32"}, CLI::ignore_case));
+  add_quant_option(*cmd, opt->quant);
   cmd->add_option("-o,--output", opt->out, "Output GGUF file")->required();
   cmd->add_option("--vocab-from", opt->vocab_from, "Copy the tokenizer from this GGUF");
   cmd->add_option("--seed", opt->seed, "Random seed")->capture_default_str();
   cmd->callback([opt] {
     SyntheticSpec spec = synthetic_preset(opt->preset);
-    spec.layer_type = *ggml_type_from_name(opt->quant);
+    spec.mix = quant_mix_or_throw(opt->quant);
     spec.seed = opt->seed;
     std::unique_ptr<GgufFile> vocab;
     if (!opt->vocab_from.empty()) vocab = GgufFile::open(opt->vocab_from);
     make_synthetic_model(spec, vocab.get()).write(opt->out);
-    std::fprintf(stderr, "wrote %s (%s, %s layers)\n", opt->out.c_str(), spec.name.c_str(),
-                 ggml_type_name(spec.layer_type));
+    const Model written = load_model(opt->out);  // mapped, not read: cheap
+    std::fprintf(stderr, "wrote %s (%s, layer matrices %s)\n", opt->out.c_str(), spec.name.c_str(),
+                 describe_weight_type(written).c_str());
   });
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/messages.h"
+#include "engine/model/quant_mix.h"
 
 namespace clchat::app {
 
@@ -27,6 +28,12 @@ void add_synth_command(CLI::App& app);
 void add_run_command(CLI::App& app, EngineSwitches& engine);
 void add_bench_command(CLI::App& app, EngineSwitches& engine);
 void add_perplexity_command(CLI::App& app, EngineSwitches& engine);
+
+// --quant NAME: a synthetic model's weight types, checked against
+// quant_mix.h's names (an unknown one fails parsing with the list).
+CLI::Option* add_quant_option(CLI::App& cmd, std::string& quant);
+// The mix `name` stands for; UsageError when there is none.
+QuantMix quant_mix_or_throw(const std::string& name);
 
 // --no-persistent, --no-tensor-cores, --no-lookahead, --kernel-cache DIR.
 void add_engine_flags(CLI::App& cmd, EngineSwitches& switches);

@@ -1,11 +1,16 @@
-// Float32 <-> GGML storage types. Quantizers follow GGML's scalar reference
-// routines (quantize_row_q4_0_ref and friends), so files written here load in
-// llama.cpp and dequantize identically.
+// Float32 -> GGML storage types: the fp16 and bf16 conversions (bit for bit
+// as GGML's) and quantize_row's dispatch to the block quantizers
+// (quantize_block32.cpp, quantize_kquants.cpp). Every block they write is a
+// valid GGUF block that llama.cpp loads; the Q4_0, Q4_1 and Q8_0 bytes are
+// GGML's reference bytes, the other types' are clchat's own choice of scales.
 #include "engine/gguf/quant.h"
 
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+
+#include "engine/gguf/quantize_impl.h"
 
 namespace clchat {
 
@@ -61,89 +66,68 @@ uint16_t fp32_to_fp16(float f) {
 
 namespace {
 
-void quantize_q4_0(const float* x, BlockQ4_0* b, uint64_t nb) {
-  for (uint64_t i = 0; i < nb; ++i) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < 32; ++j) {
-      const float v = x[i * 32 + j];
-      if (amax < std::fabs(v)) {
-        amax = std::fabs(v);
-        max = v;
-      }
-    }
-    const float d = max / -8.0f;
-    const float id = d ? 1.0f / d : 0.0f;
-    b[i].d = fp32_to_fp16(d);
-    for (int j = 0; j < 16; ++j) {
-      const float x0 = x[i * 32 + j] * id;
-      const float x1 = x[i * 32 + 16 + j] * id;
-      const uint8_t q0 = uint8_t(std::min(15, int(x0 + 8.5f)));
-      const uint8_t q1 = uint8_t(std::min(15, int(x1 + 8.5f)));
-      b[i].qs[j] = uint8_t(q0 | (q1 << 4));
-    }
-  }
-}
-
-void quantize_q4_1(const float* x, BlockQ4_1* b, uint64_t nb) {
-  for (uint64_t i = 0; i < nb; ++i) {
-    float min = INFINITY, max = -INFINITY;
-    for (int j = 0; j < 32; ++j) {
-      min = std::min(min, x[i * 32 + j]);
-      max = std::max(max, x[i * 32 + j]);
-    }
-    const float d = (max - min) / 15.0f;
-    const float id = d ? 1.0f / d : 0.0f;
-    b[i].d = fp32_to_fp16(d);
-    b[i].m = fp32_to_fp16(min);
-    for (int j = 0; j < 16; ++j) {
-      const float x0 = (x[i * 32 + j] - min) * id;
-      const float x1 = (x[i * 32 + 16 + j] - min) * id;
-      const uint8_t q0 = uint8_t(std::min(15, int(x0 + 0.5f)));
-      const uint8_t q1 = uint8_t(std::min(15, int(x1 + 0.5f)));
-      b[i].qs[j] = uint8_t(q0 | (q1 << 4));
-    }
-  }
-}
-
-void quantize_q8_0(const float* x, BlockQ8_0* b, uint64_t nb) {
-  for (uint64_t i = 0; i < nb; ++i) {
-    float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[i * 32 + j]));
-    const float d = amax / 127.0f;
-    const float id = d ? 1.0f / d : 0.0f;
-    b[i].d = fp32_to_fp16(d);
-    for (int j = 0; j < 32; ++j) b[i].qs[j] = int8_t(std::roundf(x[i * 32 + j] * id));
-  }
+template <typename Block>
+Block* blocks(uint8_t* dst) {
+  return reinterpret_cast<Block*>(dst);
 }
 
 }  // namespace
 
+uint16_t fp32_to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffff) > 0x7f800000) return uint16_t((x >> 16) | 0x40);  // NaN: quiet, sign kept
+  // Round to nearest, ties to even: add just under half of the dropped
+  // 16 bits, plus one when the kept part is odd. Overflow carries into inf.
+  x += 0x7fff + ((x >> 16) & 1);
+  return uint16_t(x >> 16);
+}
+
 void quantize_row(GgmlType type, const float* src, uint8_t* dst, uint64_t n) {
-  const uint64_t nb = n / k_quant_block;
+  using namespace quant_detail;
+  const uint64_t block = uint64_t(ggml_block_size(type));
+  if (n % block != 0) {
+    throw std::invalid_argument("quantize_row: " + std::to_string(n) + " values are not whole " +
+                                ggml_type_name(type) + " blocks");
+  }
+  const uint64_t nb = n / block;
   switch (type) {
     case GgmlType::F32:
       std::memcpy(dst, src, n * 4);
       return;
     case GgmlType::F16:
+    case GgmlType::BF16:
       for (uint64_t i = 0; i < n; ++i) {
-        const uint16_t h = fp32_to_fp16(src[i]);
+        const uint16_t h = type == GgmlType::F16 ? fp32_to_fp16(src[i]) : fp32_to_bf16(src[i]);
         std::memcpy(dst + 2 * i, &h, 2);
       }
       return;
     case GgmlType::Q4_0:
-      quantize_q4_0(src, reinterpret_cast<BlockQ4_0*>(dst), nb);
-      return;
+      return quantize_q4_0(src, blocks<BlockQ4_0>(dst), nb);
     case GgmlType::Q4_1:
-      quantize_q4_1(src, reinterpret_cast<BlockQ4_1*>(dst), nb);
-      return;
+      return quantize_q4_1(src, blocks<BlockQ4_1>(dst), nb);
+    case GgmlType::Q5_0:
+      return quantize_q5_0(src, blocks<BlockQ5_0>(dst), nb);
+    case GgmlType::Q5_1:
+      return quantize_q5_1(src, blocks<BlockQ5_1>(dst), nb);
     case GgmlType::Q8_0:
-      quantize_q8_0(src, reinterpret_cast<BlockQ8_0*>(dst), nb);
-      return;
-    default:
-      break;
+      return quantize_q8_0(src, blocks<BlockQ8_0>(dst), nb);
+    case GgmlType::IQ4_NL:
+      return quantize_iq4_nl(src, blocks<BlockIQ4_NL>(dst), nb);
+    case GgmlType::Q2_K:
+      return quantize_q2_k(src, blocks<BlockQ2_K>(dst), nb);
+    case GgmlType::Q3_K:
+      return quantize_q3_k(src, blocks<BlockQ3_K>(dst), nb);
+    case GgmlType::Q4_K:
+      return quantize_q4_k(src, blocks<BlockQ4_K>(dst), nb);
+    case GgmlType::Q5_K:
+      return quantize_q5_k(src, blocks<BlockQ5_K>(dst), nb);
+    case GgmlType::Q6_K:
+      return quantize_q6_k(src, blocks<BlockQ6_K>(dst), nb);
+    case GgmlType::IQ4_XS:
+      return quantize_iq4_xs(src, blocks<BlockIQ4_XS>(dst), nb);
   }
-  throw std::invalid_argument(std::string("quantize_row: no quantizer for ") +
-                              ggml_type_name(type));
+  throw std::invalid_argument("quantize_row: unknown type id " + std::to_string(uint32_t(type)));
 }
 
 std::vector<uint8_t> quantize_matrix(GgmlType type, std::span<const float> values, uint64_t n) {

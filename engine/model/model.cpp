@@ -2,9 +2,12 @@
 // Key names follow llama.cpp's conventions ("llama.embedding_length", ...).
 #include "engine/model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
+
+#include "engine/model/quant_mix.h"
 
 namespace clchat {
 
@@ -129,19 +132,32 @@ Model load_model(const std::string& path) {
   return m;
 }
 
-std::string describe_weight_type(const Model& model) {
-  std::map<std::string, int> counts;
+std::vector<std::pair<GgmlType, int>> layer_weight_types(const Model& model) {
+  std::map<GgmlType, int> counts;
   for (const auto& l : model.tensors.layers) {
     for (const GgufTensor* t : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) {
-      ++counts[ggml_type_name(t->type)];
+      ++counts[t->type];
     }
   }
-  std::string best;
-  int best_n = -1;
-  for (const auto& [name, n] : counts) {
-    if (n > best_n) best = name, best_n = n;
+  std::vector<std::pair<GgmlType, int>> types(counts.begin(), counts.end());
+  std::stable_sort(types.begin(), types.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  return types;
+}
+
+std::string describe_weight_type(const Model& model) {
+  const auto types = layer_weight_types(model);
+  if (types.size() == 1) return ggml_type_name(types[0].first);
+  // Display only: a general.file_type of the wrong type is ignored, not an error.
+  if (const GgufValue* v = model.file->find("general.file_type")) {
+    if (const auto* id = std::get_if<uint64_t>(&v->data)) {
+      if (const auto name = llama_file_type_name(*id)) return *name + " mix";
+    }
   }
-  return best;
+  std::string list;
+  for (const auto& [type, n] : types)
+    list += (list.empty() ? "" : ", ") + std::string(ggml_type_name(type));
+  return list;
 }
 
 }  // namespace clchat

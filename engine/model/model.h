@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/gguf/gguf.h"
@@ -62,7 +63,13 @@ ModelTensors find_model_tensors(const GgufFile& file, const ModelConfig& config)
 // Opens and checks a model file; throws GgufError with the file name.
 Model load_model(const std::string& path);
 
-// Most common layer weight type ("Q4_1"), for display.
+// The types of the seven layer matrices with their counts, most common
+// first (ties: in GGML's id order).
+std::vector<std::pair<GgmlType, int>> layer_weight_types(const Model& model);
+// For display: the layer matrices' type ("Q4_1") when they share one; for a
+// mix, llama-quantize's file type from general.file_type ("Q4_K_M mix")
+// when it names one of quant_mix.h's, else the types, most common first
+// ("Q5_0, Q4_K, Q6_K, Q8_0").
 std::string describe_weight_type(const Model& model);
 
 }  // namespace clchat

@@ -89,28 +89,39 @@ GgufWriter make_synthetic_model(const SyntheticSpec& s, const GgufFile* vocab_fr
                                   std::to_string(s.n_vocab));
     }
   }
+  if (s.mix && s.mix->file_type >= 0) {
+    w.set("general.file_type", GgufValue::u32(uint32_t(s.mix->file_type)));
+  }
+  const MixModel mix_model{s.n_layer, s.n_head / s.n_head_kv, s.tied};
+  // The matrix `name` of layer il (-1: none) with rows of n_in values.
+  auto type_of = [&](const std::string& name, uint64_t n_in, int il) {
+    if (s.mix) return mix_tensor_type(*s.mix, name, n_in, il, mix_model);
+    const bool embd = name == "token_embd.weight" || name == "output.weight";
+    return embd ? s.embd_type : s.layer_type;
+  };
   Rng rng{s.seed};
   const uint64_t embd = uint64_t(s.n_embd), ff = uint64_t(s.n_ff);
   const uint64_t kv = uint64_t(s.n_embd / s.n_head * s.n_head_kv);
-  add_matrix(w, rng, "token_embd.weight", s.embd_type, embd, uint64_t(s.n_vocab), 1.0f);
+  auto matrix = [&](const std::string& name, int il, uint64_t n_in, uint64_t rows, float std) {
+    add_matrix(w, rng, name, type_of(name, n_in, il), n_in, rows, std);
+  };
+  matrix("token_embd.weight", -1, embd, uint64_t(s.n_vocab), 1.0f);
   add_norm(w, rng, "output_norm.weight", embd);
-  if (!s.tied) {
-    add_matrix(w, rng, "output.weight", s.embd_type, embd, uint64_t(s.n_vocab),
-               1.0f / std::sqrt(float(embd)));
-  }
+  if (!s.tied)
+    matrix("output.weight", -1, embd, uint64_t(s.n_vocab), 1.0f / std::sqrt(float(embd)));
   const float std_in = 1.0f / std::sqrt(float(embd));
   const float std_ff = 1.0f / std::sqrt(float(ff));
   for (int il = 0; il < s.n_layer; ++il) {
     const std::string b = "blk." + std::to_string(il) + ".";
     add_norm(w, rng, b + "attn_norm.weight", embd);
-    add_matrix(w, rng, b + "attn_q.weight", s.layer_type, embd, embd, std_in);
-    add_matrix(w, rng, b + "attn_k.weight", s.layer_type, embd, kv, std_in);
-    add_matrix(w, rng, b + "attn_v.weight", s.layer_type, embd, kv, std_in);
-    add_matrix(w, rng, b + "attn_output.weight", s.layer_type, embd, embd, std_in);
+    matrix(b + "attn_q.weight", il, embd, embd, std_in);
+    matrix(b + "attn_k.weight", il, embd, kv, std_in);
+    matrix(b + "attn_v.weight", il, embd, kv, std_in);
+    matrix(b + "attn_output.weight", il, embd, embd, std_in);
     add_norm(w, rng, b + "ffn_norm.weight", embd);
-    add_matrix(w, rng, b + "ffn_gate.weight", s.layer_type, embd, ff, std_in);
-    add_matrix(w, rng, b + "ffn_up.weight", s.layer_type, embd, ff, std_in);
-    add_matrix(w, rng, b + "ffn_down.weight", s.layer_type, ff, embd, std_ff);
+    matrix(b + "ffn_gate.weight", il, embd, ff, std_in);
+    matrix(b + "ffn_up.weight", il, embd, ff, std_in);
+    matrix(b + "ffn_down.weight", il, ff, embd, std_ff);
   }
   return w;
 }

@@ -2,14 +2,19 @@
 // deterministic random weights, so GPU benchmarks and tests need not ship the
 // real weights. Matrices are uniform with standard deviation 1/sqrt(n_in)
 // (activations stay O(1) through the layers); norm weights are near 1.
+// Matrix types come either from layer_type/embd_type or from a QuantMix
+// (engine/model/quant_mix.h: a single type, or llama-quantize's per-tensor
+// rule for a file type such as Q4_K_M).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "engine/gguf/gguf.h"
+#include "engine/model/quant_mix.h"
 
 namespace clchat {
 
@@ -26,6 +31,9 @@ struct SyntheticSpec {
   float rms_eps = 1e-5f;
   GgmlType layer_type = GgmlType::Q4_0;  // the seven matrices of each layer
   GgmlType embd_type = GgmlType::Q8_0;   // token embedding (and output when not tied)
+  // When set, every matrix's type is mix_tensor_type()'s (layer_type and
+  // embd_type are not used) and general.file_type is the mix's llama_ftype.
+  std::optional<QuantMix> mix;
   bool tied = true;
   uint64_t seed = 1;
 };

@@ -98,6 +98,50 @@ TEST(Cli, InfoJsonDescribesSmolLM2) {
   EXPECT_EQ(j["chat_template"], true);
 }
 
+// llama-quantize's Q4_K_M: the layer matrices' types, most common first (ties
+// in GGML's id order), and the file type general.file_type names.
+TEST(Cli, InfoDescribesAMixedFile) {
+  const std::string model = test::shared_file("models/SmolLM2-135M-Instruct.Q4_K_M.gguf");
+  const auto r = test::run_command(test::clchat_binary() + " info --json -m " + model);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::ordered_json::parse(r.out);
+  EXPECT_EQ(j["weight_type"], "Q4_K_M mix");
+  EXPECT_EQ(j["layer_weight_types"].dump(), R"({"Q5_0":166,"Q4_K":16,"Q8_0":14,"Q6_K":14})");
+  const auto text = test::run_command(test::clchat_binary() + " info -m " + model);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("weights:       Q5_0, Q4_K, Q8_0, Q6_K (layer matrices, Q4_K_M mix)\n"),
+            std::string::npos)
+      << text.out;
+}
+
+// synth --quant takes llama-quantize's file types (any case) and writes the
+// mix llama-quantize would; an unknown name is one usage error listing the
+// accepted ones, for synth and bench alike.
+TEST(Cli, SynthQuantMixes) {
+  const test::TempDir dir;
+  const std::string out = dir.file("q4_k_m.gguf");
+  const auto r = test::run_command(test::clchat_binary() + " synth --quant Q4_K_M -o " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("Q4_K_M mix"), std::string::npos) << r.err;
+  const auto info = test::run_command(test::clchat_binary() + " info --json -m " + out);
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  const auto j = nlohmann::json::parse(info.out);
+  EXPECT_EQ(j["weight_type"], "Q4_K_M mix");
+  EXPECT_EQ(j["tensor_types"],
+            nlohmann::json({{"F32", 61}, {"Q5_0", 166}, {"Q4_K", 16}, {"Q6_K", 14}, {"Q8_0", 15}}));
+  for (const std::string& cmd :
+       {" synth -o " + dir.file("x.gguf"), std::string(" bench --synthetic smollm2-135m")}) {
+    const auto bad = test::run_command(test::clchat_binary() + cmd + " --quant q4_k_x");
+    EXPECT_EQ(bad.exit_code, 2) << cmd;
+    EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+    EXPECT_NE(bad.err.find("unknown quantization 'q4_k_x'"), std::string::npos) << bad.err;
+    EXPECT_NE(bad.err.find("q3_k_l"), std::string::npos) << bad.err;
+  }
+  const auto help = test::run_command(test::clchat_binary() + " bench --help");
+  EXPECT_NE(help.out.find("q4_k_m"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("iq4_xs"), std::string::npos) << help.out;
+}
+
 const char* k_stories_ids =
     "432 383 286 261 376 298 315 421 395 317 426 338 401 396 267 337 410 408 419 292 411 322 265 "
     "282 295 433 426 385 328 432 358 394 261 370 432 352 266 268 388 426 338 391 266 267 337 335 "

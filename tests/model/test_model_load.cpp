@@ -226,7 +226,8 @@ TEST(ModelLoadDefaults, WithoutTokenizerAndWithOtherEmbeddingType) {
   spec.n_vocab = 77;
   spec.tied = true;
   TinyModel tm = test::make_tiny_model(spec);
-  // Mixed layer types: the most common one names the model.
+  // Mixed layer types: described by the file's general.file_type (the
+  // fixture writes MOSTLY_Q4_0); the types, most common first, beside it.
   for (int il = 0; il < spec.n_layer; ++il) {
     const std::string name = "blk." + std::to_string(il) + ".ffn_down.weight";
     *tm.find_tensor(name) =
@@ -238,7 +239,10 @@ TEST(ModelLoadDefaults, WithoutTokenizerAndWithOtherEmbeddingType) {
   EXPECT_EQ(m.tensors.token_embd->type, GgmlType::Q8_0);
   EXPECT_EQ(m.tensors.output->type, GgmlType::Q8_0);
   EXPECT_EQ(m.tensors.layers[1].ffn_down->type, GgmlType::Q8_0);
-  EXPECT_EQ(describe_weight_type(m), "Q4_0");
+  EXPECT_EQ(m.file->get_uint("general.file_type"), 2u);
+  EXPECT_EQ(describe_weight_type(m), "Q4_0 mix");
+  EXPECT_EQ(layer_weight_types(m),
+            (std::vector<std::pair<GgmlType, int>>{{GgmlType::Q4_0, 12}, {GgmlType::Q8_0, 2}}));
   EXPECT_FALSE(m.file->has("tokenizer.ggml.tokens"));
 }
 

@@ -39,12 +39,16 @@
 //
 // Weights live in one arena buffer; `layer_off` holds byte offsets per layer
 // (LO_* in kernels/persistent_layout.cl, built before this file). Types are
-// compile-time: WT_QKV, WT_WO, WT_FFN (gate and up), WT_DOWN, WT_HEAD,
-// WT_EMBD (GGML type ids 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0, 30 BF16 and
-// the others of kernels/quant_blocks.cl, built before this file); layouts
-// are those of engine/cl/block_layout.h. Q4_0, Q4_1 and Q8_0 have loops of
-// their own (and rows held in registers across barriers); the other types
-// are read 8 values at a time by block_values8.
+// compile-time: WT_Q, WT_K, WT_V, WT_WO, WT_FFN (gate and up), WT_DOWN, each
+// with a second type WT_<role>_ALT for the layers whose LO_ALT word says so
+// (persistent_layout.cl), WT_HEAD, WT_EMBD (GGML type ids 0 F32, 1 F16, 2
+// Q4_0, 3 Q4_1, 8 Q8_0, 30 BF16 and the others of kernels/quant_blocks.cl,
+// built before this file); layouts are those of engine/cl/block_layout.h.
+// Q4_0, Q4_1 and Q8_0 have loops of their own (and rows held in registers
+// across barriers); the other types are read 8 values at a time by
+// block_values8. Where a role has one type (ALT = its type), its ALT
+// branches fold away; Q, K and V of one type (QKV_STACKED) are one stacked
+// matrix.
 //
 // The barrier counts arrivals on a counter that only the host resets: barrier
 // k of this launch waits until counter - (bar_base + k * n_groups) >= 0 in
@@ -492,6 +496,24 @@ INLINE float row_dot_regs(int type, const __global uchar* wq, const __global uch
   }
 }
 
+// row_load and row_dot_regs for a role's matrix in a layer that uses the
+// role's ALT type (type_alt) where `alt`; type == type_alt makes `alt` a
+// constant false at every call (USES_ALT), and only `type`'s code is left.
+INLINE void row_load_alt(int type, int type_alt, bool alt, const __global uchar* wq,
+                         const __global uchar* ws, int n_in, int row, int lane, RowRegs* r) {
+  if (alt) {
+    row_load(type_alt, wq, ws, n_in, row, lane, r);
+  } else {
+    row_load(type, wq, ws, n_in, row, lane, r);
+  }
+}
+INLINE float row_dot_regs_alt(int type, int type_alt, bool alt, const __global uchar* wq,
+                              const __global uchar* ws, int n_in, int row, const __local float* x,
+                              int lane, const RowRegs* r) {
+  return alt ? row_dot_regs(type_alt, wq, ws, n_in, row, x, lane, r)
+             : row_dot_regs(type, wq, ws, n_in, row, x, lane, r);
+}
+
 // ---- weights into L2 ----------------------------------------------------------
 
 // Bytes of one row's payloads and scales in the repacked layout.
@@ -690,12 +712,70 @@ INLINE float2 pair_cs(const __global float2* rope_cs, int pos, int r0, int lane)
              : (float2)(0.0f);
 }
 
-// Rows 2 * pair and 2 * pair + 1 of the Q/K/V matrix of layer lo into ra, rb.
-INLINE void qkv_load_pair(const Weights* w, const __global ulong* lo, int pair, int lane,
-                          RowRegs* ra, RowRegs* rb) {
-  row_load(WT_QKV, w->arena + lo[LO_QKV_Q], w->arena + lo[LO_QKV_S], N_EMBD, 2 * pair, lane, ra);
-  row_load(WT_QKV, w->arena + lo[LO_QKV_Q], w->arena + lo[LO_QKV_S], N_EMBD, 2 * pair + 1, lane,
-           rb);
+// A P1 row pair: rows 2 pair and 2 pair + 1 of [Q; K; V] (RoPE pairs never
+// straddle two matrices: N_EMBD and N_EMBD_KV are even), where they are in
+// layer lo: the matrix (payloads, scales), the pair's first row there, and
+// the matrix's type in this layer. `alt`: the layer's LO_ALT word.
+typedef struct {
+  const __global uchar* wq;
+  const __global uchar* ws;
+  int row;
+  int type;
+} QkvPair;
+INLINE QkvPair qkv_pair(const __global uchar* arena, const __global ulong* lo, int pair, uint alt) {
+  QkvPair p;
+#if QKV_STACKED
+  p.wq = arena + lo[LO_Q_Q];
+  p.ws = arena + lo[LO_Q_S];
+  p.row = 2 * pair;
+  p.type = WT_Q;
+#else
+  const int r0 = 2 * pair;
+  const int m = r0 < N_EMBD ? 0 : r0 < N_EMBD + N_EMBD_KV ? 1 : 2;  // Q, K, V
+  const int slot = m == 0 ? LO_Q_Q : m == 1 ? LO_K_Q : LO_V_Q;      // its _S follows
+  p.wq = arena + lo[slot];
+  p.ws = arena + lo[slot + 1];
+  p.row = m == 0 ? r0 : m == 1 ? r0 - N_EMBD : r0 - N_EMBD - N_EMBD_KV;
+  p.type = m == 0   ? (WT_Q_ALT != WT_Q && (alt & ALT_Q) ? WT_Q_ALT : WT_Q)
+           : m == 1 ? (WT_K_ALT != WT_K && (alt & ALT_K) ? WT_K_ALT : WT_K)
+                    : (WT_V_ALT != WT_V && (alt & ALT_V) ? WT_V_ALT : WT_V);
+#endif
+  return p;
+}
+
+// row_load and row_dot_regs for a P1 matrix of type `type`, one of WT_Q,
+// WT_K, WT_V and their ALT: each distinct type's code once (QKV_STACKED: the
+// first case alone).
+INLINE void qkv_row_load(int type, const __global uchar* wq, const __global uchar* ws, int row,
+                         int lane, RowRegs* r) {
+  if (type == WT_Q) {
+    row_load(WT_Q, wq, ws, N_EMBD, row, lane, r);
+  } else if (type == WT_K) {
+    row_load(WT_K, wq, ws, N_EMBD, row, lane, r);
+  } else if (type == WT_V) {
+    row_load(WT_V, wq, ws, N_EMBD, row, lane, r);
+  } else if (type == WT_Q_ALT) {
+    row_load(WT_Q_ALT, wq, ws, N_EMBD, row, lane, r);
+  } else if (type == WT_K_ALT) {
+    row_load(WT_K_ALT, wq, ws, N_EMBD, row, lane, r);
+  } else {
+    row_load(WT_V_ALT, wq, ws, N_EMBD, row, lane, r);
+  }
+}
+INLINE float qkv_row_dot(int type, const __global uchar* wq, const __global uchar* ws, int row,
+                         const __local float* x, int lane, const RowRegs* r) {
+  if (type == WT_Q) return row_dot_regs(WT_Q, wq, ws, N_EMBD, row, x, lane, r);
+  if (type == WT_K) return row_dot_regs(WT_K, wq, ws, N_EMBD, row, x, lane, r);
+  if (type == WT_V) return row_dot_regs(WT_V, wq, ws, N_EMBD, row, x, lane, r);
+  if (type == WT_Q_ALT) return row_dot_regs(WT_Q_ALT, wq, ws, N_EMBD, row, x, lane, r);
+  if (type == WT_K_ALT) return row_dot_regs(WT_K_ALT, wq, ws, N_EMBD, row, x, lane, r);
+  return row_dot_regs(WT_V_ALT, wq, ws, N_EMBD, row, x, lane, r);
+}
+
+// The pair's two rows into ra, rb.
+INLINE void qkv_load_pair(const QkvPair* p, int lane, RowRegs* ra, RowRegs* rb) {
+  qkv_row_load(p->type, p->wq, p->ws, p->row, lane, ra);
+  qkv_row_load(p->type, p->wq, p->ws, p->row + 1, lane, rb);
 }
 
 // P1's loads that need nothing from the other work-groups, issued before the
@@ -704,7 +784,10 @@ INLINE void qkv_load_pair(const Weights* w, const __global ulong* lo, int pair, 
 INLINE void qkv_early_loads(const Weights* w, int il, const Place* at, RowRegs* ra, RowRegs* rb,
                             float4* gw) {
   const __global ulong* lo = w->layer_off + il * LO_N;
-  if (il < N_LAYER && at->gwarp < N_QKV / 2) qkv_load_pair(w, lo, at->gwarp, at->lane, ra, rb);
+  if (il < N_LAYER && at->gwarp < N_QKV / 2) {
+    const QkvPair p = qkv_pair(w->arena, lo, at->gwarp, (uint)lo[LO_ALT]);
+    qkv_load_pair(&p, at->lane, ra, rb);
+  }
   load_norm(gw,
             (const __global float*)(w->arena + (il < N_LAYER ? lo[LO_ATTN_NORM] : w->out_norm)));
 }
@@ -719,17 +802,17 @@ INLINE void qkv_rope_append(const Weights* w, const State* s, const Local* lm, c
                             volatile const __global float* x_in, const float4* gw, float2 cs_first,
                             RowRegs* ra, RowRegs* rb) {
   const float scale = stage_norm(lm->xl, x_in, gw, lm->red);
+  const uint alt = QKV_STACKED ? 0u : (uint)lo[LO_ALT];
   for (int pair = at->gwarp; pair < N_QKV / 2; pair += at->n_gwarps) {
     const int r0 = 2 * pair;
     const bool rotate = pair_rotates(r0);
     // The rotation's cos/sin load goes out with the rows' loads.
     const float2 cs = pair == at->gwarp ? cs_first : pair_cs(w->rope_cs, pos, r0, at->lane);
-    if (pair != at->gwarp) qkv_load_pair(w, lo, pair, at->lane, ra, rb);
+    const QkvPair p = qkv_pair(w->arena, lo, pair, alt);
+    if (pair != at->gwarp) qkv_load_pair(&p, at->lane, ra, rb);
     // Both rows' loads are issued before the shuffles (asm) of either sum.
-    float a = row_dot_regs(WT_QKV, w->arena + lo[LO_QKV_Q], w->arena + lo[LO_QKV_S], N_EMBD, r0,
-                           lm->xl, at->lane, ra);
-    float b = row_dot_regs(WT_QKV, w->arena + lo[LO_QKV_Q], w->arena + lo[LO_QKV_S], N_EMBD, r0 + 1,
-                           lm->xl, at->lane, rb);
+    float a = qkv_row_dot(p.type, p.wq, p.ws, p.row, lm->xl, at->lane, ra);
+    float b = qkv_row_dot(p.type, p.wq, p.ws, p.row + 1, lm->xl, at->lane, rb);
     a = warp_sum(a) * scale;
     b = warp_sum(b) * scale;
     if (at->lane == 0) {
@@ -752,6 +835,20 @@ INLINE void qkv_rope_append(const Weights* w, const State* s, const Local* lm, c
   }
 }
 
+// Rows first, first + stride, ... of layer lo's [Q; K; V] into L2.
+INLINE void prefetch_qkv(const __global uchar* arena, const __global ulong* lo, int first,
+                         int stride, int lane) {
+#if QKV_STACKED
+  prefetch_rows(WT_Q, arena, lo + LO_Q_Q, lo + LO_Q_S, N_EMBD, N_QKV, first, stride, lane);
+#else
+  for (int r = first; r < N_QKV; r += stride) {
+    const QkvPair p = qkv_pair(arena, lo, r / 2, (uint)lo[LO_ALT]);
+    prefetch_row(p.wq, p.ws, row_q_bytes(p.type, N_EMBD), row_s_bytes(p.type, N_EMBD),
+                 p.row + r % 2, lane);
+  }
+#endif
+}
+
 // Layer il + 1's Wo, gate, up and down rows and layer il + 2's Q/K/V rows
 // (layer 0 also its own and layer 1's) into L2, rows to warps first,
 // first + stride, ...; in each of the last HEAD_PF_LAYERS layers a share of
@@ -762,14 +859,14 @@ INLINE void prefetch_weights(const Weights* w, int il, int first, int stride, in
   for (int lp = il + (il == 0 ? 0 : 1); lp <= il + 1 && lp < N_LAYER; ++lp) {
     const __global ulong* lq = w->layer_off + lp * LO_N;
     const __global uchar* a = w->arena;
-    prefetch_rows(WT_WO, a, lq + LO_WO_Q, lq + LO_WO_S, N_EMBD, N_EMBD, first, stride, lane);
-    prefetch_rows(WT_FFN, a, lq + LO_GATE_Q, lq + LO_GATE_S, N_EMBD, N_FF, first, stride, lane);
-    prefetch_rows(WT_FFN, a, lq + LO_UP_Q, lq + LO_UP_S, N_EMBD, N_FF, first, stride, lane);
-    prefetch_rows(WT_DOWN, a, lq + LO_DOWN_Q, lq + LO_DOWN_S, N_FF, N_EMBD, first, stride, lane);
-    if (lp + 1 < N_LAYER) {
-      prefetch_rows(WT_QKV, a, lq + LO_N + LO_QKV_Q, lq + LO_N + LO_QKV_S, N_EMBD, N_QKV, first,
-                    stride, lane);
-    }
+    const int wt_wo = USES_ALT(lq, WO) ? WT_WO_ALT : WT_WO;
+    const int wt_ffn = USES_ALT(lq, FFN) ? WT_FFN_ALT : WT_FFN;
+    const int wt_down = USES_ALT(lq, DOWN) ? WT_DOWN_ALT : WT_DOWN;
+    prefetch_rows(wt_wo, a, lq + LO_WO_Q, lq + LO_WO_S, N_EMBD, N_EMBD, first, stride, lane);
+    prefetch_rows(wt_ffn, a, lq + LO_GATE_Q, lq + LO_GATE_S, N_EMBD, N_FF, first, stride, lane);
+    prefetch_rows(wt_ffn, a, lq + LO_UP_Q, lq + LO_UP_S, N_EMBD, N_FF, first, stride, lane);
+    prefetch_rows(wt_down, a, lq + LO_DOWN_Q, lq + LO_DOWN_S, N_FF, N_EMBD, first, stride, lane);
+    if (lp + 1 < N_LAYER) prefetch_qkv(a, lq + LO_N, first, stride, lane);
   }
   if (il >= N_LAYER - HEAD_PF_LAYERS) {
     const int j = il - (N_LAYER - HEAD_PF_LAYERS);
@@ -968,28 +1065,33 @@ INLINE void attention(const State* s, const Local* lm, const Place* at, size_t c
 // ---- P3 and P5: x += W in -------------------------------------------------------
 
 // Loaded before the wait that precedes matvec_residual: this warp's first
-// row of W (N_EMBD x n_in, type `type`), whose payloads and scales are at
-// arena + *q_off, arena + *s_off.
-INLINE void matvec_first_row(int type, const __global uchar* arena, const __global ulong* q_off,
-                             const __global ulong* s_off, int n_in, const Place* at, RowRegs* r) {
-  if (at->gwarp < N_EMBD)
-    row_load(type, arena + *q_off, arena + *s_off, n_in, at->gwarp, at->lane, r);
+// row of W (N_EMBD x n_in, type `type`, or type_alt where `alt`), whose
+// payloads and scales are at arena + *q_off, arena + *s_off.
+INLINE void matvec_first_row(int type, int type_alt, bool alt, const __global uchar* arena,
+                             const __global ulong* q_off, const __global ulong* s_off, int n_in,
+                             const Place* at, RowRegs* r) {
+  if (at->gwarp < N_EMBD) {
+    row_load_alt(type, type_alt, alt, arena + *q_off, arena + *s_off, n_in, at->gwarp, at->lane, r);
+  }
 }
 
-// x += W in, W (N_EMBD x n_in, type `type`, at arena + *q_off, *s_off), in
-// (n_in) written by the other work-groups: P3 (Wo, att) and P5 (down, h).
-// The warp's first row is in r. (The offsets are read where the row loads
-// need them, after the staging's barrier, as the loads of a row are.)
-INLINE void matvec_residual(int type, const __global uchar* arena, const __global ulong* q_off,
-                            const __global ulong* s_off, int n_in,
+// x += W in, W (N_EMBD x n_in, type `type`, or type_alt where `alt`, at
+// arena + *q_off, *s_off), in (n_in) written by the other work-groups: P3
+// (Wo, att) and P5 (down, h). The warp's first row is in r. (The offsets
+// are read where the row loads need them, after the staging's barrier, as
+// the loads of a row are.)
+INLINE void matvec_residual(int type, int type_alt, bool alt, const __global uchar* arena,
+                            const __global ulong* q_off, const __global ulong* s_off, int n_in,
                             volatile const __global float* in, __global float* x, __local float* xl,
                             const Place* at, RowRegs* r) {
   stage_padded(xl, in, n_in);
   for (int row = at->gwarp; row < N_EMBD; row += at->n_gwarps) {
     const float x_row = at->lane == 0 ? ((volatile __global float*)x)[row] : 0.0f;  // early
-    if (row != at->gwarp) row_load(type, arena + *q_off, arena + *s_off, n_in, row, at->lane, r);
-    const float v =
-        warp_sum(row_dot_regs(type, arena + *q_off, arena + *s_off, n_in, row, xl, at->lane, r));
+    if (row != at->gwarp) {
+      row_load_alt(type, type_alt, alt, arena + *q_off, arena + *s_off, n_in, row, at->lane, r);
+    }
+    const float v = warp_sum(row_dot_regs_alt(type, type_alt, alt, arena + *q_off, arena + *s_off,
+                                              n_in, row, xl, at->lane, r));
     if (at->lane == 0) x[row] = x_row + v;
   }
 }
@@ -1001,10 +1103,11 @@ INLINE void matvec_residual(int type, const __global uchar* arena, const __globa
 INLINE void ffn_early_loads(const Weights* w, const __global ulong* lo, const Place* at,
                             RowRegs* ra, RowRegs* rb, float4* gw) {
   if (at->gwarp < N_FF) {
-    row_load(WT_FFN, w->arena + lo[LO_GATE_Q], w->arena + lo[LO_GATE_S], N_EMBD, at->gwarp,
-             at->lane, ra);
-    row_load(WT_FFN, w->arena + lo[LO_UP_Q], w->arena + lo[LO_UP_S], N_EMBD, at->gwarp, at->lane,
-             rb);
+    const bool alt = USES_ALT(lo, FFN);
+    row_load_alt(WT_FFN, WT_FFN_ALT, alt, w->arena + lo[LO_GATE_Q], w->arena + lo[LO_GATE_S],
+                 N_EMBD, at->gwarp, at->lane, ra);
+    row_load_alt(WT_FFN, WT_FFN_ALT, alt, w->arena + lo[LO_UP_Q], w->arena + lo[LO_UP_S], N_EMBD,
+                 at->gwarp, at->lane, rb);
   }
   load_norm(gw, (const __global float*)(w->arena + lo[LO_FFN_NORM]));
 }
@@ -1015,15 +1118,18 @@ INLINE void ffn_gate_up(const Weights* w, const State* s, const Local* lm, const
                         const __global ulong* lo, const float4* gw, RowRegs* ra, RowRegs* rb) {
   const float scale = stage_norm(lm->xl, s->x, gw, lm->red);
   const __global uchar* a = w->arena;
+  const bool alt = USES_ALT(lo, FFN);
   for (int row = at->gwarp; row < N_FF; row += at->n_gwarps) {
     if (row != at->gwarp) {
-      row_load(WT_FFN, a + lo[LO_GATE_Q], a + lo[LO_GATE_S], N_EMBD, row, at->lane, ra);
-      row_load(WT_FFN, a + lo[LO_UP_Q], a + lo[LO_UP_S], N_EMBD, row, at->lane, rb);
+      row_load_alt(WT_FFN, WT_FFN_ALT, alt, a + lo[LO_GATE_Q], a + lo[LO_GATE_S], N_EMBD, row,
+                   at->lane, ra);
+      row_load_alt(WT_FFN, WT_FFN_ALT, alt, a + lo[LO_UP_Q], a + lo[LO_UP_S], N_EMBD, row, at->lane,
+                   rb);
     }
-    float g = row_dot_regs(WT_FFN, a + lo[LO_GATE_Q], a + lo[LO_GATE_S], N_EMBD, row, lm->xl,
-                           at->lane, ra);
-    float u =
-        row_dot_regs(WT_FFN, a + lo[LO_UP_Q], a + lo[LO_UP_S], N_EMBD, row, lm->xl, at->lane, rb);
+    float g = row_dot_regs_alt(WT_FFN, WT_FFN_ALT, alt, a + lo[LO_GATE_Q], a + lo[LO_GATE_S],
+                               N_EMBD, row, lm->xl, at->lane, ra);
+    float u = row_dot_regs_alt(WT_FFN, WT_FFN_ALT, alt, a + lo[LO_UP_Q], a + lo[LO_UP_S], N_EMBD,
+                               row, lm->xl, at->lane, rb);
     g = warp_sum(g) * scale;
     u = warp_sum(u) * scale;
     if (at->lane == 0) s->h[row] = g / (1.0f + exp(-g)) * u;
@@ -1160,11 +1266,13 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     }
     attention(&s, &lm, &at, cache_base, n_pos, n_split);
     grid_arrive(&gb);
-    matvec_first_row(WT_WO, arena, lo + LO_WO_Q, lo + LO_WO_S, N_EMBD, &at, &ra);
+    matvec_first_row(WT_WO, WT_WO_ALT, USES_ALT(lo, WO), arena, lo + LO_WO_Q, lo + LO_WO_S, N_EMBD,
+                     &at, &ra);
     grid_wait(&gb, &at);
 
     // P3: x += Wo att
-    matvec_residual(WT_WO, arena, lo + LO_WO_Q, lo + LO_WO_S, N_EMBD, att, x, xl, &at, &ra);
+    matvec_residual(WT_WO, WT_WO_ALT, USES_ALT(lo, WO), arena, lo + LO_WO_Q, lo + LO_WO_S, N_EMBD,
+                    att, x, xl, &at, &ra);
     grid_arrive(&gb);
     ffn_early_loads(&w, lo, &at, &ra, &rb, gw);
     grid_wait(&gb, &at);
@@ -1172,11 +1280,13 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     // P4: h = silu(Wg rmsnorm(x)) * (Wu rmsnorm(x))
     ffn_gate_up(&w, &s, &lm, &at, lo, gw, &ra, &rb);
     grid_arrive(&gb);
-    matvec_first_row(WT_DOWN, arena, lo + LO_DOWN_Q, lo + LO_DOWN_S, N_FF, &at, &ra);
+    matvec_first_row(WT_DOWN, WT_DOWN_ALT, USES_ALT(lo, DOWN), arena, lo + LO_DOWN_Q,
+                     lo + LO_DOWN_S, N_FF, &at, &ra);
     grid_wait(&gb, &at);
 
     // P5: x += Wd h
-    matvec_residual(WT_DOWN, arena, lo + LO_DOWN_Q, lo + LO_DOWN_S, N_FF, h, x, xl, &at, &ra);
+    matvec_residual(WT_DOWN, WT_DOWN_ALT, USES_ALT(lo, DOWN), arena, lo + LO_DOWN_Q, lo + LO_DOWN_S,
+                    N_FF, h, x, xl, &at, &ra);
     grid_arrive(&gb);
     qkv_early_loads(&w, il + 1, &at, &ra, &rb, gw);
     grid_wait(&gb, &at);

@@ -55,6 +55,12 @@
 // comes back as -2 on the multi-kernel plan, and re-arms the kernel (a few
 // times; then the plan stays).
 //
+// Weight types are compile-time per role, with a second (ALT) type per role
+// for the layers whose LO_ALT word says so (kernels/persistent_layout.cl):
+// each rows_dot call then has two literal types and a branch, which folds
+// away where the role has one type. Q, K and V of different types are three
+// matrices; of one type, one stacked matrix (QKV_STACKED).
+//
 // Work-groups have 2 work-items of which only the first works: the size is
 // a compile-time constant for PoCL, and newer PoCL schedulers weigh a
 // group's cost by log2 of its size, which is 0 for a single work-item.
@@ -301,24 +307,73 @@ CPU_INLINE void embed(const Weights* w, __global float* x, int token) {
   }
 }
 
+// rows_dot of matrix m (rows of n_in values) with `in`, m of type type_alt
+// where `alt`, else `type`: a role's two types (alt is a constant false at
+// every call where they are one, USES_ALT, and only `type`'s code is left).
+CPU_INLINE void rows_dot_alt(const int type, const int type_alt, bool alt, Matrix m, int n_in,
+                             int row0, int n_rows, const __global float* in, float* dots) {
+  if (alt) {
+    rows_dot(type_alt, m.q, m.s, n_in, row0, n_rows, in, 0, 0, dots);
+  } else {
+    rows_dot(type, m.q, m.s, n_in, row0, n_rows, in, 0, 0, dots);
+  }
+}
+
+#if !QKV_STACKED
+// P1's rows from0 .. to - 1 of [Q; K; V] that lie in matrix `m` (0 Q, 1 K,
+// 2 V: rows first .. first + n - 1 of the stack, type `type` or type_alt
+// where `alt`), NR at a time: dots, RoPE, stores.
+CPU_INLINE void qkv_part(const State* s, const __global float2* rope_cs, int type, int type_alt,
+                         bool alt, Matrix m, int first, int n, int from0, int to, ulong cache_off,
+                         int pos) {
+  const int r_end = min(to, first + n) - first;  // in m's rows
+  float dots[NR];
+  for (int row0 = max(from0, first) - first; row0 < r_end; row0 += NR) {
+    rows_dot_alt(type, type_alt, alt, m, N_EMBD, row0, r_end, s->xg, dots);
+    for (int r = 0; r < NR && row0 + r < r_end; r += 2) {
+      rope_store_pair(first + row0 + r, dots[r], dots[r + 1], N_EMBD, N_EMBD_KV, HEAD_DIM, N_ROT,
+                      rope_cs, pos, s->q, s->k_cache, s->v_cache, cache_off);
+    }
+  }
+}
+#endif
+
 // P1: q; k; v = Wqkv (x * attn_norm / rms(x)) in row pairs, RoPE, k and v ->
-// the cache at pos.
+// the cache at pos. Claims are chunks of [Q; K; V]'s rows; with Q, K and V
+// not stacked (each its own matrix and type in the arena), a chunk's rows
+// are taken matrix by matrix (chunks and matrices start at even rows, so the
+// RoPE pairs stay whole).
 CPU_INLINE void qkv_rope_append(const Weights* w, const State* s, Grid* g, const __global ulong* lo,
                                 ulong layer_cache, int pos) {
   norm_into(s->x, (const __global float*)(w->arena + lo[LO_ATTN_NORM]), s->xg);
-  const Matrix wqkv = layer_matrix(w, lo, LO_QKV_Q, LO_QKV_S);
   const int chunk = chunk_rows(N_QKV, g->n_groups);
+  const ulong cache_off = layer_cache + (ulong)pos * N_EMBD_KV;
+#if QKV_STACKED
+  const Matrix wqkv = layer_matrix(w, lo, LO_Q_Q, LO_Q_S);
   float dots[NR];
   for (uint c; claim(g, n_chunks(N_QKV, chunk), &c);) {
     for (int row0 = c * chunk; row0 < min(N_QKV, (int)(c + 1) * chunk); row0 += NR) {
-      rows_dot(WT_QKV, wqkv.q, wqkv.s, N_EMBD, row0, N_QKV, s->xg, 0, 0, dots);
+      rows_dot(WT_Q, wqkv.q, wqkv.s, N_EMBD, row0, N_QKV, s->xg, 0, 0, dots);
       for (int r = 0; r < NR && row0 + r < N_QKV; r += 2) {
         rope_store_pair(row0 + r, dots[r], dots[r + 1], N_EMBD, N_EMBD_KV, HEAD_DIM, N_ROT,
-                        w->rope_cs, pos, s->q, s->k_cache, s->v_cache,
-                        layer_cache + (ulong)pos * N_EMBD_KV);
+                        w->rope_cs, pos, s->q, s->k_cache, s->v_cache, cache_off);
       }
     }
   }
+#else
+  const Matrix wq = layer_matrix(w, lo, LO_Q_Q, LO_Q_S);
+  const Matrix wk = layer_matrix(w, lo, LO_K_Q, LO_K_S);
+  const Matrix wv = layer_matrix(w, lo, LO_V_Q, LO_V_S);
+  const bool alt_q = USES_ALT(lo, Q), alt_k = USES_ALT(lo, K), alt_v = USES_ALT(lo, V);
+  for (uint c; claim(g, n_chunks(N_QKV, chunk), &c);) {
+    const int from0 = c * chunk, to = min(N_QKV, (int)(c + 1) * chunk);
+    qkv_part(s, w->rope_cs, WT_Q, WT_Q_ALT, alt_q, wq, 0, N_EMBD, from0, to, cache_off, pos);
+    qkv_part(s, w->rope_cs, WT_K, WT_K_ALT, alt_k, wk, N_EMBD, N_EMBD_KV, from0, to, cache_off,
+             pos);
+    qkv_part(s, w->rope_cs, WT_V, WT_V_ALT, alt_v, wv, N_EMBD + N_EMBD_KV, N_EMBD_KV, from0, to,
+             cache_off, pos);
+  }
+#endif
 }
 
 // P2: attention over cache positions 0..pos. A claim is a (KV head, split):
@@ -342,14 +397,15 @@ CPU_INLINE void attention(const State* s, Grid* g, ulong layer_cache, int pos, i
 #endif
 }
 
-// P3 and P5: x += W in, W (N_EMBD x n_in) of type `type`: Wo att, Wd h.
-CPU_INLINE void matvec_residual(Grid* g, int type, Matrix m, int n_in, const __global float* in,
-                                __global float* x) {
+// P3 and P5: x += W in, W (N_EMBD x n_in) of type `type` (type_alt where
+// `alt`): Wo att, Wd h.
+CPU_INLINE void matvec_residual(Grid* g, int type, int type_alt, bool alt, Matrix m, int n_in,
+                                const __global float* in, __global float* x) {
   const int chunk = chunk_rows(N_EMBD, g->n_groups);
   float dots[NR];
   for (uint c; claim(g, n_chunks(N_EMBD, chunk), &c);) {
     for (int row0 = c * chunk; row0 < min(N_EMBD, (int)(c + 1) * chunk); row0 += NR) {
-      rows_dot(type, m.q, m.s, n_in, row0, N_EMBD, in, 0, 0, dots);
+      rows_dot_alt(type, type_alt, alt, m, n_in, row0, N_EMBD, in, dots);
       for (int r = 0; r < NR && row0 + r < N_EMBD; ++r) x[row0 + r] += dots[r];
     }
   }
@@ -360,12 +416,13 @@ CPU_INLINE void ffn_gate_up(const Weights* w, const State* s, Grid* g, const __g
   norm_into(s->x, (const __global float*)(w->arena + lo[LO_FFN_NORM]), s->xg);
   const Matrix wg = layer_matrix(w, lo, LO_GATE_Q, LO_GATE_S);
   const Matrix wu = layer_matrix(w, lo, LO_UP_Q, LO_UP_S);
+  const bool alt = USES_ALT(lo, FFN);
   const int chunk = chunk_rows(N_FF, g->n_groups);
   float gate[NR], up[NR];
   for (uint c; claim(g, n_chunks(N_FF, chunk), &c);) {
     for (int row0 = c * chunk; row0 < min(N_FF, (int)(c + 1) * chunk); row0 += NR) {
-      rows_dot(WT_FFN, wg.q, wg.s, N_EMBD, row0, N_FF, s->xg, 0, 0, gate);
-      rows_dot(WT_FFN, wu.q, wu.s, N_EMBD, row0, N_FF, s->xg, 0, 0, up);
+      rows_dot_alt(WT_FFN, WT_FFN_ALT, alt, wg, N_EMBD, row0, N_FF, s->xg, gate);
+      rows_dot_alt(WT_FFN, WT_FFN_ALT, alt, wu, N_EMBD, row0, N_FF, s->xg, up);
       for (int r = 0; r < NR && row0 + r < N_FF; ++r) {
         s->h[row0 + r] = gate[r] / (1.0f + exp(-gate[r])) * up[r];
       }
@@ -456,13 +513,15 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
     attention(&s, &g, layer_cache, pos, n_split);
     grid_sync(&g);
     // P3: x += Wo att
-    matvec_residual(&g, WT_WO, layer_matrix(&w, lo, LO_WO_Q, LO_WO_S), N_EMBD, att, x);
+    matvec_residual(&g, WT_WO, WT_WO_ALT, USES_ALT(lo, WO), layer_matrix(&w, lo, LO_WO_Q, LO_WO_S),
+                    N_EMBD, att, x);
     grid_sync(&g);
     // P4: h = silu(Wg rmsnorm(x)) * (Wu rmsnorm(x))
     ffn_gate_up(&w, &s, &g, lo);
     grid_sync(&g);
     // P5: x += Wd h
-    matvec_residual(&g, WT_DOWN, layer_matrix(&w, lo, LO_DOWN_Q, LO_DOWN_S), N_FF, h, x);
+    matvec_residual(&g, WT_DOWN, WT_DOWN_ALT, USES_ALT(lo, DOWN),
+                    layer_matrix(&w, lo, LO_DOWN_Q, LO_DOWN_S), N_FF, h, x);
     grid_sync(&g);
   }
 

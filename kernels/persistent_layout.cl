@@ -1,12 +1,15 @@
 // What the persistent decode kernels (decode_persistent.cl on NVIDIA,
 // decode_persistent_cpu.cl on CPU devices) share, built before either: the
-// weight arena's layout (engine/cl/persistent_decode.cpp copies every weight buffer
+// weight arena's layout (engine/cl/weights.cpp copies every weight buffer
 // into one arena and passes, per layer il, the byte offsets
-// layer_off[il * LO_N + LO_*]), the embedding lookup and the argmax rule.
-// No kernels here.
+// layer_off[il * LO_N + LO_*]), the layer weight types, the embedding lookup
+// and the argmax rule. No kernels here.
 
-#define LO_QKV_Q 0
-#define LO_QKV_S 1
+// Q's payloads and scales (with Q, K, V of one type in a layer: the stacked
+// [Q; K; V]'s, which LO_K_* and LO_V_* then point into), Wo, gate, up, down,
+// the norms, K, V, and the layer's ALT word.
+#define LO_Q_Q 0
+#define LO_Q_S 1
 #define LO_WO_Q 2
 #define LO_WO_S 3
 #define LO_GATE_Q 4
@@ -17,7 +20,57 @@
 #define LO_DOWN_S 9
 #define LO_ATTN_NORM 10
 #define LO_FFN_NORM 11
-#define LO_N 12
+#define LO_K_Q 12
+#define LO_K_S 13
+#define LO_V_Q 14
+#define LO_V_S 15
+#define LO_ALT 16
+#define LO_N 17
+
+// Layer weight types are compile-time, per role: WT_Q, WT_K, WT_V, WT_WO,
+// WT_FFN (gate and up), WT_DOWN (GGML type ids), and each role may have a
+// second type, WT_<role>_ALT, that the layers whose LO_ALT word has the
+// role's ALT_* bit use (llama-quantize's mixes, e.g. Q4_K_M: V and down in
+// Q8_0 / Q6_K in some layers, Q5_0 / Q4_K in the others). The host passes
+// ALT = the role's type when every layer shares it; USES_ALT is then a
+// constant false and the ALT branches compile away. WT_QKV sets Q, K and V
+// at once (tests/nvptx_check.sh).
+#ifdef WT_QKV
+#define WT_Q WT_QKV
+#define WT_K WT_QKV
+#define WT_V WT_QKV
+#endif
+#ifndef WT_Q_ALT
+#define WT_Q_ALT WT_Q
+#endif
+#ifndef WT_K_ALT
+#define WT_K_ALT WT_K
+#endif
+#ifndef WT_V_ALT
+#define WT_V_ALT WT_V
+#endif
+#ifndef WT_WO_ALT
+#define WT_WO_ALT WT_WO
+#endif
+#ifndef WT_FFN_ALT
+#define WT_FFN_ALT WT_FFN
+#endif
+#ifndef WT_DOWN_ALT
+#define WT_DOWN_ALT WT_DOWN
+#endif
+#define ALT_Q 1u
+#define ALT_K 2u
+#define ALT_V 4u
+#define ALT_WO 8u
+#define ALT_FFN 16u
+#define ALT_DOWN 32u
+// Does the layer whose offsets are at lo use role's ALT type? (The word is
+// not read when the role has one type.)
+#define USES_ALT(lo, role) (WT_##role##_ALT != WT_##role && ((uint)(lo)[LO_ALT] & ALT_##role) != 0)
+// Q, K and V of one type in every layer: the host then stacks them in every
+// layer, and P1 reads [Q; K; V] as one matrix (LO_Q_*).
+#define QKV_STACKED \
+  (WT_Q == WT_K && WT_K == WT_V && WT_Q_ALT == WT_Q && WT_K_ALT == WT_K && WT_V_ALT == WT_V)
 
 #define N_EMBD_KV (N_HEAD_KV * HEAD_DIM)
 

@@ -10,8 +10,11 @@
 # host accepts (32, 64, 128, 256); every layer weight type (F32, F16, Q4_0,
 # Q4_1, Q8_0 for Q/K/V, Wo, gate/up and down) with every embedding / lm_head
 # type, and the other types with a Q8_0 head, in both work-group sizes; two
-# K-quant mixes and two others with a different type per matrix; the tunable a test or a run may set (ATT_SPLIT_POS) and a partial
-# rotary dimension.
+# K-quant mixes and two others with a different type per matrix; layers that
+# differ in types (a second, ALT type per role: SmolLM2-135M's Q4_K_M with V
+# Q5_0 / Q8_0 and down Q4_K / Q6_K by layer, a 1B-like Q4_K_M, every role
+# with an ALT type) and Q, K, V of three types; the tunable a test or a run
+# may set (ATT_SPLIT_POS) and a partial rotary dimension.
 #
 # Each line: the configuration, then ptxas's registers and spill bytes
 # (stores/loads) twice: "free" as clang's PTX leaves it (no thread count:
@@ -56,6 +59,18 @@ declare -A shapes=(
 # WT_* as the host passes them: GGML type ids 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0,
 # 6 Q5_0, 7 Q5_1, 10-14 Q2_K-Q6_K, 20 IQ4_NL, 23 IQ4_XS, 30 BF16.
 types() { echo "-DWT_QKV=$1 -DWT_WO=$2 -DWT_FFN=$3 -DWT_DOWN=$4 -DWT_HEAD=$5 -DWT_EMBD=$6"; }
+# Per role TYPE or TYPE/ALT (the layers whose LO_ALT word says so use ALT):
+# Q K V WO FFN DOWN, then HEAD EMBD.
+roles() {
+  local out="" r t
+  for r in Q K V WO FFN DOWN; do
+    t=$1
+    shift
+    out+=" -DWT_$r=${t%/*}"
+    [ "${t#*/}" != "$t" ] && out+=" -DWT_${r}_ALT=${t#*/}"
+  done
+  echo "$out -DWT_HEAD=$1 -DWT_EMBD=$2"
+}
 bench_types=$(types 2 2 2 2 8 8)  # clchat bench --synthetic smollm2-135m --quant q4_0
 
 failed=0
@@ -125,6 +140,17 @@ for pwg in 512 256; do
   build "pwg$pwg-h64-mix1" "$pwg" ${shapes[h64]} $(types 8 3 1 2 0 1)
   # shellcheck disable=SC2086,SC2046
   build "pwg$pwg-h64-mix2" "$pwg" ${shapes[h64]} $(types 0 2 8 3 2 3)
+  # Layers of different types: SmolLM2-135M's Q4_K_M as it is (V and down
+  # with an ALT type), a 1B-like Q4_K_M, every role with an ALT type, and
+  # Q, K, V of three types.
+  # shellcheck disable=SC2086,SC2046
+  build "pwg$pwg-h64-kmix-alt" "$pwg" ${shapes[h64]} $(roles 6 6 6/8 6 6 12/14 8 8)
+  # shellcheck disable=SC2086,SC2046
+  build "pwg$pwg-h128-kmix-alt" "$pwg" ${shapes[h128]} $(roles 12 12 12/14 12 12 12/14 14 14)
+  # shellcheck disable=SC2086,SC2046
+  build "pwg$pwg-h64-alt-all" "$pwg" ${shapes[h64]} $(roles 2/8 2/8 8/2 2/1 2/8 2/3 8 8)
+  # shellcheck disable=SC2086,SC2046
+  build "pwg$pwg-h64-qkv3" "$pwg" ${shapes[h64]} $(roles 2 8 1 3 2 2 8 8)
 done
 # The tunable: test_cl_persistent's ATT_SPLIT_POS=8 (the att_split_pos tuning
 # field); a partial rotary dimension.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -32,7 +33,6 @@ constexpr const char* k_stage_names[k_stages + 1] = {"qkv",     "attention", "wo
                                                      "gate_up", "down",      "head"};
 constexpr const char* k_start_name = "start";  // the CPU kernel's lead stage
 
-
 // TSC ticks per microsecond, measured against the steady clock over 20 ms
 // (x86-64 hosts; the CPU kernel's trace is in TSC ticks).
 double tsc_ticks_per_us() {
@@ -47,19 +47,6 @@ double tsc_ticks_per_us() {
 #else
   return 1.0;
 #endif
-}
-
-// All layers share their weight types, with Q, K and V stacked.
-bool uniform_layers(const DeviceWeights& w) {
-  const DeviceWeights::Layer& l0 = w.layers.front();
-  for (const DeviceWeights::Layer& l : w.layers) {
-    if (l.qkv.size() != 1 || l.qkv[0].type != l0.qkv[0].type || l.wo.type != l0.wo.type ||
-        l.ffn_gate.type != l0.ffn_gate.type || l.ffn_up.type != l0.ffn_gate.type ||
-        l.ffn_down.type != l0.ffn_down.type) {
-      return false;
-    }
-  }
-  return true;
 }
 
 }  // namespace
@@ -83,10 +70,13 @@ std::string PersistentDecode::ineligible(const ModelConfig& c, const DeviceInfo&
   }
   if (c.n_head % c.n_head_kv != 0) return "query heads not a multiple of KV heads";
   if (c.n_rot % 2 != 0) return "odd rotary dimension count";
-  if (!uniform_layers(w)) return "layers differ in weight types";
-  const DeviceWeights::Layer& l0 = w.layers.front();
-  const bool blocks = ggml_is_quantized(l0.qkv[0].type) || ggml_is_quantized(l0.wo.type) ||
-                      ggml_is_quantized(l0.ffn_gate.type) || ggml_is_quantized(l0.ffn_down.type);
+  std::string why;
+  const std::optional<LayerTypes> types = LayerTypes::of(w, &why);
+  if (!types) return why;
+  bool blocks = false;
+  for (int r = 0; r < LayerTypes::n_roles; ++r) {
+    blocks = blocks || ggml_is_quantized(types->type[r]) || ggml_is_quantized(types->alt[r]);
+  }
   if ((!cpu || blocks) && (c.n_embd % 32 != 0 || c.n_ff % 32 != 0)) {
     return "row lengths not multiples of 32";
   }
@@ -146,18 +136,25 @@ std::unique_ptr<PersistentDecode> PersistentDecode::create(const ModelConfig& c,
   } catch (const std::exception& e) {
     return no(e.what());
   }
-  spdlog::info("persistent decode kernel{}: {} work-groups of {}, {} barriers per token",
-               p->cpu_ ? " (CPU)" : "", p->n_groups_, p->local_size_, p->barriers_per_token_);
+  spdlog::info("persistent decode kernel{}: {} work-groups of {}, {} barriers per token; {}",
+               p->cpu_ ? " (CPU)" : "", p->n_groups_, p->local_size_, p->barriers_per_token_,
+               p->types_.describe(w));
   return p;
 }
 
 PersistentDecode::PersistentDecode(const ModelConfig& c, const ClRuntime& rt,
                                    const DecodeTuning& tuning, const DeviceWeights& w,
                                    DecodeState& s)
-    : config_(c), rt_(rt), tuning_(tuning), w_(w), s_(s), cpu_(rt.device().is_cpu) {}
+    : config_(c),
+      rt_(rt),
+      tuning_(tuning),
+      w_(w),
+      s_(s),
+      types_(LayerTypes::of(w).value()),  // create() checked
+      cpu_(rt.device().is_cpu) {}
 
 bool PersistentDecode::build(const std::vector<Shape>& shapes) {
-  std::optional<WeightArena> arena = WeightArena::build(w_, rt_);
+  std::optional<WeightArena> arena = WeightArena::build(w_, types_, rt_);
   if (!arena) {
     spdlog::info("persistent decode kernel not used: the weight arena exceeds one allocation");
     return false;
@@ -205,11 +202,15 @@ std::string PersistentDecode::defines() const {
       " -DHEAD_DIM=" + std::to_string(c.head_dim) + " -DN_ROT=" + std::to_string(c.n_rot) +
       " -DN_LAYER=" + std::to_string(c.n_layer) + " -DN_VOCAB=" + std::to_string(c.n_vocab) +
       " -DN_CTX=" + std::to_string(s_.n_ctx) + " -DRMS_EPS=" + eps;
-  const DeviceWeights::Layer& l0 = w.layers.front();
+  // Per role its type and its ALT type (the same when the layers share one:
+  // the kernels' ALT branches then fold away).
   auto wt = [](GgmlType t) { return std::to_string(int(t)); };
-  d += " -DWT_QKV=" + wt(l0.qkv[0].type) + " -DWT_WO=" + wt(l0.wo.type) +
-       " -DWT_FFN=" + wt(l0.ffn_gate.type) + " -DWT_DOWN=" + wt(l0.ffn_down.type) +
-       " -DWT_HEAD=" + wt(w.head().type) + " -DWT_EMBD=" + wt(w.token_embd.type);
+  constexpr const char* k_roles[LayerTypes::n_roles] = {"Q", "K", "V", "WO", "FFN", "DOWN"};
+  for (int r = 0; r < LayerTypes::n_roles; ++r) {
+    d += std::string(" -DWT_") + k_roles[r] + "=" + wt(types_.type[r]) + " -DWT_" + k_roles[r] +
+         "_ALT=" + wt(types_.alt[r]);
+  }
+  d += " -DWT_HEAD=" + wt(w.head().type) + " -DWT_EMBD=" + wt(w.token_embd.type);
   d += " -DATT_SPLIT_MAX=" + std::to_string(k_att_split_max);
   // Positions per attention split (the kernels' defaults are 128 on NVIDIA,
   // 64 on CPU devices).

@@ -10,8 +10,9 @@
 // Eligibility (otherwise create() returns null and says why in the log):
 // NVIDIA with the warp-shuffle self-test passed (inline PTX) and head size a
 // power of two from 32 to 256, or a CPU device of an x86-64 host with the CPU kernels on
-// (KernelTuning::cpu_kernels) and head size a multiple of 4; all layers sharing
-// their weight types with Q/K/V stacked, the weights fitting one extra
+// (KernelTuning::cpu_kernels) and head size a multiple of 4; at most two
+// weight types per role over the layers (LayerTypes: Q, K, V, Wo, gate and up,
+// down; a layer's gate and up of one type), the weights fitting one extra
 // allocation (they are copied into an arena so the kernel can address every
 // layer through offsets: OpenCL 1.2 has no device pointers), and a start-up
 // barrier test showing every work-group resident. DecodeTuning::persistent
@@ -119,7 +120,8 @@ class PersistentDecode {
   const DecodeTuning tuning_;
   const DeviceWeights& w_;  // the RoPE table; the matrices are read from arena_
   DecodeState& s_;
-  const bool cpu_;  // decode_persistent_cpu.cl, else decode_persistent.cl (NVIDIA)
+  const LayerTypes types_;  // the layers' weight types (the kernel's WT_* defines)
+  const bool cpu_;          // decode_persistent_cpu.cl, else decode_persistent.cl (NVIDIA)
   std::deque<Ahead> ahead_;
   // Host slots the reads land in (a ring): a mapped CL_MEM_ALLOC_HOST_PTR
   // buffer, i.e. pinned memory. NVIDIA's OpenCL completes a non-blocking read

@@ -1,6 +1,7 @@
 // Repacking GGUF blocks into the split payload/scale layout and uploading.
 #include "engine/cl/weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -114,7 +115,87 @@ DeviceWeights::DeviceWeights(const Model& model, const ClRuntime& rt, int n_ctx)
   rope_cs = rope_table(model.config, rt, n_ctx);
 }
 
-std::optional<WeightArena> WeightArena::build(const DeviceWeights& w, const ClRuntime& rt) {
+std::array<GgmlType, LayerTypes::n_roles> LayerTypes::of_layer(const DeviceWeights::Layer& l) {
+  const bool stacked = l.qkv.size() == 1;
+  return {l.qkv[0].type,
+          l.qkv[stacked ? 0 : 1].type,
+          l.qkv[stacked ? 0 : 2].type,
+          l.wo.type,
+          l.ffn_gate.type,
+          l.ffn_down.type};
+}
+
+std::optional<LayerTypes> LayerTypes::of(const DeviceWeights& w, std::string* why) {
+  auto no = [why](const std::string& reason) {
+    if (why) *why = reason;
+    return std::nullopt;
+  };
+  if (w.layers.empty()) return no("no layers");
+  // Per role, each type with the number of layers that use it, in order of
+  // first use.
+  std::vector<std::pair<GgmlType, int>> seen[n_roles];
+  for (size_t il = 0; il < w.layers.size(); ++il) {
+    const DeviceWeights::Layer& l = w.layers[il];
+    if (l.ffn_up.type != l.ffn_gate.type) {
+      return no("ffn_gate and ffn_up differ in type (layer " + std::to_string(il) + ")");
+    }
+    const auto types = of_layer(l);
+    for (int r = 0; r < n_roles; ++r) {
+      auto it = std::find_if(seen[r].begin(), seen[r].end(),
+                             [&](const auto& s) { return s.first == types[r]; });
+      if (it == seen[r].end()) {
+        seen[r].emplace_back(types[r], 1);
+      } else {
+        ++it->second;
+      }
+    }
+  }
+  LayerTypes t;
+  for (int r = 0; r < n_roles; ++r) {
+    if (seen[r].size() > 2) {
+      std::string list;
+      for (const auto& [type, n] : seen[r]) {
+        list += std::string(list.empty() ? "" : ", ") + ggml_type_name(type);
+      }
+      return no(std::string(k_role_names[r]) + " has " + std::to_string(seen[r].size()) +
+                " weight types over the layers (" + list + "); the kernels take two per role");
+    }
+    const bool second = seen[r].size() == 2 && seen[r][1].second > seen[r][0].second;
+    t.type[r] = seen[r][second ? 1 : 0].first;
+    t.alt[r] = seen[r][seen[r].size() == 2 && !second ? 1 : 0].first;
+  }
+  return t;
+}
+
+uint64_t LayerTypes::alt_word(const DeviceWeights::Layer& l) const {
+  const auto types = of_layer(l);
+  uint64_t word = 0;
+  for (int r = 0; r < n_roles; ++r) {
+    if (types[r] != type[r]) word |= uint64_t(1) << r;
+  }
+  return word;
+}
+
+bool LayerTypes::qkv_stacked() const {
+  return type[q] == type[k] && type[k] == type[v] && alt[q] == type[q] && alt[k] == type[k] &&
+         alt[v] == type[v];
+}
+
+std::string LayerTypes::describe(const DeviceWeights& w) const {
+  std::string d;
+  for (int r = 0; r < n_roles; ++r) {
+    d += std::string(r ? ", " : "") + k_role_names[r] + " " + ggml_type_name(type[r]);
+    if (alt[r] == type[r]) continue;
+    const auto n = std::count_if(w.layers.begin(), w.layers.end(),
+                                 [&](const auto& l) { return of_layer(l)[r] == alt[r]; });
+    d += std::string(" (") + ggml_type_name(alt[r]) + " in " + std::to_string(n) +
+         (n == 1 ? " layer)" : " layers)");
+  }
+  return d;
+}
+
+std::optional<WeightArena> WeightArena::build(const DeviceWeights& w, const LayerTypes& types,
+                                              const ClRuntime& rt) {
   constexpr uint64_t k_align = 256;
   std::vector<std::pair<const ClMem*, uint64_t>> parts;  // buffer, offset
   uint64_t total = 0;
@@ -124,16 +205,49 @@ std::optional<WeightArena> WeightArena::build(const DeviceWeights& w, const ClRu
     total += (mem_size(m) + k_align - 1) / k_align * k_align;
     return off;
   };
+  // Bytes of one row of n values of `type` in q and in s (block_layout.h).
+  auto row_bytes = [](GgmlType type, int n) {
+    if (!ggml_is_quantized(type))
+      return std::pair<uint64_t, uint64_t>(uint64_t(n) * device_q_bytes(type), 0);
+    return std::pair<uint64_t, uint64_t>(uint64_t(n / 32) * device_q_bytes(type),
+                                         uint64_t(n / 32) * device_s_bytes(type));
+  };
   WeightArena a;
   std::vector<uint64_t> layer_off;
   for (const DeviceWeights::Layer& l : w.layers) {
-    if (l.qkv.size() != 1) return std::nullopt;
-    for (const DeviceMatrix* m : {&l.qkv[0], &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
-      layer_off.push_back(place(m->q));
-      layer_off.push_back(place(m->s));
+    uint64_t lo[k_layer_offsets] = {};
+    // The kernels read [Q; K; V] as one matrix when its types say so.
+    if (types.qkv_stacked() && l.qkv.size() != 1) throw std::logic_error("Q, K, V not stacked");
+    const DeviceMatrix& q = l.qkv[0];
+    lo[q_q] = place(q.q);
+    lo[q_s] = place(q.s);
+    if (l.qkv.size() == 1) {
+      // Stacked: K's rows follow Q's n_embd (= n_in) rows, V's K's n_embd_kv.
+      const auto [q_row, s_row] = row_bytes(q.type, q.n_in);
+      const int n_embd_kv = (q.rows - q.n_in) / 2;
+      lo[k_q] = lo[q_q] + uint64_t(q.n_in) * q_row;
+      lo[k_s] = lo[q_s] + uint64_t(q.n_in) * s_row;
+      lo[v_q] = lo[k_q] + uint64_t(n_embd_kv) * q_row;
+      lo[v_s] = lo[k_s] + uint64_t(n_embd_kv) * s_row;
     }
-    layer_off.push_back(place(l.attn_norm.q));
-    layer_off.push_back(place(l.ffn_norm.q));
+    lo[wo_q] = place(l.wo.q);
+    lo[wo_s] = place(l.wo.s);
+    lo[gate_q] = place(l.ffn_gate.q);
+    lo[gate_s] = place(l.ffn_gate.s);
+    lo[up_q] = place(l.ffn_up.q);
+    lo[up_s] = place(l.ffn_up.s);
+    lo[down_q] = place(l.ffn_down.q);
+    lo[down_s] = place(l.ffn_down.s);
+    lo[attn_norm] = place(l.attn_norm.q);
+    lo[ffn_norm] = place(l.ffn_norm.q);
+    if (l.qkv.size() == 3) {
+      lo[k_q] = place(l.qkv[1].q);
+      lo[k_s] = place(l.qkv[1].s);
+      lo[v_q] = place(l.qkv[2].q);
+      lo[v_s] = place(l.qkv[2].s);
+    }
+    lo[alt_word] = types.alt_word(l);
+    layer_off.insert(layer_off.end(), std::begin(lo), std::end(lo));
   }
   a.embd_q = place(w.token_embd.q);
   a.embd_s = place(w.token_embd.s);
@@ -149,7 +263,6 @@ std::optional<WeightArena> WeightArena::build(const DeviceWeights& w, const ClRu
              "clEnqueueCopyBuffer(arena)");
   }
   static_assert(sizeof(cl_ulong) == sizeof(uint64_t));
-  if (layer_off.size() != w.layers.size() * k_layer_offsets) throw std::logic_error("layer_off");
   a.layer_off = rt.upload(layer_off.data(), layer_off.size() * sizeof(uint64_t));
   return a;
 }

@@ -5,11 +5,14 @@
 // (rows x blocks, row-major) holds for q and s, so row-wise concatenation of
 // matrices is concatenation of both arrays. DeviceWeights holds a model's
 // matrices in that layout; WeightArena copies them into one buffer for the
-// persistent decode kernel.
+// persistent decode kernels, whose compile-time weight types LayerTypes
+// gathers.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/cl/runtime.h"
@@ -71,20 +74,68 @@ struct DeviceWeights {
   const DeviceMatrix& head() const { return output.q ? output : token_embd; }
 };
 
+// A model's layer weight types as the persistent decode kernels take them
+// (compile-time, per role): for each role (Q, K, V, Wo, gate and up, down)
+// at most two types over the layers, `type` (the more common; the first
+// layer's on a tie) and `alt` (== type when every layer shares it). Real
+// files mix types per layer: llama-quantize's Q4_K_M of SmolLM2-135M has V
+// in Q8_0 and down in Q6_K in 14 of 30 layers, Q5_0 and Q4_K in the others.
+struct LayerTypes {
+  enum Role { q, k, v, wo, ffn, down, n_roles };  // ALT_* bit 1 << role in the kernels
+  static constexpr const char* k_role_names[n_roles] = {"attn_q",      "attn_k",      "attn_v",
+                                                        "attn_output", "ffn_gate/up", "ffn_down"};
+  GgmlType type[n_roles] = {};
+  GgmlType alt[n_roles] = {};
+
+  // w's types; nullopt when a role has more than two types or a layer's gate
+  // and up differ in type, with the reason in *why (when given).
+  static std::optional<LayerTypes> of(const DeviceWeights& w, std::string* why = nullptr);
+  // Layer l's matrices' types by role (ffn: gate's).
+  static std::array<GgmlType, n_roles> of_layer(const DeviceWeights::Layer& l);
+  // Layer l's ALT word (LO_ALT): bit r set where role r uses alt[r].
+  uint64_t alt_word(const DeviceWeights::Layer& l) const;
+  // Q, K and V of one type in every layer (the kernels' QKV_STACKED).
+  bool qkv_stacked() const;
+  // "attn_q Q5_0, ..., attn_v Q5_0 (Q8_0 in 14 layers), ..." for the log.
+  std::string describe(const DeviceWeights& w) const;
+};
+
 // Every weight buffer copied once into one allocation, at 256-byte aligned
 // byte offsets, so that one kernel can address every layer (OpenCL 1.2 has
 // no device pointers): the persistent decode kernel's view of DeviceWeights.
 struct WeightArena {
-  static constexpr size_t k_layer_offsets = 12;  // LO_N in kernels/persistent_layout.cl
+  // Per layer, the words of layer_off (LO_* in kernels/persistent_layout.cl):
+  // byte offsets of Q's payloads and scales (a layer whose Q, K and V share
+  // a type: the stacked [Q; K; V]'s, and K's and V's offsets point into it),
+  // Wo's, gate's, up's, down's, attn_norm, ffn_norm, K's, V's; then the
+  // layer's ALT word (LayerTypes::alt_word).
+  enum Slot : size_t {
+    q_q,
+    q_s,
+    wo_q,
+    wo_s,
+    gate_q,
+    gate_s,
+    up_q,
+    up_s,
+    down_q,
+    down_s,
+    attn_norm,
+    ffn_norm,
+    k_q,
+    k_s,
+    v_q,
+    v_s,
+    alt_word,
+    k_layer_offsets
+  };
   ClMem arena;
-  // (n_layer, 12) ulong: q and s of Wqkv, Wo, Wgate, Wup, Wdown, then
-  // attn_norm, ffn_norm (LO_* in persistent_layout.cl).
-  ClMem layer_off;
+  ClMem layer_off;  // (n_layer, k_layer_offsets) ulong
   uint64_t embd_q = 0, embd_s = 0, head_q = 0, head_s = 0, out_norm = 0;
 
-  // Empty (no arena) when a layer's Q, K and V are not stacked or the arena
-  // exceeds the device's largest allocation.
-  static std::optional<WeightArena> build(const DeviceWeights& w, const ClRuntime& rt);
+  // Empty (no arena) when the arena exceeds the device's largest allocation.
+  static std::optional<WeightArena> build(const DeviceWeights& w, const LayerTypes& types,
+                                          const ClRuntime& rt);
 };
 
 }  // namespace clchat

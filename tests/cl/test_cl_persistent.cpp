@@ -8,21 +8,31 @@
 // 512 and 256; the ids staying the same when debug mode switches to the
 // multi-kernel plan and back, through lookahead interruptions and with
 // profiling; and, on CPU devices, more work-groups than worker threads
-// failing the start-up barrier test (a timeout) so the plan is used. On other
-// devices the path is not used and these tests skip, saying so; the
-// multi-kernel plan is covered by test_cl_forward.
+// failing the start-up barrier test (a timeout) so the plan is used; models
+// whose layers differ in weight types (a second type per role, Q, K and V of
+// different types, new types as in llama-quantize's Q4_K_M) taking the path
+// and matching the reference, and those with three types in a role keeping
+// the plan; llama-quantize's Q4_K_M of SmolLM2-135M against the float64
+// reference's greedy ids on both paths. On other devices the path is not used
+// and these tests skip, saying so; the multi-kernel plan is covered by
+// test_cl_forward.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/cl/forward.h"
 #include "engine/cpu/forward.h"
+#include "engine/gguf/quant.h"
 #include "engine/model/synthetic.h"
 #include "tests/cl/cl_test_support.h"
 
@@ -80,6 +90,26 @@ ClForwardOptions options(int n_ctx, const std::function<void(DecodeTuning&)>& tu
   return o;
 }
 
+// Logits of `model` at every position 0..n_ctx - 1 against the CPU reference,
+// on the persistent path when `persistent` (asserted: one launch per token),
+// else on the plan.
+void expect_model_logits_match_cpu(const Model& model, int token_step, bool persistent = true,
+                                   const std::function<void(DecodeTuning&)>& tune = {},
+                                   int n_ctx = 300) {
+  CpuForward cpu(model, n_ctx);
+  ClForward cl(model, test::cl_test_runtime(), options(n_ctx, tune));
+  ASSERT_EQ(cl.persistent_decode(), persistent) << "see the log for why (not) the path";
+  ASSERT_EQ(cl.launches_per_token() == 1, persistent);
+  for (int pos = 0; pos < n_ctx; ++pos) {
+    const int32_t token = int32_t((1 + token_step * pos) % model.config.n_vocab);
+    const std::vector<float> ref = cpu.forward(token, pos);
+    const auto got = cl.decode_logits(token, pos);
+    EXPECT_LE(test::relative_error(std::vector<float>(got.begin(), got.end()), ref), 1e-3)
+        << "position " << pos;
+  }
+  EXPECT_EQ(cl.persistent_decode(), persistent) << "the path was dropped on the way (see the log)";
+}
+
 // Logits of the persistent path at every position 0..299 against the CPU
 // reference. `reshape` may change spec_for's shape, `tune` the tuning.
 void expect_logits_match_cpu(const PersistentCase& c, int token_step,
@@ -88,19 +118,7 @@ void expect_logits_match_cpu(const PersistentCase& c, int token_step,
   SyntheticSpec spec = spec_for(c);
   if (reshape) reshape(spec);
   const std::string path = write_synthetic_model_tmp(spec);
-  const Model model = load_model(path);
-  const int n_ctx = 300;
-  CpuForward cpu(model, n_ctx);
-  ClForward cl(model, test::cl_test_runtime(), options(n_ctx, tune));
-  ASSERT_TRUE(cl.persistent_decode()) << "see the log for why the path was not taken";
-  for (int pos = 0; pos < n_ctx; ++pos) {
-    const int32_t token = int32_t((1 + token_step * pos) % model.config.n_vocab);
-    const std::vector<float> ref = cpu.forward(token, pos);
-    const auto got = cl.decode_logits(token, pos);
-    EXPECT_LE(test::relative_error(std::vector<float>(got.begin(), got.end()), ref), 1e-3)
-        << "position " << pos;
-  }
-  EXPECT_TRUE(cl.persistent_decode()) << "the path was dropped on the way (see the log)";
+  expect_model_logits_match_cpu(load_model(path), token_step, true, tune);
   std::filesystem::remove(path);
 }
 
@@ -326,6 +344,163 @@ TEST(PersistentDecode, GroupsThatCannotAllRunKeepThePlan) {
     EXPECT_EQ(greedy(cl), want);
   }
   std::filesystem::remove(path);
+}
+
+// ---- layers of different weight types ---------------------------------------------
+
+// A copy of the model file at `path` with the tensors named in `retype`
+// (full names, "blk.1.attn_v.weight") in other types: dequantized and
+// quantized again where quantize_row has a quantizer for the type, else
+// random blocks (test::random_blocks: every code, scales keeping values in
+// about [-1, 1]; this tree quantizes only F32, F16, Q4_0, Q4_1 and Q8_0).
+std::string retyped_copy(const std::string& path, const std::map<std::string, GgmlType>& retype) {
+  const auto file = GgufFile::open(path);
+  GgufWriter w;
+  for (const auto& [key, value] : file->metadata()) w.set(key, value);
+  uint32_t seed = 1;
+  for (const GgufTensor& t : file->tensors()) {
+    const auto it = retype.find(t.name);
+    const GgmlType type = it == retype.end() ? t.type : it->second;
+    std::vector<uint8_t> data(t.data, t.data + t.n_bytes);
+    if (type != t.type) {
+      const auto values = dequantize_matrix(t.type, data, t.dims[0], t.n_rows());
+      try {
+        data = quantize_matrix(type, values, t.dims[0]);
+      } catch (const std::invalid_argument&) {
+        data = test::random_blocks(type, t.dims[0], t.n_rows(), seed++);
+      }
+    }
+    w.add_tensor(t.name, type, t.dims, std::move(data));
+  }
+  const std::string out = path + ".retyped.gguf";
+  w.write(out);
+  return out;
+}
+
+// Layer il's tensor `what` ("attn_v", "ffn_down", ...).
+std::string blk(int il, const std::string& what) {
+  return "blk." + std::to_string(il) + "." + what + ".weight";
+}
+
+// A synthetic model of 4 layers in `base` types (spec_for's shapes: rows of
+// 128 and, for down, 256 values, so K-quants fit down only), retyped per
+// tensor; logits at every position against the CPU reference on the
+// persistent path when `persistent`.
+void expect_mix_matches_cpu(GgmlType base, const std::map<std::string, GgmlType>& retype,
+                            bool persistent = true) {
+  SyntheticSpec spec = spec_for({base, GgmlType::Q8_0, true});
+  spec.n_layer = 4;
+  const std::string path = write_synthetic_model_tmp(spec);
+  const std::string mixed = retyped_copy(path, retype);
+  const Model model = load_model(mixed);
+  for (const auto& [name, type] : retype) {
+    const auto t = std::find_if(model.file->tensors().begin(), model.file->tensors().end(),
+                                [&](const GgufTensor& x) { return x.name == name; });
+    ASSERT_NE(t, model.file->tensors().end()) << name;
+    ASSERT_EQ(t->type, type) << name;
+  }
+  expect_model_logits_match_cpu(model, 7919, persistent);
+  std::filesystem::remove(path);
+  std::filesystem::remove(mixed);
+}
+
+// Q, K and V of three types in every layer (three matrices in the arena, no
+// stacked one), Wo of another.
+TEST(PersistentDecodeMixed, QkvOfThreeTypesMatchCpu) {
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
+  std::map<std::string, GgmlType> retype;
+  for (int il = 0; il < 4; ++il) {
+    retype[blk(il, "attn_k")] = GgmlType::Q8_0;
+    retype[blk(il, "attn_v")] = GgmlType::F16;
+    retype[blk(il, "attn_output")] = GgmlType::Q4_1;
+  }
+  expect_mix_matches_cpu(GgmlType::Q4_0, retype);
+}
+
+// Every role with a second type in some layers: layer 0 V Q8_0 (Q and K
+// Q4_0: not stacked), layer 1 Q Q8_0 and down Q4_1, layer 2 all Q4_0 (Q, K
+// and V stacked: K's and V's offsets point into the stack) with Wo F16,
+// layer 3 Q, K and V all Q8_0 (stacked, each in its ALT type) with gate and
+// up Q8_0.
+TEST(PersistentDecodeMixed, SecondTypePerRoleMatchesCpu) {
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
+  expect_mix_matches_cpu(GgmlType::Q4_0, {{blk(0, "attn_v"), GgmlType::Q8_0},
+                                          {blk(1, "attn_q"), GgmlType::Q8_0},
+                                          {blk(1, "ffn_down"), GgmlType::Q4_1},
+                                          {blk(2, "attn_output"), GgmlType::F16},
+                                          {blk(3, "attn_q"), GgmlType::Q8_0},
+                                          {blk(3, "attn_k"), GgmlType::Q8_0},
+                                          {blk(3, "attn_v"), GgmlType::Q8_0},
+                                          {blk(3, "ffn_gate"), GgmlType::Q8_0},
+                                          {blk(3, "ffn_up"), GgmlType::Q8_0}});
+}
+
+// llama-quantize's Q4_K_M mix: Q, K, Wo, gate and up Q5_0; V Q8_0 in some
+// layers, Q5_0 in the others; down Q6_K in the same layers, Q4_K in the
+// others; Q8_0 embedding (tied).
+TEST(PersistentDecodeMixed, Q4KMLikeMixMatchesCpu) {
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
+  std::map<std::string, GgmlType> retype;
+  for (int il = 0; il < 4; ++il) {
+    const bool more_bits = il == 0 || il == 3;
+    for (const char* m : {"attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"}) {
+      retype[blk(il, m)] = GgmlType::Q5_0;
+    }
+    retype[blk(il, "attn_v")] = more_bits ? GgmlType::Q8_0 : GgmlType::Q5_0;
+    retype[blk(il, "ffn_down")] = more_bits ? GgmlType::Q6_K : GgmlType::Q4_K;
+  }
+  expect_mix_matches_cpu(GgmlType::Q4_0, retype);
+}
+
+// More than the kernels take: three types in one role. The plan decodes
+// (and matches the reference).
+TEST(PersistentDecodeMixed, ThreeTypesInARoleKeepThePlan) {
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
+  expect_mix_matches_cpu(GgmlType::Q4_0,
+                         {{blk(1, "attn_v"), GgmlType::Q8_0}, {blk(2, "attn_v"), GgmlType::F16}},
+                         false);
+}
+
+// llama-quantize's Q4_K_M of SmolLM2-135M (attn_v Q5_0 / Q8_0 and ffn_down
+// Q4_K / Q6_K by layer) against reference/smollm2-q4_k_m/greedy.json
+// (float64 NumPy forward pass): greedy ids up to each prompt's first
+// position whose margin (top-1 minus top-2 logit) is below 0.05, where the
+// id must be one of the two. Decode on the persistent kernel (asserted),
+// then on the multi-kernel plan; prefill takes the plan in both.
+TEST(PersistentDecodeMixed, SmolLM2Q4KMGreedyIdsMatchReference) {
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
+  const Model model = load_model(test::shared_file("models/SmolLM2-135M-Instruct.Q4_K_M.gguf"));
+  const auto ref = nlohmann::json::parse(
+      test::read_file(test::shared_file("reference/smollm2-q4_k_m/greedy.json")));
+  ASSERT_GE(ref["cases"].size(), 6u);
+  for (const bool persistent : {true, false}) {
+    SCOPED_TRACE(persistent ? "persistent kernel" : "multi-kernel plan");
+    ClForward cl(model, test::cl_test_runtime(),
+                 options(128, [persistent](DecodeTuning& d) { d.persistent = persistent; }));
+    ASSERT_EQ(cl.persistent_decode(), persistent) << "see the log for why (not) the path";
+    ASSERT_EQ(cl.launches_per_token() == 1, persistent);
+    for (const auto& c : ref["cases"]) {
+      SCOPED_TRACE(c["prompt"].get<std::string>());
+      const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
+      const auto greedy = c["greedy_ids"].get<std::vector<int32_t>>();
+      const auto margins = c["margins"].get<std::vector<double>>();
+      size_t n_check = 0;
+      while (n_check < greedy.size() && margins[n_check] >= 0.05) ++n_check;
+      int pos = int(prompt.size());
+      int32_t id = cl.prefill(prompt, 0);  // each case restarts at position 0
+      for (size_t i = 0; i < n_check; ++i) {
+        ASSERT_EQ(id, greedy[i]) << "generated position " << i;
+        if (i + 1 < greedy.size()) id = cl.decode_argmax(id, pos++);
+      }
+      if (n_check < greedy.size()) {
+        const auto top = c["top_ids"][n_check].get<std::vector<int32_t>>();
+        EXPECT_TRUE(id == top[0] || id == top[1])
+            << "near-tie position " << n_check << ": got " << id << ", expected " << top[0]
+            << " or " << top[1];
+      }
+    }
+    EXPECT_EQ(cl.persistent_decode(), persistent) << "the path was dropped (see the log)";
+  }
 }
 
 }  // namespace

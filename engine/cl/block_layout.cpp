@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "engine/gguf/kquant_scales.h"
 #include "engine/gguf/quant.h"
 
 namespace clchat {
@@ -31,22 +32,6 @@ uint32_t bit_plane(const int* codes, int bit) {
   uint32_t w = 0;
   for (int j = 0; j < 32; ++j) w |= uint32_t((codes[j] >> bit) & 1) << j;
   return w;
-}
-
-// Q4_K/Q5_K scale and min of group g (as engine/gguf/dequantize.cpp).
-void k4_scale_min(const uint8_t* s, int g, int* scale, int* min) {
-  if (g < 4) {
-    *scale = s[g] & 63;
-    *min = s[g + 4] & 63;
-  } else {
-    *scale = (s[g + 4] & 15) | (s[g - 4] >> 6) << 4;
-    *min = (s[g + 4] >> 4) | (s[g] >> 6) << 4;
-  }
-}
-int q3_k_scale(const uint8_t* s, int g) {
-  const int low = g < 8 ? s[g] & 15 : s[g - 8] >> 4;
-  const int high = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
-  return (low | high << 4) - 32;
 }
 
 // One 32-value group's output: its payload and record.

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "engine/gguf/kquant_scales.h"
 #include "engine/gguf/quant.h"
 
 namespace clchat {
@@ -102,15 +103,6 @@ void dequantize_q2_k(const BlockQ2_K* b, float* y, uint64_t nb) {
   }
 }
 
-// Q3_K's 16 6-bit scales: the low 4 bits of scale g are nibbles of
-// scales[0..7] (g < 8: low halves of bytes g, else high halves of g - 8), the
-// top 2 bits are bit pairs of scales[8..11] (pair g / 4 of byte 8 + g % 4).
-int q3_k_scale(const uint8_t* s, int g) {
-  const int low = g < 8 ? s[g] & 15 : s[g - 8] >> 4;
-  const int high = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
-  return (low | high << 4) - 32;
-}
-
 // Q3_K: value v = 128 h + 32 s + l has low bits 2s, 2s + 1 of qs[32 h + l]
 // and, as its third bit, bit (4 h + s) of hmask[l]; a clear third bit means
 // code - 4. Group v / 16 scales it by d * scale.
@@ -127,52 +119,34 @@ void dequantize_q3_k(const BlockQ3_K* b, float* y, uint64_t nb) {
   }
 }
 
-// Q4_K and Q5_K: 6-bit scale and min of group g (8 groups of 32). g < 4:
-// the low 6 bits of bytes g and g + 4; g >= 4: a nibble of byte g + 4 (low:
-// scale, high: min) with the top 2 bits of bytes g - 4 and g as bits 4, 5.
-void k4_scale_min(const uint8_t* s, int g, int* scale, int* min) {
-  if (g < 4) {
-    *scale = s[g] & 63;
-    *min = s[g + 4] & 63;
-  } else {
-    *scale = (s[g + 4] & 15) | (s[g - 4] >> 6) << 4;
-    *min = (s[g + 4] >> 4) | (s[g] >> 6) << 4;
+// Q4_K (qh null) and Q5_K: group g covers values 32 g .. 32 g + 31, the low
+// (g even) or high nibbles of qs[32 (g / 2) + l]; Q5_K's bit g of qh[l] is
+// the fifth bit of value 32 g + l. Value: d * scale * code - dmin * min.
+void dequantize_k4_super_block(uint16_t d16, uint16_t dmin16, const uint8_t* scales,
+                               const uint8_t* qs, const uint8_t* qh, float* y) {
+  const float d = fp16_to_fp32(d16);
+  const float dmin = fp16_to_fp32(dmin16);
+  for (int g = 0; g < 8; ++g) {
+    int sc, m;
+    k4_scale_min(scales, g, &sc, &m);
+    const float dl = d * float(sc), ml = dmin * float(m);
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t q = qs[32 * (g / 2) + l];
+      const int code = (g % 2 ? q >> 4 : q & 15) | (qh ? ((qh[l] >> g) & 1) << 4 : 0);
+      y[32 * g + l] = dl * float(code) - ml;
+    }
   }
 }
 
-// Q4_K: group g covers values 32 g .. 32 g + 31, the low (g even) or high
-// nibbles of qs[32 (g / 2) + l].
 void dequantize_q4_k(const BlockQ4_K* b, float* y, uint64_t nb) {
   for (uint64_t i = 0; i < nb; ++i, y += 256) {
-    const float d = fp16_to_fp32(b[i].d);
-    const float dmin = fp16_to_fp32(b[i].dmin);
-    for (int g = 0; g < 8; ++g) {
-      int sc, m;
-      k4_scale_min(b[i].scales, g, &sc, &m);
-      const float dl = d * float(sc), ml = dmin * float(m);
-      for (int l = 0; l < 32; ++l) {
-        const uint8_t q = b[i].qs[32 * (g / 2) + l];
-        y[32 * g + l] = dl * float(g % 2 ? q >> 4 : q & 15) - ml;
-      }
-    }
+    dequantize_k4_super_block(b[i].d, b[i].dmin, b[i].scales, b[i].qs, nullptr, y);
   }
 }
 
-// Q5_K: as Q4_K, with bit g of qh[l] as the fifth bit of value 32 g + l.
 void dequantize_q5_k(const BlockQ5_K* b, float* y, uint64_t nb) {
   for (uint64_t i = 0; i < nb; ++i, y += 256) {
-    const float d = fp16_to_fp32(b[i].d);
-    const float dmin = fp16_to_fp32(b[i].dmin);
-    for (int g = 0; g < 8; ++g) {
-      int sc, m;
-      k4_scale_min(b[i].scales, g, &sc, &m);
-      const float dl = d * float(sc), ml = dmin * float(m);
-      for (int l = 0; l < 32; ++l) {
-        const uint8_t q = b[i].qs[32 * (g / 2) + l];
-        const int code = (g % 2 ? q >> 4 : q & 15) | ((b[i].qh[l] >> g) & 1) << 4;
-        y[32 * g + l] = dl * float(code) - ml;
-      }
-    }
+    dequantize_k4_super_block(b[i].d, b[i].dmin, b[i].scales, b[i].qs, b[i].qh, y);
   }
 }
 

@@ -237,7 +237,7 @@ void quantize_q3_k(const float* x, BlockQ3_K* b, uint64_t nb) {
 namespace {
 
 // Q4_K's and Q5_K's 12 scale bytes for 8 6-bit scales and mins (the inverse
-// of dequantize.cpp's k4_scale_min).
+// of kquant_scales.h's k4_scale_min).
 void pack_k4_scales(const uint8_t* sc, const uint8_t* m, uint8_t* s) {
   std::memset(s, 0, 12);
   for (int g = 0; g < 4; ++g) {

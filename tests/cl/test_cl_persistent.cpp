@@ -35,6 +35,7 @@
 #include "engine/gguf/quant.h"
 #include "engine/model/synthetic.h"
 #include "tests/cl/cl_test_support.h"
+#include "tests/cl/greedy_reference.h"
 
 namespace clchat {
 namespace {
@@ -472,33 +473,13 @@ TEST(PersistentDecodeMixed, SmolLM2Q4KMGreedyIdsMatchReference) {
   const Model model = load_model(test::shared_file("models/SmolLM2-135M-Instruct.Q4_K_M.gguf"));
   const auto ref = nlohmann::json::parse(
       test::read_file(test::shared_file("reference/smollm2-q4_k_m/greedy.json")));
-  ASSERT_GE(ref["cases"].size(), 6u);
   for (const bool persistent : {true, false}) {
     SCOPED_TRACE(persistent ? "persistent kernel" : "multi-kernel plan");
     ClForward cl(model, test::cl_test_runtime(),
                  options(128, [persistent](DecodeTuning& d) { d.persistent = persistent; }));
     ASSERT_EQ(cl.persistent_decode(), persistent) << "see the log for why (not) the path";
     ASSERT_EQ(cl.launches_per_token() == 1, persistent);
-    for (const auto& c : ref["cases"]) {
-      SCOPED_TRACE(c["prompt"].get<std::string>());
-      const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
-      const auto greedy = c["greedy_ids"].get<std::vector<int32_t>>();
-      const auto margins = c["margins"].get<std::vector<double>>();
-      size_t n_check = 0;
-      while (n_check < greedy.size() && margins[n_check] >= 0.05) ++n_check;
-      int pos = int(prompt.size());
-      int32_t id = cl.prefill(prompt, 0);  // each case restarts at position 0
-      for (size_t i = 0; i < n_check; ++i) {
-        ASSERT_EQ(id, greedy[i]) << "generated position " << i;
-        if (i + 1 < greedy.size()) id = cl.decode_argmax(id, pos++);
-      }
-      if (n_check < greedy.size()) {
-        const auto top = c["top_ids"][n_check].get<std::vector<int32_t>>();
-        EXPECT_TRUE(id == top[0] || id == top[1])
-            << "near-tie position " << n_check << ": got " << id << ", expected " << top[0]
-            << " or " << top[1];
-      }
-    }
+    test::expect_greedy_matches_reference(cl, ref);
     EXPECT_EQ(cl.persistent_decode(), persistent) << "the path was dropped (see the log)";
   }
 }

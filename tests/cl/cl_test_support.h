@@ -232,8 +232,6 @@ inline std::vector<GgmlType> types_for_row(int n_in) {
   return t;
 }
 
-inline bool is_quantized(GgmlType t) { return ggml_is_quantized(t); }
-
 // ||a - b|| / ||b|| with b in float64.
 inline double relative_error(std::span<const float> a, std::span<const double> b) {
   if (a.size() != b.size()) return INFINITY;

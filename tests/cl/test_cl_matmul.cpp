@@ -39,7 +39,7 @@ using test::TestMatrix;
 
 constexpr size_t k_pad = 16;
 
-double tolerance(GgmlType t) { return test::is_quantized(t) ? 1e-3 : 1e-4; }
+double tolerance(GgmlType t) { return ggml_is_quantized(t) ? 1e-3 : 1e-4; }
 
 const std::string& build_options() {
   static const std::string o =

@@ -39,7 +39,7 @@ using test::TestMatrix;
 constexpr float k_eps = 1e-5f;
 constexpr size_t k_pad = 16;  // poisoned floats past each output
 
-double tolerance(GgmlType t) { return test::is_quantized(t) ? 1e-3 : 1e-4; }
+double tolerance(GgmlType t) { return ggml_is_quantized(t) ? 1e-3 : 1e-4; }
 
 // ---- float64 references ----------------------------------------------------
 

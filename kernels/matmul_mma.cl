@@ -1,5 +1,6 @@
 // Tensor-core variant of matmul.cl's `matmul` for quantized weights (WTYPE 2
-// Q4_0, 3 Q4_1, 8 Q8_0, repacked layout of engine/cl/weights.h), NVIDIA only:
+// Q4_0, 3 Q4_1, 6 Q5_0, 7 Q5_1, 8 Q8_0, 12 Q4_K, 13 Q5_K, 14 Q6_K in the
+// device block layout of engine/cl/block_layout.h), NVIDIA only:
 // it uses inline PTX (mma.sync m16n8k16 with fp16 inputs and fp32
 // accumulation, sub.f16x2, shfl.sync), which NVIDIA's OpenCL C accepts without
 // cl_khr_fp16 because fp16 values travel as packed uint bits. The host selects
@@ -8,16 +9,21 @@
 // out[t * ld_out + out_off + r] (+)= sum_k W[r][k] * x[t][k].
 //
 // Accuracy (the tests want 1e-3 relative to float64 at the end of a model):
-//   - weights enter the mma as the block's integer codes (q - 8, q, or the
-//     int8), which fp16 holds exactly; the block scale d (and Q4_1's min m)
-//     is applied in fp32 to each block's partial sum, so the quantized
-//     weights are used exactly;
+//   - weights enter the mma as the block's integer codes (q - 8, q - 16,
+//     q - 32, q, or the int8), which fp16 holds exactly; the block scale
+//     (and the min of Q4_1, Q5_1, Q4_K, Q5_K) is applied in fp32 to each
+//     block's partial sum (Q6_K: to each 16-value half's, which have their
+//     own scales), so the quantized weights are used exactly;
 //   - activations are split into x = hi + lo, both fp16 (MMA_SPLIT=1, the
 //     default), and both halves go through the mma: about 22 bits of x
 //     instead of fp16's 11 (one fp16 alone gives ~3e-4 relative error per
 //     product, which a model compounds over its layers). MMA_SPLIT=0 drops lo.
 //   - Q4_1: sum_k (d q_k + m) x_k = d sum q_k x_k + m sum x_k, the block sums
-//     of x in fp32 from the staging step.
+//     of x in fp32 from the staging step (likewise Q5_1, and Q4_K / Q5_K
+//     with -m).
+//   - the fifth bit (Q5_*: one qh word per block) and the top two bits (Q6_K:
+//     two words, one per half) are staged in local memory beside the scales
+//     and or'ed into the nibble codes as the A fragments are built.
 // Integer codes to fp16 without half arithmetic in C: code c (0..1023) or'ed
 // into the mantissa of 1024.0 (0x6400) is the fp16 value 1024 + c; one
 // sub.f16x2 of (1024 + offset) per two values gives the code exactly.
@@ -69,8 +75,25 @@
 #define MMA_SPLIT 1
 #endif
 
-#if WTYPE != 2 && WTYPE != 3 && WTYPE != 8
-#error "matmul_mma: quantized weight types only"
+#if WTYPE != 2 && WTYPE != 3 && WTYPE != 6 && WTYPE != 7 && WTYPE != 8 && WTYPE != 12 && \
+    WTYPE != 13 && WTYPE != 14
+#error "matmul_mma: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weights only"
+#endif
+// What varies with the type: a second per-block term m * (block sum of x)
+// (MM_MIN), a scale per 16-value half (MM_HALVES, kept in wdl / wml), high
+// code bits in HW words per block (0: none), and the offset subtracted from
+// the code (MM_BIAS: fp16 1024 + offset in both halves).
+#define MM_MIN (WTYPE == 3 || WTYPE == 7 || WTYPE == 12 || WTYPE == 13)
+#define MM_HALVES (WTYPE == 14)
+#define HW (WTYPE == 14 ? 2 : WTYPE == 6 || WTYPE == 7 || WTYPE == 13 ? 1 : 0)
+#if WTYPE == 2
+#define MM_BIAS 0x64086408u
+#elif WTYPE == 6
+#define MM_BIAS 0x64106410u
+#elif WTYPE == 14
+#define MM_BIAS 0x64206420u
+#else
+#define MM_BIAS 0x64006400u
 #endif
 
 #define KB 32
@@ -115,19 +138,30 @@ inline float shfl_bfly(float v, int mask) {
 }
 
 // The fp16 codes of the two weights in the 16 bits s (bytes 2tig, 2tig+1 or
-// 2tig+8, 2tig+9 of the block), for the mma half `hi` (Q4: high nibbles).
-inline uint codes(uint s, int hi) {
+// 2tig+8, 2tig+9 of the block), for the mma half `hi` (nibble types: high
+// nibbles), with `top` the high code bits already at bits 4.. and 20.. .
+inline uint codes(uint s, int hi, uint top) {
 #if WTYPE == 8
   (void)hi;
+  (void)top;
   const uint u = s ^ 0x8080u;  // int8 + 128
   return sub_f16x2(0x64006400u | (u & 0xffu) | ((u & 0xff00u) << 8), 0x64806480u);
 #else
   const uint n = hi ? ((s >> 4) & 0xfu) | ((s & 0xf000u) << 4) : (s & 0xfu) | ((s & 0xf00u) << 8);
-#if WTYPE == 2
-  return sub_f16x2(0x64006400u | n, 0x64086408u);  // q - 8
-#else
-  return sub_f16x2(0x64006400u | n, 0x64006400u);  // q
+  return sub_f16x2(0x64006400u | n | top, MM_BIAS);
 #endif
+}
+
+// The high bits of the two values whose qh / h bits start at bit 0 of hb, in
+// the positions codes() wants: Q5 one bit (bit 4), Q6_K two (bits 4-5).
+inline uint top_bits(uint hb) {
+#if HW == 1
+  return ((hb & 1u) << 4) | ((hb & 2u) << 19);
+#elif HW == 2
+  return ((hb & 3u) << 4) | ((hb & 0xcu) << 18);
+#else
+  (void)hb;
+  return 0u;
 #endif
 }
 
@@ -141,10 +175,27 @@ inline uint codes(uint s, int hi) {
 #define FETCH_Q2(it, blk)
 #define ZERO_Q2(it)
 #endif
+// A block's record (block_layout.h) -> the scale pair wsr (d and the min
+// term's factor, or Q6_K's two half scales) and the high-bit words whr.
+#define WSH ((const __global half*)ws)
+#define WSU ((const __global uint*)ws)
+#define WSF ((const __global float*)ws)
 #if WTYPE == 3
-#define FETCH_S(blk) vload_half2((blk), (const __global half*)ws)
+#define FETCH_S(it, blk) wsr[it] = vload_half2((blk), WSH)
+#elif WTYPE == 6
+#define FETCH_S(it, blk) \
+  (wsr[it] = (float2)(vload_half(4 * (blk), WSH), 0.0f), whr[it].x = WSU[2 * (blk) + 1])
+#elif WTYPE == 7
+#define FETCH_S(it, blk) (wsr[it] = vload_half2(2 * (blk), WSH), whr[it].x = WSU[2 * (blk) + 1])
+#elif WTYPE == 12
+#define FETCH_S(it, blk) (wsr[it] = vload2((blk), WSF) * (float2)(1.0f, -1.0f))
+#elif WTYPE == 13
+#define FETCH_S(it, blk) \
+  (wsr[it] = vload2(2 * (blk), WSF) * (float2)(1.0f, -1.0f), whr[it].x = WSU[4 * (blk) + 2])
+#elif WTYPE == 14
+#define FETCH_S(it, blk) (wsr[it] = vload2(2 * (blk), WSF), whr[it] = vload2(2 * (blk) + 1, WSU))
 #else
-#define FETCH_S(blk) (float2)(vload_half((blk), (const __global half*)ws), 0.0f)
+#define FETCH_S(it, blk) wsr[it] = (float2)(vload_half((blk), WSH), 0.0f)
 #endif
 // Stage `b0_` (blocks b0_ .. b0_ + MMA_KB - 1) into the registers wqr, wsr,
 // xr; zeros past the matrix, the blocks or the tokens.
@@ -157,11 +208,12 @@ inline uint codes(uint s, int hi) {
         const size_t blk = (size_t)row * (size_t)n_blocks + (size_t)b; \
         wqr[it] = vload4(0, wq + blk * QW);                            \
         FETCH_Q2(it, blk);                                             \
-        wsr[it] = FETCH_S(blk);                                        \
+        FETCH_S(it, blk);                                              \
       } else {                                                         \
         wqr[it] = (uint4)(0u);                                         \
         ZERO_Q2(it);                                                   \
         wsr[it] = (float2)(0.0f);                                      \
+        whr[it] = (uint2)(0u);                                         \
       }                                                                \
     }                                                                  \
     _Pragma("unroll") for (int it = 0; it < X_ITEMS; ++it) {           \
@@ -174,14 +226,52 @@ inline uint codes(uint s, int hi) {
     }                                                                  \
   } while (0)
 
+#define ZERO_PART()                                           \
+  do {                                                        \
+    _Pragma("unroll") for (int i = 0; i < MMA_MI; ++i)        \
+        _Pragma("unroll") for (int j = 0; j < MMA_NJ; ++j)    \
+            _Pragma("unroll") for (int c = 0; c < 4; ++c)     \
+                part[i][j][c] = 0.0f;                         \
+  } while (0)
+#if MM_MIN
+#define MIN_LOAD()                                                      \
+  const float m0 = wml[r], m1 = wml[r + 8];                             \
+  const int t = kb * TILE_T + wn0 + 8 * j + 2 * tig;                    \
+  const float s0 = xsl[t], s1 = xsl[t + 1]
+#define ACC_ADD(c, d, m, x) acc[i][j][c] += d * part[i][j][c] + m * x
+#else
+#define MIN_LOAD()
+#define ACC_ADD(c, d, m, x) acc[i][j][c] += d * part[i][j][c]
+#endif
+// acc += scale * part (+ min * block sum of x), the row scales from `sc`.
+#define APPLY_PART(sc)                                              \
+  do {                                                              \
+    _Pragma("unroll") for (int i = 0; i < MMA_MI; ++i) {            \
+      const int r = kb * TILE_R + wr0 + 16 * i + g;                 \
+      const float d0 = (sc)[r], d1 = (sc)[r + 8];                   \
+      _Pragma("unroll") for (int j = 0; j < MMA_NJ; ++j) {          \
+        MIN_LOAD();                                                 \
+        ACC_ADD(0, d0, m0, s0);                                     \
+        ACC_ADD(1, d0, m0, s1);                                     \
+        ACC_ADD(2, d1, m1, s0);                                     \
+        ACC_ADD(3, d1, m1, s1);                                     \
+      }                                                             \
+    }                                                               \
+  } while (0)
+
 __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma(
     const __global uint* wq, const __global void* ws, int n_in, int n_rows, const __global float* x,
     int ld_x, int n_tok, __global float* out, int ld_out, int out_off, int accumulate) {
   __local uint wql[MMA_KB * TILE_R * QS];
   __local float wdl[MMA_KB * TILE_R];
-#if WTYPE == 3
+#if MM_MIN || MM_HALVES
   __local float wml[MMA_KB * TILE_R];
+#endif
+#if MM_MIN
   __local float xsl[MMA_KB * TILE_T];
+#endif
+#if HW
+  __local uint whl[MMA_KB * TILE_R * HW];
 #endif
   __local uint xhl[TILE_T * LDW];
 #if MMA_SPLIT
@@ -213,7 +303,8 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
 #if QW == 8
   uint4 wqr2[W_ITEMS];
 #endif
-  float2 wsr[W_ITEMS];  // d (and m for Q4_1)
+  float2 wsr[W_ITEMS];  // d (and the min factor, or Q6_K's two scales)
+  uint2 whr[W_ITEMS];   // high-bit words (Q5_*: .x, Q6_K: both)
   float8 xr[X_ITEMS];
   FETCH(0);
 
@@ -230,14 +321,19 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
         vstore4(wqr2[it], 1, dst);
 #endif
         wdl[kb * TILE_R + r] = wsr[it].x;
-#if WTYPE == 3
+#if MM_MIN || MM_HALVES
         wml[kb * TILE_R + r] = wsr[it].y;
+#endif
+#if HW == 1
+        whl[kb * TILE_R + r] = whr[it].x;
+#elif HW == 2
+        vstore2(whr[it], kb * TILE_R + r, whl);
 #endif
       }
     }
     // 2. activations -> packed fp16 pairs (hi, lo), 8 per item. Whole warps
     // take the same branch (TILE_T * X8 and WG_THREADS are multiples of 32),
-    // as the Q4_1 shuffles need.
+    // as the block-sum shuffles need.
 #pragma unroll
     for (int it = 0; it < X_ITEMS; ++it) {
       const int e = lid + it * WG_THREADS;
@@ -254,7 +350,7 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
 #else
         vstore_half8_rte(v, 0, dh);
 #endif
-#if WTYPE == 3
+#if MM_MIN
         // block sums of x: 4 consecutive lanes hold one token's block
         const float4 s4 = v.lo + v.hi;
         float sum = s4.x + s4.y + s4.z + s4.w;
@@ -270,18 +366,14 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
     // 3. the warp's tiles, block by block.
     for (int kb = 0; kb < MMA_KB; ++kb) {
       float part[MMA_MI][MMA_NJ][4];
-#pragma unroll
-      for (int i = 0; i < MMA_MI; ++i)
-#pragma unroll
-        for (int j = 0; j < MMA_NJ; ++j)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) part[i][j][c] = 0.0f;
+      ZERO_PART();
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // k 0..15, then 16..31 of the block
         uint a[MMA_MI][4];
 #pragma unroll
         for (int i = 0; i < MMA_MI; ++i) {
-          const __local uint* q0 = wql + (kb * TILE_R + wr0 + 16 * i + g) * QS;
+          const int r = kb * TILE_R + wr0 + 16 * i + g;
+          const __local uint* q0 = wql + r * QS;
           const __local uint* q1 = q0 + 8 * QS;
           const int sh = (tig & 1) * 16;
 #if WTYPE == 8
@@ -289,10 +381,23 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
 #else
           const int w0 = tig >> 1;  // nibble bytes 2tig ..
 #endif
-          a[i][0] = codes((q0[w0] >> sh) & 0xffffu, h);
-          a[i][1] = codes((q1[w0] >> sh) & 0xffffu, h);
-          a[i][2] = codes((q0[w0 + 2] >> sh) & 0xffffu, h);
-          a[i][3] = codes((q1[w0 + 2] >> sh) & 0xffffu, h);
+#if HW == 1
+          // bit 16h + j of qh is bit 4 of value 16h + j
+          const uint hb0 = whl[r] >> (16 * h + 2 * tig), hb1 = whl[r + 8] >> (16 * h + 2 * tig);
+          const uint t0 = top_bits(hb0), t1 = top_bits(hb1);
+          const uint t2 = top_bits(hb0 >> 8), t3 = top_bits(hb1 >> 8);
+#elif HW == 2
+          // bits 2j, 2j + 1 of half h's word are the top bits of its value j
+          const uint hb0 = whl[2 * r + h] >> (4 * tig), hb1 = whl[2 * (r + 8) + h] >> (4 * tig);
+          const uint t0 = top_bits(hb0), t1 = top_bits(hb1);
+          const uint t2 = top_bits(hb0 >> 16), t3 = top_bits(hb1 >> 16);
+#else
+          const uint t0 = 0u, t1 = 0u, t2 = 0u, t3 = 0u;
+#endif
+          a[i][0] = codes((q0[w0] >> sh) & 0xffffu, h, t0);
+          a[i][1] = codes((q1[w0] >> sh) & 0xffffu, h, t1);
+          a[i][2] = codes((q0[w0 + 2] >> sh) & 0xffffu, h, t2);
+          a[i][3] = codes((q1[w0 + 2] >> sh) & 0xffffu, h, t3);
         }
 #pragma unroll
         for (int j = 0; j < MMA_NJ; ++j) {
@@ -309,32 +414,16 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
 #endif
           }
         }
+#if MM_HALVES
+        // acc += (scale of half h) * part
+        APPLY_PART(h ? wml : wdl);
+        ZERO_PART();
+#endif
       }
+#if !MM_HALVES
       // acc += d * part (+ m * block sum of x)
-#pragma unroll
-      for (int i = 0; i < MMA_MI; ++i) {
-        const int r = kb * TILE_R + wr0 + 16 * i + g;
-        const float d0 = wdl[r], d1 = wdl[r + 8];
-#if WTYPE == 3
-        const float m0 = wml[r], m1 = wml[r + 8];
+      APPLY_PART(wdl);
 #endif
-#pragma unroll
-        for (int j = 0; j < MMA_NJ; ++j) {
-#if WTYPE == 3
-          const int t = kb * TILE_T + wn0 + 8 * j + 2 * tig;
-          const float s0 = xsl[t], s1 = xsl[t + 1];
-          acc[i][j][0] += d0 * part[i][j][0] + m0 * s0;
-          acc[i][j][1] += d0 * part[i][j][1] + m0 * s1;
-          acc[i][j][2] += d1 * part[i][j][2] + m1 * s0;
-          acc[i][j][3] += d1 * part[i][j][3] + m1 * s1;
-#else
-          acc[i][j][0] += d0 * part[i][j][0];
-          acc[i][j][1] += d0 * part[i][j][1];
-          acc[i][j][2] += d1 * part[i][j][2];
-          acc[i][j][3] += d1 * part[i][j][3];
-#endif
-        }
-      }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }

@@ -103,7 +103,8 @@ std::string ClPrefill::mma_defines(GgmlType type, const PrefillTuning& t) {
          " -DMMA_SPLIT=" + std::to_string(t.mma_split ? 1 : 0);
 }
 
-// A 40-row x 96 case (edge tiles on both axes, an odd block count) with 9
+// A 40-row x 96 case (edge tiles on both axes, an odd block count; K-quants:
+// x 768, three super-blocks) with 9
 // tokens against a float64 product of the same dequantized weights; any
 // exception (the driver rejecting the PTX included) or a mismatch selects the
 // portable kernel for this type.
@@ -113,7 +114,7 @@ bool ClPrefill::mma_ok(GgmlType type) {
   }
   bool ok = false;
   try {
-    const int n_in = 96, rows = 40, n_tok = 9;
+    const int n_in = 3 * std::max(32, ggml_block_size(type)), rows = 40, n_tok = 9;
     std::vector<float> wv(size_t(n_in) * rows), xv(size_t(n_in) * n_tok);
     uint32_t st = 12345u + uint32_t(type);
     auto rnd = [&st] {

@@ -86,7 +86,19 @@ class ClPrefill {
   static std::string mma_defines(GgmlType type, const PrefillTuning& t);
   static std::string attention_defines(int head_dim, const PrefillTuning& t);
   static bool mma_type(GgmlType type) {
-    return type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0;
+    switch (type) {
+      case GgmlType::Q4_0:
+      case GgmlType::Q4_1:
+      case GgmlType::Q5_0:
+      case GgmlType::Q5_1:
+      case GgmlType::Q8_0:
+      case GgmlType::Q4_K:
+      case GgmlType::Q5_K:
+      case GgmlType::Q6_K:
+        return true;
+      default:
+        return false;
+    }
   }
   // Whether matmul_mma for `type` builds and matches a host reference on a
   // small case (checked once per type; false on any error).

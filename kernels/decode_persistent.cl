@@ -44,9 +44,9 @@
 // (persistent_layout.cl), WT_HEAD, WT_EMBD (GGML type ids 0 F32, 1 F16, 2
 // Q4_0, 3 Q4_1, 8 Q8_0, 30 BF16 and the others of kernels/quant_blocks.cl,
 // built before this file); layouts are those of engine/cl/block_layout.h.
-// Q4_0, Q4_1 and Q8_0 have loops of their own (and rows held in registers
-// across barriers); the other types are read 8 values at a time by
-// block_values8. Where a role has one type (ALT = its type), its ALT
+// Q4_0, Q4_1, Q8_0 and the ext types (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) have
+// loops of their own (and rows held in registers across barriers); the other
+// types are read 8 values at a time by block_values8. Where a role has one type (ALT = its type), its ALT
 // branches fold away; Q, K and V of one type (QKV_STACKED) are one stacked
 // matrix.
 //
@@ -287,6 +287,105 @@ INLINE float2 nibble_dot_local(uint4 q, const __local float* x) {
   return (float2)(acc, xs);
 }
 
+// A code c < 2^23 as a float without a conversion instruction (I2F runs at
+// 1/8 of the FMA rate): c under the exponent of 2^23, minus 2^23 (exact).
+#define CODE_F(c) (as_float(0x4b000000u | (c)) - 8388608.0f)
+// Q5_*: (sum c x, sum x) over one block of 32, c = nibble | (bit j of qh) << 4.
+INLINE float2 nibble5_dot(uint4 q, uint qh, const __local float* x) {
+  const uint w[4] = {q.x, q.y, q.z, q.w};
+  float acc = 0.0f, xs = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float4 xl = vload4(i, x);
+    const float4 xh = vload4(i + 4, x);
+    const uint v = w[i], lb = qh >> (4 * i), hb = qh >> (16 + 4 * i);
+    acc += CODE_F((v & 15) | ((lb & 1) << 4)) * xl.x +
+           CODE_F(((v >> 8) & 15) | ((lb & 2) << 3)) * xl.y +
+           CODE_F(((v >> 16) & 15) | ((lb & 4) << 2)) * xl.z +
+           CODE_F(((v >> 24) & 15) | ((lb & 8) << 1)) * xl.w;
+    acc += CODE_F(((v >> 4) & 15) | ((hb & 1) << 4)) * xh.x +
+           CODE_F(((v >> 12) & 15) | ((hb & 2) << 3)) * xh.y +
+           CODE_F(((v >> 20) & 15) | ((hb & 4) << 2)) * xh.z +
+           CODE_F((v >> 28) | ((hb & 8) << 1)) * xh.w;
+    xs += xl.x + xl.y + xl.z + xl.w + xh.x + xh.y + xh.z + xh.w;
+  }
+  return (float2)(acc, xs);
+}
+// Q6_K: (sum c x over values 0-15, over 16-31, sum x over 0-15, over 16-31),
+// c = nibble | (bits 2j, 2j + 1 of the half's word) << 4; the halves have
+// scales of their own.
+INLINE float4 nibble6_dot(uint4 q, uint2 h, const __local float* x) {
+  const uint w[4] = {q.x, q.y, q.z, q.w};
+  float4 r = (float4)(0.0f);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float4 xl = vload4(i, x);
+    const float4 xh = vload4(i + 4, x);
+    const uint v = w[i], lb = h.x >> (8 * i), hb = h.y >> (8 * i);
+    r.x += CODE_F((v & 15) | ((lb & 3) << 4)) * xl.x +
+           CODE_F(((v >> 8) & 15) | ((lb & 0xc) << 2)) * xl.y +
+           CODE_F(((v >> 16) & 15) | (lb & 0x30)) * xl.z +
+           CODE_F(((v >> 24) & 15) | ((lb & 0xc0) >> 2)) * xl.w;
+    r.y += CODE_F(((v >> 4) & 15) | ((hb & 3) << 4)) * xh.x +
+           CODE_F(((v >> 12) & 15) | ((hb & 0xc) << 2)) * xh.y +
+           CODE_F(((v >> 20) & 15) | (hb & 0x30)) * xh.z +
+           CODE_F((v >> 28) | ((hb & 0xc0) >> 2)) * xh.w;
+    r.z += xl.x + xl.y + xl.z + xl.w;
+    r.w += xh.x + xh.y + xh.z + xh.w;
+  }
+  return r;
+}
+
+// Q5_0 (6), Q5_1 (7), Q4_K (12), Q5_K (13), Q6_K (14): block `blk`'s record
+// (block_layout.h) as a scale pair s and high-bit words h, and one block's
+// dot with x from its nibbles q:
+//   Q4_K        s.x sum c x + s.y sum x          s = (d sc, -dmin m)
+//   Q5_*        s.x sum c x + s.y sum x (5-bit c)  s = (d, -16 d) / (d, m) / (d sc, -dmin m)
+//   Q6_K        per half h: s_h sum (c - 32) x     s = (s0, s1), h = (h0, h1)
+INLINE bool ext_type(int type) {
+  return type == 6 || type == 7 || type == 12 || type == 13 || type == 14;
+}
+INLINE void ext_record(int type, const __global uchar* ws, size_t blk, float2* s, uint2* h) {
+  const __global uint* u = (const __global uint*)ws;
+  const __global float* f = (const __global float*)ws;
+  switch (type) {
+    case 6: {
+      const float d = vload_half(4 * blk, (const __global half*)ws);
+      *s = (float2)(d, -16.0f * d);
+      *h = (uint2)(u[2 * blk + 1], 0u);
+      break;
+    }
+    case 7:
+      *s = vload_half2(2 * blk, (const __global half*)ws);
+      *h = (uint2)(u[2 * blk + 1], 0u);
+      break;
+    case 12:
+      *s = vload2(blk, f) * (float2)(1.0f, -1.0f);
+      *h = (uint2)(0u);
+      break;
+    case 13: {
+      const float4 r = vload4(blk, f);
+      *s = (float2)(r.x, -r.y);
+      *h = (uint2)(as_uint(r.z), 0u);
+      break;
+    }
+    default: {  // 14
+      const float4 r = vload4(blk, f);
+      *s = r.xy;
+      *h = as_uint2(r.zw);
+      break;
+    }
+  }
+}
+INLINE float ext_block_dot(int type, uint4 q, float2 s, uint2 h, const __local float* x) {
+  if (type == 14) {
+    const float4 r = nibble6_dot(q, h, x);
+    return s.x * (r.x - 32.0f * r.z) + s.y * (r.y - 32.0f * r.w);
+  }
+  const float2 r = type == 12 ? nibble_dot_local(q, x) : nibble5_dot(q, h.x, x);
+  return s.x * r.x + s.y * r.y;
+}
+
 // Q8_0 (the lm_head here): each signed byte s becomes a float without a
 // conversion instruction (I2F runs at 1/8 of the FMA rate, and the lm_head's
 // 49152 x 576 bytes made it the bound): the byte, offset to s + 128 by
@@ -375,6 +474,19 @@ INLINE float row_dot_bf16(const __global uchar* wq, int n_in, int row, const __l
   }
   return s;
 }
+INLINE float row_dot_ext(int type, const __global uchar* wq, const __global uchar* ws, int n_in,
+                         int row, const __local float* x, int lane) {
+  const int nb = n_in / 32;
+  const size_t base = (size_t)row * nb;
+  float s = 0.0f;
+  for (int b = lane; b < nb; b += 32) {
+    float2 sc;
+    uint2 h;
+    ext_record(type, ws, base + b, &sc, &h);
+    s += ext_block_dot(type, ((const __global uint4*)wq)[base + b], sc, h, x + b * XS);
+  }
+  return s;
+}
 // The types of kernels/quant_blocks.cl without a loop of their own here.
 INLINE float row_dot_blocks(int type, const __global uchar* wq, const __global uchar* ws, int n_in,
                             int row, const __local float* x, int lane) {
@@ -409,6 +521,12 @@ INLINE float row_dot(int type, const __global uchar* wq, const __global uchar* w
       return row_dot_q8_0(wq, ws, n_in, row, x, lane);
     case 30:
       return row_dot_bf16(wq, n_in, row, x, lane);
+    case 6:
+    case 7:
+    case 12:
+    case 13:
+    case 14:
+      return row_dot_ext(type, wq, ws, n_in, row, x, lane);
     default:
       return row_dot_blocks(type, wq, ws, n_in, row, x, lane);
   }
@@ -421,15 +539,18 @@ INLINE float row_dot(int type, const __global uchar* wq, const __global uchar* w
 // work-group's arrival at the barrier and its wait there; after the barrier
 // only the activations are waited for. Lane `lane` holds blocks lane,
 // lane + 32, ... of the row: at most RB blocks (Q8_0 blocks take two uint4)
-// and each block's (scale, min): Q4_0's min is -8 * scale, Q8_0's is unused.
-// F32 and F16 rows are not held (their dot reads the row).
+// and each block's (scale, min): Q4_0's min is -8 * scale, Q8_0's is unused;
+// the types of ext_record also their high-bit words (h). Types read by
+// block_values8 and F32 / F16 / BF16 rows are not held (their dot reads the
+// row).
 #define RB ((LOCAL_X / 32 + 31) / 32)
 typedef struct {
   uint4 q[2 * RB];
   float2 s[RB];
+  uint2 h[RB];
 } RowRegs;
 
-// Blocks of 16 * `chunks` bytes (Q4_0 2, Q4_1 3: 1; Q8_0 8: 2).
+// Blocks of 16 * `chunks` bytes (Q4_0 2, Q4_1 3 and the ext types: 1; Q8_0 8: 2).
 INLINE void row_load_blocks(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
                             int lane, RowRegs* r, int chunks, int type) {
   const int nb = n_in / 32;
@@ -442,7 +563,9 @@ INLINE void row_load_blocks(const __global uchar* wq, const __global uchar* ws, 
       for (int c = 0; c < chunks; ++c) {
         r->q[chunks * k + c] = ((const __global uint4*)wq)[chunks * (base + b) + c];
       }
-      if (type == 3) {
+      if (ext_type(type)) {
+        ext_record(type, ws, base + b, &r->s[k], &r->h[k]);
+      } else if (type == 3) {
         r->s[k] = vload_half2(base + b, (const __global half*)ws);
       } else {
         const float d = vload_half(base + b, (const __global half*)ws);
@@ -454,7 +577,7 @@ INLINE void row_load_blocks(const __global uchar* wq, const __global uchar* ws, 
 // Row `row` of a matrix of type `type` into r (F32, F16: nothing).
 INLINE void row_load(int type, const __global uchar* wq, const __global uchar* ws, int n_in,
                      int row, int lane, RowRegs* r) {
-  if (type == 2 || type == 3) row_load_blocks(wq, ws, n_in, row, lane, r, 1, type);
+  if (type == 2 || type == 3 || ext_type(type)) row_load_blocks(wq, ws, n_in, row, lane, r, 1, type);
   if (type == 8) row_load_blocks(wq, ws, n_in, row, lane, r, 2, type);
 }
 // Q4_0 (2), Q4_1 (3): d * sum(code * x) + m * sum(x) (Q4_0's m is -8 d).
@@ -482,6 +605,16 @@ INLINE float row_dot_regs_q8_0(int n_in, const __local float* x, int lane, const
   }
   return acc;
 }
+INLINE float row_dot_regs_ext(int type, int n_in, const __local float* x, int lane,
+                              const RowRegs* r) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int k = 0; k < RB; ++k) {
+    const int b = lane + 32 * k;
+    if (b < n_in / 32) acc += ext_block_dot(type, r->q[k], r->s[k], r->h[k], x + b * XS);
+  }
+  return acc;
+}
 // This lane's share of dot(W[row], x) with the row in r (row_load).
 INLINE float row_dot_regs(int type, const __global uchar* wq, const __global uchar* ws, int n_in,
                           int row, const __local float* x, int lane, const RowRegs* r) {
@@ -491,7 +624,13 @@ INLINE float row_dot_regs(int type, const __global uchar* wq, const __global uch
       return row_dot_regs_nibbles(n_in, x, lane, r);
     case 8:
       return row_dot_regs_q8_0(n_in, x, lane, r);
-    default:  // F32, F16: read from the arena
+    case 6:
+    case 7:
+    case 12:
+    case 13:
+    case 14:
+      return row_dot_regs_ext(type, n_in, x, lane, r);
+    default:  // F32, F16, BF16 and block_values8's types: read from the arena
       return row_dot(type, wq, ws, n_in, row, x, lane);
   }
 }

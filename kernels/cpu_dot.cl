@@ -90,6 +90,27 @@ inline float8 half_to_float8(ushort h) {
 #endif
 }
 
+// The Q5 types' fifth bits, 8 values at a time: entry b holds (bit i of b) << 4 in
+// lane i, so one 32-byte load and an or put a qh byte into 8 codes (shifting
+// and masking qh per lane took Q5_0 decode to 0.6x of Q4_1's).
+#define Q5H(b)                                                                         \
+  {((b)&1) << 4, ((b)&2) << 3, ((b)&4) << 2, ((b)&8) << 1, (b)&16, ((b)&32) >> 1, ((b)&64) >> 2, \
+   ((b)&128) >> 3}
+#define Q5H4(b) Q5H(b), Q5H((b) + 1), Q5H((b) + 2), Q5H((b) + 3)
+#define Q5H16(b) Q5H4(b), Q5H4((b) + 4), Q5H4((b) + 8), Q5H4((b) + 12)
+#define Q5H64(b) Q5H16(b), Q5H16((b) + 16), Q5H16((b) + 32), Q5H16((b) + 48)
+__constant int q5_high[256][8] __attribute__((aligned(32))) = {Q5H64(0), Q5H64(64), Q5H64(128),
+                                                               Q5H64(192)};
+
+// Q6_K's top two bits, 4 values at a time: entry b holds bits 2i, 2i + 1 of
+// b at bits 4, 5 of lane i.
+#define Q6H(b) {((b)&3) << 4, ((b)&12) << 2, (b)&48, ((b)&192) >> 2}
+#define Q6H4(b) Q6H(b), Q6H((b) + 1), Q6H((b) + 2), Q6H((b) + 3)
+#define Q6H16(b) Q6H4(b), Q6H4((b) + 4), Q6H4((b) + 8), Q6H4((b) + 12)
+#define Q6H64(b) Q6H16(b), Q6H16((b) + 16), Q6H16((b) + 32), Q6H16((b) + 48)
+__constant int q6_high[256][4] __attribute__((aligned(16))) = {Q6H64(0), Q6H64(64), Q6H64(128),
+                                                               Q6H64(192)};
+
 // 1/sqrt(mean(x^2) + eps) over n values.
 inline float rms_scale(const __global float* x, int n, float eps) {
   float8 acc = 0.0f;
@@ -167,39 +188,51 @@ CPU_INLINE void rows_dot(const int wt, const __global uchar* wq, const __global 
     if (b % line_blocks == 0) {
       FOR_ROWS(r) __builtin_prefetch(wq + (blk[r] + b + pf_blocks) * QT_QB(wt));
     }
-    if (wt == 6 || wt == 12 || wt == 14) {
-      // Q5_0, Q4_K, Q6_K (Q4_K_M's layer types): the nibbles as above, the
-      // extra bits from the record, one float8 of codes per 8 values.
+    if (wt == 6 || wt == 7 || wt == 12 || wt == 13 || wt == 14) {
+      // Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (the layer types of K-quant mixes): the
+      // nibbles as above, the extra bits from the record, one float8 of codes
+      // per 8 values.
       FOR_ROWS(r) {
         const __global uchar8* qb = (const __global uchar8*)(wq + (blk[r] + b) * 16);
         const int8 v0 = convert_int8(qb[0]), v1 = convert_int8(qb[1]);
         int8 c0 = v0 & 15, c1 = v1 & 15, c2 = v0 >> 4, c3 = v1 >> 4;
-        if (wt == 6) {
-          const uint2 rec = ((const __global uint2*)ws)[blk[r] + b];  // d, qh
-          const int8 lanes = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
-          c0 |= (((int8)(int)rec.y >> lanes) & 1) << 4;
-          c1 |= (((int8)(int)(rec.y >> 8) >> lanes) & 1) << 4;
-          c2 |= (((int8)(int)(rec.y >> 16) >> lanes) & 1) << 4;
-          c3 |= (((int8)(int)(rec.y >> 24) >> lanes) & 1) << 4;
-          float8 t = fma(convert_float8(c0), x0, convert_float8(c1) * x1);
-          t = fma(convert_float8(c2), x2, fma(convert_float8(c3), x3, t));
-          acc[r] = fma(half_to_float8((ushort)rec.x), fma((float8)-16.0f, xs, t), acc[r]);
-        } else if (wt == 12) {
-          const float2 rec = ((const __global float2*)ws)[blk[r] + b];  // scale, min
-          float8 t = fma(convert_float8(c0), x0, convert_float8(c1) * x1);
-          t = fma(convert_float8(c2), x2, fma(convert_float8(c3), x3, t));
-          acc[r] = fma((float8)rec.x, t, fma((float8)-rec.y, xs, acc[r]));
-        } else {
+        if (wt == 14) {
           const uint4 rec = ((const __global uint4*)ws)[blk[r] + b];  // s0, s1, h0, h1
-          const int8 two = (int8)(0, 2, 4, 6, 8, 10, 12, 14);
-          c0 |= (((int8)(int)rec.z >> two) & 3) << 4;
-          c1 |= (((int8)(int)(rec.z >> 16) >> two) & 3) << 4;
-          c2 |= (((int8)(int)rec.w >> two) & 3) << 4;
-          c3 |= (((int8)(int)(rec.w >> 16) >> two) & 3) << 4;
+          // bits 2i, 2i + 1 of h0 (values 0-15) / h1 (16-31) to bits 4, 5
+          c0 |= (int8)(vload4(0, q6_high[rec.z & 0xff]), vload4(0, q6_high[(rec.z >> 8) & 0xff]));
+          c1 |= (int8)(vload4(0, q6_high[(rec.z >> 16) & 0xff]), vload4(0, q6_high[rec.z >> 24]));
+          c2 |= (int8)(vload4(0, q6_high[rec.w & 0xff]), vload4(0, q6_high[(rec.w >> 8) & 0xff]));
+          c3 |= (int8)(vload4(0, q6_high[(rec.w >> 16) & 0xff]), vload4(0, q6_high[rec.w >> 24]));
           const float8 lo = fma(convert_float8(c0 - 32), x0, convert_float8(c1 - 32) * x1);
           const float8 hi = fma(convert_float8(c2 - 32), x2, convert_float8(c3 - 32) * x3);
           acc[r] = fma((float8)as_float(rec.x), lo, fma((float8)as_float(rec.y), hi, acc[r]));
+          continue;
         }
+        // The record: (scale, min factor) and, for the Q5 types, qh.
+        float8 d, m;
+        uint qh = 0;
+        if (wt == 12 || wt == 13) {
+          const uint4 rec = wt == 13 ? ((const __global uint4*)ws)[blk[r] + b]
+                                     : (uint4)(((const __global uint2*)ws)[blk[r] + b], 0u, 0u);
+          d = (float8)as_float(rec.x);
+          m = (float8)-as_float(rec.y);
+          qh = rec.z;
+        } else {
+          const uint2 rec = ((const __global uint2*)ws)[blk[r] + b];  // d (, m), qh
+          d = half_to_float8((ushort)rec.x);
+          m = half_to_float8((ushort)(rec.x >> 16));  // Q5_0: 0, unused
+          qh = rec.y;
+        }
+        if (wt != 12) {
+          c0 |= vload8(0, q5_high[qh & 0xff]);
+          c1 |= vload8(0, q5_high[(qh >> 8) & 0xff]);
+          c2 |= vload8(0, q5_high[(qh >> 16) & 0xff]);
+          c3 |= vload8(0, q5_high[qh >> 24]);
+        }
+        float8 t = fma(convert_float8(c0), x0, convert_float8(c1) * x1);
+        t = fma(convert_float8(c2), x2, fma(convert_float8(c3), x3, t));
+        // Q5_0: d (t - 16 xs), one multiply-add fewer than d t + (-16 d) xs
+        acc[r] = wt == 6 ? fma(d, fma((float8)-16.0f, xs, t), acc[r]) : fma(d, t, fma(m, xs, acc[r]));
       }
       continue;
     }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Compiles kernels/decode_persistent.cl for NVIDIA without a GPU, in every
-# configuration the host (engine/cl/persistent_decode.cpp) can build: clang's
+# configuration the host (engine/cl/persistent_decode.cpp) can build, and
+# kernels/matmul_mma.cl for every weight type it takes: clang's
 # OpenCL front end to PTX (libclc for the builtins), then ptxas for sm_90.
 # Catches compile errors in the NVIDIA-only kernel (inline PTX: PoCL cannot
 # build it) before spending device time, and shows what a change does to
@@ -83,7 +84,7 @@ build() {
   if ! clang-14 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -O2 -S -Wall -Werror \
     -Wno-linker-warnings -Xclang -finclude-default-header -include "$inc" \
     -Xclang -mlink-builtin-bitcode -Xclang /usr/lib/clc/nvptx64--nvidiacl.bc -Dasm=__asm__ \
-    $common -DPWG="$pwg" "$@" $extra "$tmp/k.cl" -o "$ptx" 2>"$tmp/clang.log"; then
+    $common -DPWG="$pwg" "$@" $extra "${SRC:-$tmp/k.cl}" -o "$ptx" 2>"$tmp/clang.log"; then
     echo "$label: clang failed"
     cat "$tmp/clang.log"
     failed=1
@@ -158,4 +159,12 @@ done
 build "pwg512-h64-split8" 512 ${shapes[h64]} $bench_types -DATT_SPLIT_POS=8
 # shellcheck disable=SC2086,SC2046
 build "pwg256-h64-rot32" 256 ${shapes[h64]/-DN_ROT=64/-DN_ROT=32} $bench_types
+# kernels/matmul_mma.cl, NVIDIA-only too: every weight type it takes, with its
+# default tile (128 work-items) and test_cl_matmul's "wide" one (192, fp16
+# activations, 3-block stages).
+for t in 2 3 6 7 8 12 13 14; do
+  SRC=$kernels/matmul_mma.cl build "mma-type$t" 128 -DWTYPE=$t
+  SRC=$kernels/matmul_mma.cl build "mma-type$t-wide" 192 -DWTYPE=$t -DMMA_MI=1 -DMMA_NJ=2 \
+    -DMMA_WR=3 -DMMA_WN=2 -DMMA_KB=3 -DMMA_SPLIT=0
+done
 exit $failed

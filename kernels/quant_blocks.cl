@@ -27,7 +27,7 @@
 #define QT_BF16 30
 
 // Payload and record bytes per block of 32 (block_layout.cpp's device_q_bytes
-// and device_s_bytes).
+// and device_s_bytes; tests/cl/test_cl_block_layout.cpp checks they agree).
 #define QT_QB(t) ((t) == QT_Q8_0 ? 32 : (t) == QT_Q2_K || (t) == QT_Q3_K ? 8 : 16)
 #define QT_SB(t)                                                                      \
   ((t) == QT_Q4_0 || (t) == QT_Q8_0 || (t) == QT_IQ4_NL   ? 2                         \

@@ -209,8 +209,9 @@ void add_bench_command(CLI::App& app, EngineSwitches& engine) {
   auto opt = std::make_shared<BenchOptions>();
   auto* cmd = app.add_subcommand("bench", "Measure prompt processing and generation speed");
   auto* m = cmd->add_option("-m,--model", opt->model_path, "GGUF model file");
-  auto* s = cmd->add_option("--synthetic", opt->synthetic,
-                            "Benchmark a synthetic model of this shape instead (smollm2-135m)");
+  auto* s = cmd->add_option(
+      "--synthetic", opt->synthetic,
+      "Benchmark a synthetic model of this shape instead (" + synthetic_preset_names() + ")");
   m->excludes(s);
   add_quant_option(*cmd, opt->quant);
   cmd->add_option("-p,--n-prompt", opt->n_prompt, "Prompt tokens (0: skip the pp test)")

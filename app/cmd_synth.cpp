@@ -15,7 +15,8 @@ void add_synth_command(CLI::App& app) {
   auto opt = std::make_shared<SynthOptions>();
   auto* cmd =
       app.add_subcommand("synth", "Write a synthetic model with real shapes and random weights");
-  cmd->add_option("--preset", opt->preset, "Shape to copy (smollm2-135m)")->capture_default_str();
+  cmd->add_option("--preset", opt->preset, "Shape to copy (" + synthetic_preset_names() + ")")
+      ->capture_default_str();
   add_quant_option(*cmd, opt->quant);
   cmd->add_option("-o,--output", opt->out, "Output GGUF file")->required();
   cmd->add_option("--vocab-from", opt->vocab_from, "Copy the tokenizer from this GGUF");

@@ -46,24 +46,52 @@ void add_norm(GgufWriter& w, Rng& rng, const std::string& name, uint64_t n) {
 
 }  // namespace
 
+namespace {
+
+// The shapes of real llama-architecture models (their GGUF metadata): name,
+// embd, layers, heads, KV heads, FFN, vocab, context, RoPE base.
+struct Preset {
+  const char* name;
+  int n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+  float rope_freq_base;
+};
+constexpr Preset k_presets[] = {
+    {"smollm2-135m", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f},
+    {"smollm2-360m", 960, 32, 15, 5, 2560, 49152, 8192, 100000.0f},
+    {"smollm2-1.7b", 2048, 24, 32, 32, 8192, 49152, 8192, 130000.0f},
+    {"llama-3.2-1b", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0f},
+};
+
+}  // namespace
+
+const std::string& synthetic_preset_names() {
+  static const std::string names = [] {
+    std::string s;
+    for (const Preset& p : k_presets) s += (s.empty() ? "" : ", ") + std::string(p.name);
+    return s;
+  }();
+  return names;
+}
+
 SyntheticSpec synthetic_preset(std::string_view name) {
-  if (name == "smollm2-135m") {
+  for (const Preset& p : k_presets) {
+    if (name != p.name) continue;
     SyntheticSpec s;
-    s.name = "synthetic-smollm2-135m";
-    s.n_embd = 576;
-    s.n_layer = 30;
-    s.n_head = 9;
-    s.n_head_kv = 3;
-    s.n_ff = 1536;
-    s.n_vocab = 49152;
-    s.n_ctx = 8192;
-    s.rope_freq_base = 100000.0f;
+    s.name = "synthetic-" + std::string(p.name);
+    s.n_embd = p.n_embd;
+    s.n_layer = p.n_layer;
+    s.n_head = p.n_head;
+    s.n_head_kv = p.n_head_kv;
+    s.n_ff = p.n_ff;
+    s.n_vocab = p.n_vocab;
+    s.n_ctx = p.n_ctx;
+    s.rope_freq_base = p.rope_freq_base;
     s.embd_type = GgmlType::Q8_0;
     s.tied = true;
     return s;
   }
   throw std::invalid_argument("unknown synthetic model '" + std::string(name) +
-                              "' (known: smollm2-135m)");
+                              "' (known: " + synthetic_preset_names() + ")");
 }
 
 GgufWriter make_synthetic_model(const SyntheticSpec& s, const GgufFile* vocab_from) {

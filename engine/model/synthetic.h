@@ -38,9 +38,15 @@ struct SyntheticSpec {
   uint64_t seed = 1;
 };
 
-// Known presets: "smollm2-135m" (576 embd, 30 layers, 9 heads, 3 KV heads,
-// FFN 1536, vocab 49152, tied Q8_0 embedding). Throws std::invalid_argument.
+// Presets with the shapes of real llama-architecture models, all with a tied
+// Q8_0 embedding: "smollm2-135m" (576 embd, 30 layers, 9 heads, 3 KV heads,
+// FFN 1536, vocab 49152), "smollm2-360m" (960 x 32, 15 / 5 heads, FFN 2560),
+// "smollm2-1.7b" (2048 x 24, 32 / 32 heads, FFN 8192), "llama-3.2-1b" (2048 x
+// 16, 32 / 8 heads, FFN 8192, vocab 128256; without Llama 3's RoPE frequency
+// factors). Throws std::invalid_argument naming the known ones.
 SyntheticSpec synthetic_preset(std::string_view name);
+// "smollm2-135m, smollm2-360m, ..." for help texts and errors.
+const std::string& synthetic_preset_names();
 
 // Builds the model. With `vocab_from`, its tokenizer.* metadata is copied (its
 // vocabulary size must equal spec.n_vocab).

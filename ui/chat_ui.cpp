@@ -87,7 +87,9 @@ class ChatLoop {
     state_.panel_wanted = o.config.ui.panel && screen_.cols() >= o.config.ui.panel_min_columns;
     state_.key_panel = o.config.keys.toggle_panel;
     state_.key_debug = o.config.keys.toggle_debug;
-    if (config::ensure_dir(autosave_dir())) state_.autosave = new_autosave_path();
+    // Always set: a folder that cannot be made is a failed autosave, said on
+    // the screen (Controller::autosave), not a silent "off".
+    state_.autosave = new_autosave_path();
     if (o.engine.profiling) engine_.post(cmd::SetProfiling{true});
     if (!o.log_problem.empty()) state_.transcript.add(EntryKind::Info, o.log_problem);
     if (o.resume) resume();

@@ -7,11 +7,11 @@
 #include <clocale>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <stdexcept>
 
 #include "app/commands.h"
 #include "config/logging.h"
+#include "engine/chat/template.h"
 #include "ui/chat_ui.h"
 #include "ui/terminal_check.h"
 
@@ -40,10 +40,14 @@ EngineOptions engine_options_from(const config::Config& c) {
   o.sampling.min_p = static_cast<float>(s.min_p);
   o.sampling.repeat_penalty = static_cast<float>(s.repeat_penalty);
   o.sampling.repeat_last_n = s.repeat_last_n;
-  o.sampling.seed = s.seed >= 0 ? static_cast<uint64_t>(s.seed) : std::random_device{}();
+  o.sampling.seed = seed_or_random(s.seed);
   o.sampling.max_tokens = s.max_tokens;
   return o;
 }
+
+constexpr const char* k_config_help =
+    "Config file (default: $XDG_CONFIG_HOME/clchat/config.toml; read before the other flags, "
+    "which override it)";
 
 std::optional<std::filesystem::path> config_flag(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
@@ -62,14 +66,22 @@ int load_config_defaults(int argc, char** argv, ScreenOptions& screen, ChatOptio
     std::fprintf(stderr, "clchat: config: %s\n", e.what());
     return 2;
   }
+  // The config cannot see the engine's template names: checked here, as
+  // --chat-template is.
+  const std::string& name = screen.config.chat_template;
+  if (!name.empty() && !template_style_from_name(name)) {
+    std::fprintf(stderr, "clchat: config: chat_template: %s\n",
+                 unknown_template_message(name).c_str());
+    return 2;
+  }
   chat.engine = engine_options_from(screen.config);
   return 0;
 }
 
 void add_screen_options(CLI::App& app, ScreenOptions& screen) {
-  app.add_option("--config", screen.config_file,
-                 "Config file (default: $XDG_CONFIG_HOME/clchat/config.toml)");
-  app.add_flag("--resume", screen.resume, "Reopen the last autosaved conversation");
+  app.add_option("--config", screen.config_file, k_config_help);
+  app.add_flag("--resume", screen.resume,
+               "Reopen the last autosaved conversation (chat screen only; refused in line mode)");
   app.add_option("--log-level", screen.log_level,
                  "trace, debug, info, warn, error, critical or off (log: "
                  "$XDG_STATE_HOME/clchat/clchat.log)")
@@ -78,8 +90,23 @@ void add_screen_options(CLI::App& app, ScreenOptions& screen) {
       });
 }
 
+void add_config_to_subcommands(CLI::App& app, ScreenOptions& screen) {
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    sub->add_option("--config", screen.config_file, k_config_help);
+  }
+}
+
 int run_interactive(const ChatOptions& chat, const ScreenOptions& screen) {
-  if (!::isatty(STDIN_FILENO) || !::isatty(STDOUT_FILENO)) return run_chat(chat);
+  if (!::isatty(STDIN_FILENO) || !::isatty(STDOUT_FILENO)) {
+    // Line mode neither autosaves nor reopens: a silent --resume would
+    // start a new conversation the user believes is the old one.
+    if (screen.resume) {
+      throw UsageError(
+          "--resume needs the chat screen (stdin and stdout a terminal); line mode does not "
+          "autosave or resume");
+    }
+    return run_chat(chat);
+  }
   ui::ChatUiOptions o;
   o.config = screen.config;
   o.engine = chat.engine;
@@ -92,8 +119,12 @@ int run_interactive(const ChatOptions& chat, const ScreenOptions& screen) {
   // Checked while stderr is still the terminal (the log file takes it next).
   if (const auto problem = ui::terminal_problem()) throw std::runtime_error(*problem);
   o.log_path = config::default_log_path();
-  config::start_file_log(o.log_path,
-                         screen.log_level.empty() ? screen.config.log_level : screen.log_level);
+  if (!config::start_file_log(
+          o.log_path, screen.log_level.empty() ? screen.config.log_level : screen.log_level)) {
+    // Never the terminal the screen owns: no log at all, and the screen says so.
+    config::discard_log();
+    o.log_problem = "cannot write the log file " + o.log_path.string() + "; logging is off";
+  }
   std::setlocale(LC_ALL, "");  // wide characters in ncurses and wcwidth()
   return ui::run_chat_ui(o);
 }

@@ -28,6 +28,10 @@ int load_config_defaults(int argc, char** argv, ScreenOptions& screen, ChatOptio
 // --config, --resume, --log-level.
 void add_screen_options(CLI::App& app, ScreenOptions& screen);
 
+// --config on every subcommand too (`clchat run --config FILE ...`): the file
+// is read before parsing wherever the flag stands, so each command accepts it.
+void add_config_to_subcommands(CLI::App& app, ScreenOptions& screen);
+
 // No subcommand: the chat screen when stdin and stdout are terminals, else
 // line mode.
 int run_interactive(const ChatOptions& chat, const ScreenOptions& screen);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
+#include "engine/cl/device_fit.h"
 #include "engine/cl/forward.h"
 #include "engine/model/synthetic.h"
 
@@ -126,7 +127,7 @@ void bench(const BenchOptions& opt) {
   bool remove_after = false;
   std::string quant_name;
   if (!opt.synthetic.empty()) {
-    SyntheticSpec spec = synthetic_preset(opt.synthetic);
+    SyntheticSpec spec = synthetic_preset_or_throw(opt.synthetic);
     spec.mix = quant_mix_or_throw(opt.quant);
     path = write_synthetic_model_tmp(spec);
     remove_after = true;
@@ -144,6 +145,9 @@ void bench(const BenchOptions& opt) {
     rt = std::make_unique<ClRuntime>(device, opt.profile, opt.switches.kernel_cache);
     fo.n_ctx = opt.n_depth + std::max(opt.n_prompt, opt.n_gen) + 1;
     fwd = std::make_unique<ClForward>(model, *rt, fo);
+    if (fwd->n_ctx() < fo.n_ctx)
+      std::fprintf(stderr, "clchat: %s\n",
+                   context_reduced_note(fo.n_ctx, fwd->n_ctx(), device.name).c_str());
   } catch (...) {
     if (remove_after) std::filesystem::remove(path);
     throw;

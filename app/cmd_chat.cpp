@@ -13,6 +13,7 @@
 #include <string>
 
 #include "app/commands.h"
+#include "engine/chat/template.h"
 #include "engine/cl/build_error.h"
 #include "engine/cl/object_counts.h"
 #include "engine/engine.h"
@@ -137,19 +138,26 @@ void add_chat_options(CLI::App& app, ChatOptions& o) {
       ->check(CLI::Range(0, 1 << 24));
   app.add_option("--system", e.system_prompt, "System prompt (default: the template's)");
   app.add_option("--chat-template", e.chat_template,
-                 "plain, chatml, llama2, llama3, zephyr or gemma (default: from the model)");
-  app.add_option("--temp", s.temperature, "Temperature; 0 = greedy on the device")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0f, 100.0f));
-  app.add_option("--top-k", s.top_k, "Top-k (0: off)")->capture_default_str();
-  app.add_option("--top-p", s.top_p, "Top-p (1: off)")->capture_default_str();
-  app.add_option("--min-p", s.min_p, "Min-p (0: off)")->capture_default_str();
-  app.add_option("--repeat-penalty", s.repeat_penalty, "Repeat penalty (1: off)")
-      ->capture_default_str();
-  app.add_option("--seed", s.seed, "Sampling seed")->capture_default_str();
-  app.add_option("-n,--max-tokens", s.max_tokens, "Reply length limit")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 20));
+                 "plain, chatml, llama2, llama3, zephyr or gemma (default: from the model)")
+      ->check(CLI::Validator(
+          [](std::string& name) {
+            return template_style_from_name(name) ? "" : unknown_template_message(name);
+          },
+          "", "NAME"));
+  // A sampling flag, checked by its config key's rule.
+  const auto number = [&app](const char* flag, auto& value, const char* help,
+                             const config::NumberRule& rule) {
+    app.add_option(flag, value, help)->capture_default_str()->check(rule_validator(rule));
+  };
+  number("--temp", s.temperature, "Temperature; 0 = greedy on the device",
+         config::rules::temperature);
+  number("--top-k", s.top_k, "Top-k (0: off)", config::rules::top_k);
+  number("--top-p", s.top_p, "Top-p (1: off)", config::rules::top_p);
+  number("--min-p", s.min_p, "Min-p (0: off)", config::rules::min_p);
+  number("--repeat-penalty", s.repeat_penalty, "Repeat penalty (1: off)",
+         config::rules::repeat_penalty);
+  add_seed_option(app, s.seed, "Sampling seed");
+  number("-n,--max-tokens", s.max_tokens, "Reply length limit", config::rules::max_tokens);
   app.add_option("--backend", e.backend, "reference (CPU) or opencl")
       ->capture_default_str()
       ->check(CLI::IsMember({"reference", "opencl"}));

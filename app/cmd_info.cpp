@@ -7,6 +7,7 @@
 #include "app/commands.h"
 #include "common/utf8.h"
 #include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace clchat::app {
 
@@ -101,6 +102,9 @@ void add_info_command(CLI::App& app) {
   cmd->add_flag("--json", *json, "Print one JSON object");
   cmd->callback([=] {
     const Model model = load_model(model_path->empty() ? default_model_path() : *model_path);
+    // What `run` would refuse, info refuses too: the tokenizer is built (and
+    // dropped) when the file has one.
+    if (model.file->has("tokenizer.ggml.tokens")) Tokenizer::from_gguf(*model.file);
     const auto j = describe(model);
     if (*json) {
       std::cout << j.dump(2) << "\n";

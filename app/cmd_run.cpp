@@ -141,6 +141,9 @@ void run(const RunOptions& opt) {
       fo.n_ctx = n_ctx;
       fo.tuning = Tuning::for_device(device, opt.switches);
       auto forward = std::make_unique<ClForward>(model, *runtime, fo);
+      if (forward->n_ctx() < n_ctx)
+        std::fprintf(stderr, "clchat: %s\n",
+                     context_reduced_note(n_ctx, forward->n_ctx(), device.name).c_str());
       cl = forward.get();
       cl->set_debug(opt.debug);
       backend = std::move(forward);
@@ -196,12 +199,14 @@ void add_run_command(CLI::App& app, EngineSwitches& engine) {
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_option("-c,--ctx", opt->n_ctx, "Context size (default: prompt + n, capped by the model)")
       ->check(CLI::Range(0, 1 << 24));
-  cmd->add_option("--seed", opt->seed, "Random seed (sampling is greedy by default)");
+  add_seed_option(*cmd, opt->seed, "Random seed (sampling is greedy by default)");
   add_engine_flags(*cmd, engine);
   cmd->callback([opt, &engine] {
     opt->switches = engine;
     if (opt->chat) {
-      run_line_chat(chat_options(*opt), std::cin, stdout, stderr);
+      if (const int rc = run_line_chat(chat_options(*opt), std::cin, stdout, stderr)) {
+        throw ExitStatus(rc);
+      }
       return;
     }
     if (opt->prompt.empty()) throw UsageError("run needs -p PROMPT (or --chat)");

@@ -22,7 +22,7 @@ void add_synth_command(CLI::App& app) {
   cmd->add_option("--vocab-from", opt->vocab_from, "Copy the tokenizer from this GGUF");
   cmd->add_option("--seed", opt->seed, "Random seed")->capture_default_str();
   cmd->callback([opt] {
-    SyntheticSpec spec = synthetic_preset(opt->preset);
+    SyntheticSpec spec = synthetic_preset_or_throw(opt->preset);
     spec.mix = quant_mix_or_throw(opt->quant);
     spec.seed = opt->seed;
     std::unique_ptr<GgufFile> vocab;

@@ -7,8 +7,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "config/number_rules.h"
 #include "engine/messages.h"
 #include "engine/model/quant_mix.h"
+#include "engine/model/synthetic.h"
 
 namespace clchat::app {
 
@@ -16,6 +18,15 @@ namespace clchat::app {
 class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// Ends clchat with `code` once a command has printed why (line mode's
+// failed turns: exit 1 after the remaining lines).
+class ExitStatus : public std::exception {
+ public:
+  explicit ExitStatus(int exit_code) : code(exit_code) {}
+  const char* what() const noexcept override { return "exit status"; }
+  int code;
 };
 
 void add_info_command(CLI::App& app);
@@ -34,6 +45,17 @@ void add_perplexity_command(CLI::App& app, EngineSwitches& engine);
 CLI::Option* add_quant_option(CLI::App& cmd, std::string& quant);
 // The mix `name` stands for; UsageError when there is none.
 QuantMix quant_mix_or_throw(const std::string& name);
+// The synthetic shape `name` stands for (bench --synthetic, synth --preset);
+// UsageError when there is none.
+SyntheticSpec synthetic_preset_or_throw(const std::string& name);
+
+// A flag's value checked by a config rule (config/number_rules.h), so that a
+// flag refuses what the config file refuses (NaN included).
+CLI::Validator rule_validator(const config::NumberRule& rule);
+// --seed S by config::rules::seed into `seed`; -1 picks a random seed.
+CLI::Option* add_seed_option(CLI::App& cmd, uint64_t& seed, const std::string& help);
+// A config seed as the engine's: -1 is a new random one.
+uint64_t seed_or_random(int64_t seed);
 
 // --no-persistent, --no-tensor-cores, --no-lookahead, --kernel-cache DIR.
 void add_engine_flags(CLI::App& cmd, EngineSwitches& switches);

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   clchat::app::add_bench_command(app, chat.engine.switches);
   clchat::app::add_synth_command(app);
   clchat::app::add_perplexity_command(app, chat.engine.switches);
+  clchat::app::add_config_to_subcommands(app, screen);
   try {
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) return clchat::app::run_interactive(chat, screen);
@@ -46,6 +47,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const clchat::app::ExitStatus& e) {
+    return e.code;  // the command has said why
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "clchat: %s\n", e.what());
     return 2;

@@ -1,5 +1,8 @@
 // --quant NAME, shared by `clchat bench --synthetic` and `clchat synth`: the
-// weight types of a synthetic model, as a QuantMix (engine/model/quant_mix.h).
+// weight types of a synthetic model, as a QuantMix (engine/model/quant_mix.h),
+// and its shape (--synthetic / --preset NAME).
+#include <stdexcept>
+
 #include "app/commands.h"
 #include "engine/model/quant_mix.h"
 
@@ -40,6 +43,14 @@ QuantMix quant_mix_or_throw(const std::string& name) {
   if (!mix)
     throw UsageError("unknown quantization '" + name + "' (accepted: " + quant_mix_names() + ")");
   return *mix;
+}
+
+SyntheticSpec synthetic_preset_or_throw(const std::string& name) {
+  try {
+    return synthetic_preset(name);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
 }
 
 }  // namespace clchat::app

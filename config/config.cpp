@@ -6,13 +6,13 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
-#include <limits>
 #include <set>
 #include <sstream>
 #include <toml.hpp>
 #include <vector>
 
 #include "common/utf8.h"
+#include "config/number_rules.h"
 #include "config/xdg.h"
 
 namespace clchat::config {
@@ -52,22 +52,22 @@ class TableReader {
       out = static_cast<Int>(x);
     }
   }
-  void read(const char* key, double& out, double min, double max) {
-    if (const auto* v = take(key)) {
-      double x = 0;
-      if (v->is_floating()) {
-        x = v->as_floating();
-      } else if (v->is_integer()) {
-        x = static_cast<double>(v->as_integer());  // `temperature = 1` is fine
+  // A number checked against `rule` (config/number_rules.h); an integer rule
+  // takes integers only, a real one integers too (`temperature = 1`).
+  template <typename T>
+  void read(const NumberRule& rule, T& out) {
+    if (const auto* v = take(rule.key)) {
+      long double x = 0;
+      if (v->is_integer()) {
+        x = static_cast<long double>(v->as_integer());
+      } else if (v->is_floating() && !rule.integer) {
+        x = static_cast<long double>(v->as_floating());
       } else {
-        fail(*v, key, "expected a number");
+        fail(*v, rule.key, rule.integer ? "expected an integer" : "expected a number");
       }
-      if (!(x >= min && x <= max)) {
-        std::ostringstream range;
-        range << "must be between " << min << " and " << max;
-        fail(*v, key, range.str());
-      }
-      out = x;
+      const std::string problem = rule_problem(rule, x);
+      if (!problem.empty()) fail(*v, rule.key, problem);
+      out = static_cast<T>(x);
     }
   }
   // A string that must be one of `allowed`.
@@ -170,14 +170,14 @@ void read_ui(TableReader r, Ui& ui) {
 }
 
 void read_sampling(TableReader r, Sampling& s) {
-  r.read("temperature", s.temperature, 0.0, 100.0);
-  r.read("top_k", s.top_k, 0, 1 << 20);
-  r.read("top_p", s.top_p, 0.0, 1.0);
-  r.read("min_p", s.min_p, 0.0, 1.0);
-  r.read("repeat_penalty", s.repeat_penalty, 0.0, 100.0);
-  r.read("repeat_last_n", s.repeat_last_n, 0, 1 << 20);
-  r.read("seed", s.seed, int64_t{-1}, std::numeric_limits<int64_t>::max());
-  r.read("max_tokens", s.max_tokens, 1, 1 << 24);
+  r.read(rules::temperature, s.temperature);
+  r.read(rules::top_k, s.top_k);
+  r.read(rules::top_p, s.top_p);
+  r.read(rules::min_p, s.min_p);
+  r.read(rules::repeat_penalty, s.repeat_penalty);
+  r.read(rules::repeat_last_n, s.repeat_last_n);
+  r.read(rules::seed, s.seed);
+  r.read(rules::max_tokens, s.max_tokens);
   r.finish();
 }
 

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -27,6 +28,11 @@ bool start_file_log(const std::filesystem::path& path, const std::string& level)
   } catch (const spdlog::spdlog_ex&) {
     return false;
   }
+}
+
+void discard_log() {
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("clchat", std::make_shared<spdlog::sinks::null_sink_mt>()));
 }
 
 int redirect_stderr(const std::filesystem::path& path) {

@@ -17,6 +17,11 @@ std::filesystem::path default_log_path();
 // cannot be opened.
 bool start_file_log(const std::filesystem::path& path, const std::string& level);
 
+// Makes a logger that drops every message the spdlog default: the chat
+// screen's when its log file cannot be written, since the terminal it owns
+// must never get log lines.
+void discard_log();
+
 // dup2()s the log file onto fd 2. Returns the saved original fd 2 (to restore
 // with restore_stderr), or -1 when the file cannot be opened.
 int redirect_stderr(const std::filesystem::path& path);

@@ -71,8 +71,7 @@ Worker::Worker(const EngineOptions& options, EventSink& sink,
   }
   profiling_ = options.profiling;
   if (options.backend != "reference" && backend_->n_ctx() < n_ctx_wanted) {
-    sink_.emit(ev::Notice{"context reduced from " + std::to_string(n_ctx_wanted) + " to " +
-                          std::to_string(backend_->n_ctx()) + " tokens to fit " + device_name});
+    sink_.emit(ev::Notice{context_reduced_note(n_ctx_wanted, backend_->n_ctx(), device_name)});
   }
   session_ = std::make_unique<ChatSession>(*backend_, *tokenizer_, std::move(chat_template),
                                            options.system_prompt);

@@ -101,6 +101,16 @@ std::string gpt2_byte_to_unicode(uint8_t b) {
   return s;
 }
 
+std::vector<std::pair<std::string, GgufValue>> vocab_metadata(const TinyVocab& v) {
+  std::vector<GgufValue> tokens, types, merges;
+  for (const auto& t : v.tokens) tokens.push_back(GgufValue::str(t));
+  for (int32_t t : v.token_types) types.push_back(GgufValue::i32(t));
+  for (const auto& m : v.merges) merges.push_back(GgufValue::str(m));
+  return {{"tokenizer.ggml.tokens", GgufValue::array(GgufValueType::STRING, std::move(tokens))},
+          {"tokenizer.ggml.token_type", GgufValue::array(GgufValueType::INT32, std::move(types))},
+          {"tokenizer.ggml.merges", GgufValue::array(GgufValueType::STRING, std::move(merges))}};
+}
+
 TinyVocab make_tiny_vocab(int n_vocab) {
   if (n_vocab < 1) throw std::invalid_argument("make_tiny_vocab: n_vocab must be positive");
   TinyVocab v;
@@ -195,19 +205,9 @@ TinyModel make_tiny_model(const TinyModelSpec& spec) {
   md.emplace_back("llama.attention.layer_norm_rms_epsilon", GgufValue::f32(spec.rms_eps));
   md.emplace_back("llama.rope.freq_base", GgufValue::f32(spec.rope_freq_base));
   if (spec.tokenizer) {
-    const TinyVocab v = make_tiny_vocab(spec.n_vocab);
-    std::vector<GgufValue> tokens, types, merges;
-    for (const auto& t : v.tokens) tokens.push_back(GgufValue::str(t));
-    for (int32_t t : v.token_types) types.push_back(GgufValue::i32(t));
-    for (const auto& s : v.merges) merges.push_back(GgufValue::str(s));
     md.emplace_back("tokenizer.ggml.model", GgufValue::str("gpt2"));
     md.emplace_back("tokenizer.ggml.pre", GgufValue::str(spec.tokenizer_pre));
-    md.emplace_back("tokenizer.ggml.tokens",
-                    GgufValue::array(GgufValueType::STRING, std::move(tokens)));
-    md.emplace_back("tokenizer.ggml.token_type",
-                    GgufValue::array(GgufValueType::INT32, std::move(types)));
-    md.emplace_back("tokenizer.ggml.merges",
-                    GgufValue::array(GgufValueType::STRING, std::move(merges)));
+    for (auto& kv : vocab_metadata(make_tiny_vocab(spec.n_vocab))) md.push_back(std::move(kv));
     // <|endoftext|> 0 doubles as unk and padding, as in SmolLM2.
     const std::pair<const char*, uint64_t> ids[] = {{"tokenizer.ggml.bos_token_id", 1},
                                                     {"tokenizer.ggml.eos_token_id", 2},

@@ -104,6 +104,8 @@ struct TinyVocab {
 // "Ġthe", ...); then <|reserved_N|> fillers up to n_vocab. With n_vocab < 259
 // the list is cut and only merges whose parts and result survive are kept.
 TinyVocab make_tiny_vocab(int n_vocab);
+// tokenizer.ggml.tokens, .token_type and .merges holding `v`.
+std::vector<std::pair<std::string, GgufValue>> vocab_metadata(const TinyVocab& v);
 
 // ---- files ------------------------------------------------------------------
 

@@ -87,8 +87,11 @@ class ChatLoop {
     state_.panel_wanted = o.config.ui.panel && screen_.cols() >= o.config.ui.panel_min_columns;
     state_.key_panel = o.config.keys.toggle_panel;
     state_.key_debug = o.config.keys.toggle_debug;
-    if (config::ensure_dir(autosave_dir())) state_.autosave = new_autosave_path();
+    // Always set: a folder that cannot be made is a failed autosave, said on
+    // the screen (Controller::autosave), not a silent "off".
+    state_.autosave = new_autosave_path();
     if (o.engine.profiling) engine_.post(cmd::SetProfiling{true});
+    if (!o.log_problem.empty()) state_.transcript.add(EntryKind::Info, o.log_problem);
     if (o.resume) resume();
   }
 
@@ -298,8 +301,9 @@ class ChatLoop {
 
 int run_chat_ui(const ChatUiOptions& options) {
   // PoCL and other drivers print to fd 2 while compiling kernels; that must
-  // land in the log, not on the screen.
-  const int saved_stderr = config::redirect_stderr(options.log_path);
+  // land in the log, not on the screen (nowhere when the log cannot be written).
+  int saved_stderr = config::redirect_stderr(options.log_path);
+  if (saved_stderr < 0) saved_stderr = config::redirect_stderr("/dev/null");
   const int sig_fd = install_signal_handlers();
   int rc = 0;
   try {

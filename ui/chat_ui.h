@@ -15,7 +15,8 @@ struct ChatUiOptions {
   config::Config config;
   EngineOptions engine;
   bool resume = false;             // reopen the latest autosaved conversation
-  std::filesystem::path log_path;  // fd 2 goes here while the screen is up
+  std::filesystem::path log_path;  // fd 2 goes here while the screen is up (else /dev/null)
+  std::string log_problem;         // "" or why there is no log file (shown on the screen)
 };
 
 // Returns the process exit code: 0 after /quit, Ctrl-D or Ctrl-C twice; 128 +

@@ -1,9 +1,10 @@
 // Command parsing and /set validation (see commands.h).
 #include "ui/commands.h"
 
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
+#include <random>
+
+#include "config/number_rules.h"
 
 namespace clchat::ui {
 
@@ -19,31 +20,21 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-std::optional<double> parse_number(std::string_view s) {
-  const std::string text(s);
-  if (text.empty()) return std::nullopt;
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (end != text.c_str() + text.size() || !std::isfinite(v)) return std::nullopt;
-  return v;
-}
-
 struct SetKey {
   const char* name;
   const char* alias;
-  double min, max;
-  bool integer;
+  const config::NumberRule& rule;  // the config key's (config/number_rules.h)
 };
 
 constexpr SetKey k_set_keys[] = {
-    {"temp", "temperature", 0, 100, false},
-    {"top_k", "top-k", 0, 1 << 20, true},
-    {"top_p", "top-p", 0, 1, false},
-    {"min_p", "min-p", 0, 1, false},
-    {"repeat_penalty", "repeat-penalty", 0, 100, false},
-    {"repeat_last_n", "repeat-last-n", 0, 1 << 20, true},
-    {"seed", "seed", 0, 1.8e19, true},
-    {"max_tokens", "max-tokens", 1, 1 << 24, true},
+    {"temp", "temperature", config::rules::temperature},
+    {"top_k", "top-k", config::rules::top_k},
+    {"top_p", "top-p", config::rules::top_p},
+    {"min_p", "min-p", config::rules::min_p},
+    {"repeat_penalty", "repeat-penalty", config::rules::repeat_penalty},
+    {"repeat_last_n", "repeat-last-n", config::rules::repeat_last_n},
+    {"seed", "seed", config::rules::seed},
+    {"max_tokens", "max-tokens", config::rules::max_tokens},
 };
 
 command::Invalid usage_set() {
@@ -61,15 +52,10 @@ Input parse_set(std::string_view args) {
   const auto value_text = trim(args.substr(space + 1));
   for (const auto& k : k_set_keys) {
     if (key != k.name && key != k.alias) continue;
-    const auto value = parse_number(value_text);
-    if (!value) return command::Invalid{"/set " + std::string(k.name) + ": not a number"};
-    if (*value < k.min || *value > k.max || (k.integer && std::floor(*value) != *value)) {
-      char range[96];
-      std::snprintf(range, sizeof range, "%s from %g to %g",
-                    k.integer ? "a whole number" : "a number", k.min, k.max);
-      return command::Invalid{"/set " + std::string(k.name) + ": expected " + range};
-    }
-    return command::Set{k.name, *value};
+    std::string problem;
+    const auto value = config::parse_for_rule(k.rule, value_text, problem);
+    if (!value) return command::Invalid{"/set " + std::string(k.name) + ": " + problem};
+    return command::Set{k.name, static_cast<double>(*value)};
   }
   return usage_set();
 }
@@ -121,7 +107,8 @@ void apply_set(SamplingParams& p, const command::Set& s) {
   if (s.key == "min_p") p.min_p = static_cast<float>(s.value);
   if (s.key == "repeat_penalty") p.repeat_penalty = static_cast<float>(s.value);
   if (s.key == "repeat_last_n") p.repeat_last_n = static_cast<int>(s.value);
-  if (s.key == "seed") p.seed = static_cast<uint64_t>(s.value);
+  if (s.key == "seed")
+    p.seed = s.value < 0 ? std::random_device{}() : static_cast<uint64_t>(s.value);
   if (s.key == "max_tokens") p.max_tokens = static_cast<int>(s.value);
 }
 

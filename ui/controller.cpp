@@ -117,10 +117,22 @@ void Controller::finish_turn(const ev::TurnFinished& f) {
 void Controller::autosave() {
   if (s_.autosave.empty() || s_.conversation.turns.empty()) return;
   try {
-    if (!config::ensure_dir(s_.autosave.parent_path())) return;
+    const auto dir = s_.autosave.parent_path();
+    if (!config::ensure_dir(dir)) throw ConversationFileError("cannot create " + dir.string());
     write_file(s_.autosave, to_json(s_.conversation));
+    if (!s_.autosave_error.empty()) {
+      s_.autosave_error.clear();
+      set_hint("autosave works again: " + s_.autosave.string());
+    }
   } catch (const std::exception& e) {
+    // Said on the screen (the status bar keeps it), tried again after the
+    // next turn; the whole conversation is written then.
+    s_.autosave_error = e.what();
     spdlog::warn("autosave failed: {}", e.what());
+    set_hint("autosave failed: " + s_.autosave_error +
+                 " (tried again after each turn; /save FILE "
+                 "saves elsewhere)",
+             Style::Warning, std::chrono::seconds(30));
   }
 }
 

@@ -1,9 +1,12 @@
 // Conversation JSON/Markdown and the autosave directory (see conversation_file.h).
 #include "ui/conversation_file.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -98,20 +101,49 @@ std::string to_markdown(const Conversation& c) {
   return md.str();
 }
 
+namespace {
+
+// "cannot write PATH: REASON".
+ConversationFileError write_error(const std::filesystem::path& path, int error) {
+  return ConversationFileError("cannot write " + path.string() + ": " + std::strerror(error));
+}
+
+// Writes all of `text` to a new file `tmp` and syncs it; on any failure the
+// file is removed (a full disk must not leave a 0-byte temp file behind).
+void write_new_file(const std::filesystem::path& tmp, const std::string& text) {
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw write_error(tmp, errno);
+  int error = 0;
+  for (size_t done = 0; done < text.size() && !error;) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n > 0) {
+      done += size_t(n);
+    } else if (n == 0) {
+      error = EIO;
+    } else if (errno != EINTR) {
+      error = errno;
+    }
+  }
+  // ENOSPC may show only at fsync or close (NFS, delayed allocation).
+  if (!error && ::fsync(fd) != 0) error = errno;
+  if (::close(fd) != 0 && !error) error = errno;
+  if (error) {
+    ::unlink(tmp.c_str());
+    throw write_error(tmp, error);
+  }
+}
+
+}  // namespace
+
 void write_file(const std::filesystem::path& path, const std::string& text) {
   auto tmp = path;
   tmp += ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw ConversationFileError("cannot write " + tmp.string());
-  }
+  write_new_file(tmp, text);
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw ConversationFileError("cannot write " + path.string());
+    ::unlink(tmp.c_str());
+    throw ConversationFileError("cannot write " + path.string() + ": " + ec.message());
   }
 }
 

@@ -40,7 +40,8 @@ std::string to_json(const Conversation& c);
 Conversation from_json(const std::string& text);  // throws ConversationFileError
 std::string to_markdown(const Conversation& c);
 
-// Writes atomically; throws ConversationFileError.
+// Writes atomically (a temp file beside `path`, synced, then renamed); throws
+// ConversationFileError "cannot write PATH: REASON" and leaves no temp file.
 void write_file(const std::filesystem::path& path, const std::string& text);
 Conversation read_conversation(const std::filesystem::path& path);
 

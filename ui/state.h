@@ -29,6 +29,9 @@ struct State {
   SamplingParams sampling;
   Conversation conversation;       // what /save and the autosave write
   std::filesystem::path autosave;  // this conversation's autosave file ("" = off)
+  // Why the last autosave failed ("" = it worked); the status bar says so
+  // until an autosave (tried again after every turn) works.
+  std::string autosave_error;
 
   bool generating = false;
   // Ctrl-C during a reply. The engine clears its cancel flag when a turn

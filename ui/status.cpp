@@ -16,6 +16,8 @@ StyledLine build_status_line(const State& s, int width) {
   } else {
     left += " │ loading…";
   }
+  // A failing autosave stays in view until it works again.
+  if (!s.autosave_error.empty()) left += " │ AUTOSAVE FAILED";
   const std::string device = s.session.device.empty() ? "" : " │ " + s.session.device;
   const std::string sampling = " │ " + sampling_summary(s.sampling);
   const std::string keys = "F" + std::to_string(s.key_panel) + " panel  F" +

@@ -81,6 +81,11 @@ std::optional<TemplateStyle> template_style_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+std::string unknown_template_message(std::string_view name) {
+  return "unknown chat template '" + std::string(name) +
+         "' (known: plain, chatml, llama2, llama3, zephyr, gemma)";
+}
+
 std::optional<TemplateStyle> detect_template_style(std::string_view jinja) {
   // Most specific markers first: a Llama-3 template never has <|im_start|>,
   // but a Zephyr-like one could mention [INST] in a comment, so [INST] is last.
@@ -121,8 +126,7 @@ ChatTemplate ChatTemplate::from_gguf(const GgufFile& file, std::string_view over
   if (!override_name.empty()) {
     style = template_style_from_name(override_name);
     if (!style) {
-      throw std::invalid_argument("unknown chat template '" + std::string(override_name) +
-                                  "' (known: plain, chatml, llama2, llama3, zephyr, gemma)");
+      throw std::invalid_argument(unknown_template_message(override_name));
     }
   } else {
     style = detect_template_style(jinja);

@@ -50,6 +50,8 @@ enum class TemplateStyle { Plain, ChatML, Llama2, Llama3, Zephyr, Gemma };
 std::string_view template_style_name(TemplateStyle style);
 // Accepts the names above (case-insensitive, "llama-2"/"llama-3" too).
 std::optional<TemplateStyle> template_style_from_name(std::string_view name);
+// "unknown chat template 'NAME' (known: plain, chatml, ...)".
+std::string unknown_template_message(std::string_view name);
 // The style a Jinja template text uses, by its markers; nullopt when none
 // is recognised.
 std::optional<TemplateStyle> detect_template_style(std::string_view jinja);

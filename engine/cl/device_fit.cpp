@@ -82,6 +82,11 @@ void check_model_fits(const Model& model, const DeviceInfo& device) {
   }
 }
 
+std::string context_reduced_note(int wanted, int got, const std::string& device_name) {
+  return "context reduced from " + std::to_string(wanted) + " to " + std::to_string(got) +
+         " tokens to fit " + device_name;
+}
+
 std::string other_devices_hint(const std::vector<DeviceInfo>& devices, int current) {
   std::string list;
   for (const DeviceInfo& d : devices) {

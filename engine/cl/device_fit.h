@@ -34,6 +34,11 @@ WeightFootprint weight_footprint(const Model& model);
 // Throws ModelTooLargeError when the weights cannot fit `device`.
 void check_model_fits(const Model& model, const DeviceInfo& device);
 
+// "context reduced from WANTED to GOT tokens to fit DEVICE": what the user is
+// told, once, when ClForward had to shrink the KV cache (it only logs it at
+// info level, so line mode does not print it twice).
+std::string context_reduced_note(int wanted, int got, const std::string& device_name);
+
 // "; other OpenCL devices: 1: NVIDIA H100 (gpu); select one with --device INDEX"
 // for the devices other than `current`; "" when there are none.
 std::string other_devices_hint(const std::vector<DeviceInfo>& devices, int current);

@@ -41,7 +41,8 @@ int fit_context(const ModelConfig& c, const DeviceInfo& device, int wanted) {
   const uint64_t max_pos = std::min(device.max_alloc_bytes, device.global_mem_bytes / 4) /
                            std::max<uint64_t>(per_pos, 1);
   if (uint64_t(n_ctx) > max_pos) {
-    spdlog::warn("context {} does not fit {} memory; reduced to {}", n_ctx, device.name, max_pos);
+    // Logged only: the caller tells the user (context_reduced_note, device_fit.h).
+    spdlog::info("context {} does not fit {} memory; reduced to {}", n_ctx, device.name, max_pos);
     n_ctx = int(max_pos);
   }
   if (n_ctx < 1) throw std::runtime_error("the KV cache does not fit " + device.name);

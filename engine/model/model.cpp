@@ -92,6 +92,18 @@ ModelConfig read_model_config(const GgufFile& file) {
   if (!embd) file.fail("missing tensor 'token_embd.weight'");
   if (embd->dims.size() != 2) file.fail("tensor 'token_embd.weight' is not a matrix");
   c.n_vocab = bounded(file, "token_embd.weight rows", embd->dims[1], k_max_vocab);
+  // The tokenizer and the embedding must agree: with fewer tokens the model
+  // picks ids no token prints (replies come out empty), with more the
+  // tokenizer makes ids that have no row. (A file without a tokenizer, such
+  // as a synthetic benchmark model, is checked when a tokenizer is needed.)
+  if (file.has("tokenizer.ggml.tokens")) {
+    const size_t n_tokens = file.get_array("tokenizer.ggml.tokens").items.size();
+    if (n_tokens != size_t(c.n_vocab)) {
+      file.fail("tokenizer.ggml.tokens has " + std::to_string(n_tokens) +
+                " tokens but token_embd.weight has " + std::to_string(c.n_vocab) +
+                " rows (the vocabulary sizes must match)");
+    }
+  }
   c.tied_embeddings = file.find_tensor("output.weight") == nullptr;
   return c;
 }

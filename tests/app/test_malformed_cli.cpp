@@ -33,6 +33,16 @@ TinyModel base() {
   return test::make_tiny_model(spec);
 }
 
+// The fixture with its tokenizer arrays replaced by a vocabulary of
+// `n_tokens` (token_embd keeps its 280 rows).
+TinyModel with_vocab(int n_tokens) {
+  TinyModel m = base();
+  for (auto& [key, value] : test::vocab_metadata(test::make_tiny_vocab(n_tokens))) {
+    m.set_metadata(key, std::move(value));
+  }
+  return m;
+}
+
 std::vector<BrokenFile> broken_files() {
   const Bytes good = base().bytes();
   const GgufLayout l = test::parse_gguf_layout(good);
@@ -66,6 +76,18 @@ std::vector<BrokenFile> broken_files() {
   TinyModel shape = base();
   shape.erase_tensor("blk.0.ffn_down.weight");
   files.push_back({"missing-tensor", shape.bytes(), "missing tensor 'blk.0.ffn_down.weight'"});
+  // The tokenizer must match token_embd's rows (issue 21): fewer tokens made
+  // empty replies, more an error at first use that named no file.
+  files.push_back({"fewer-tokens", with_vocab(270).bytes(),
+                   "tokenizer.ggml.tokens has 270 tokens but token_embd.weight has 280 rows"});
+  files.push_back({"more-tokens", with_vocab(290).bytes(),
+                   "tokenizer.ggml.tokens has 290 tokens but token_embd.weight has 280 rows"});
+  // What the tokenizer refuses, info refuses too (it used to describe it).
+  TinyModel scores = base();
+  scores.set_metadata("tokenizer.ggml.scores",
+                      GgufValue::array(GgufValueType::FLOAT32,
+                                       {GgufValue::f32(0), GgufValue::f32(0), GgufValue::f32(0)}));
+  files.push_back({"short-scores", scores.bytes(), "tokenizer.ggml.scores has 3 entries"});
   return files;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 
 #include "tests/test_support.h"
@@ -183,4 +184,28 @@ TEST(Tui, CtrlDOnEmptyLineQuitsAndResumeReopens) {
   std::filesystem::remove_all(saved);
   ASSERT_TRUE(r.wait_text("› Remember the blue kite"));
   ASSERT_TRUE(r.wait_ready());
+}
+
+// A state folder that cannot be written (XDG_STATE_HOME is a file): no log
+// file and no autosave. The screen says both, and nothing goes to fd 2, the
+// terminal the screen owns (a file here, so that the test can read it); it
+// used to get the log's warnings.
+TEST(Tui, UnwritableStateIsSaidOnTheScreenNotOnStderr) {
+  const auto err =
+      std::filesystem::temp_directory_path() / ("clchat-stderr-" + std::to_string(::getpid()));
+  {
+    TmuxSession t(120, 30, "-n 8 2>" + quote(err.string()), [](const std::filesystem::path& home) {
+      std::ofstream(home / "state") << "a file where the state folder should be";
+    });
+    ASSERT_TRUE(t.wait_ready());
+    ASSERT_TRUE(t.wait_text("logging is off"));
+    t.type("Once upon a time");
+    ASSERT_TRUE(t.wait_text("[max_tokens reached]"));
+    ASSERT_TRUE(t.wait_text("AUTOSAVE FAILED"));
+    t.type("/quit");
+    ASSERT_TRUE(t.wait_text("CLCHAT_EXIT=0"));
+  }
+  const std::string written = clchat::test::read_file(err.string());
+  std::filesystem::remove(err);
+  EXPECT_EQ(written, "");
 }

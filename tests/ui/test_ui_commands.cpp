@@ -57,11 +57,17 @@ TEST(UiCommands, SetValuesAndRanges) {
   EXPECT_EQ(as<command::Set>(ui::parse_input("/set max_tokens 64")).key, "max_tokens");
   EXPECT_EQ(as<command::Set>(ui::parse_input("/set seed 42")).value, 42);
   as<command::SetGreedy>(ui::parse_input("/set greedy"));
-  EXPECT_NE(as<command::Invalid>(ui::parse_input("/set top_p 2")).hint.find("from 0 to 1"),
-            std::string::npos);
+  // The config file's rules (config/number_rules.h), with their words.
+  EXPECT_EQ(as<command::Invalid>(ui::parse_input("/set top_p 2")).hint,
+            "/set top_p: must be between 0 and 1");
+  EXPECT_EQ(as<command::Invalid>(ui::parse_input("/set top_k 2000000")).hint,
+            "/set top_k: must be between 0 and 1048576");
+  EXPECT_EQ(as<command::Invalid>(ui::parse_input("/set temp nan")).hint,
+            "/set temp: must be between 0 and 100");
+  EXPECT_EQ(as<command::Set>(ui::parse_input("/set seed -1")).value, -1);
   EXPECT_NE(as<command::Invalid>(ui::parse_input("/set top_k 1.5")).hint.find("whole number"),
             std::string::npos);
-  EXPECT_NE(as<command::Invalid>(ui::parse_input("/set temp hot")).hint.find("not a number"),
+  EXPECT_NE(as<command::Invalid>(ui::parse_input("/set temp hot")).hint.find("expected a number"),
             std::string::npos);
   EXPECT_NE(as<command::Invalid>(ui::parse_input("/set color red")).hint.find("usage"),
             std::string::npos);

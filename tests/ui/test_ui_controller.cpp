@@ -1,14 +1,17 @@
 // The controller without an engine: posted commands are recorded, events are
 // fed by hand. Covers the turn cycle, stop, /regen, /save + /load round trip
-// through files, autosave, and Ctrl-C twice.
+// through files, autosave (and its failures), and Ctrl-C twice.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <clocale>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
 #include "ui/controller.h"
+#include "ui/status.h"
 
 namespace ui = clchat::ui;
 namespace ev = clchat::ev;
@@ -174,6 +177,69 @@ TEST(UiController, AutosaveAfterEveryTurn) {
   const auto c = ui::read_conversation(h.dir / "auto.json");
   ASSERT_EQ(c.turns.size(), 2u);
   EXPECT_EQ(c.turns[1].text, "a");
+}
+
+// A failing autosave (here its folder cannot be made: its parent is a file)
+// is on the screen, in the hint and the status bar, and is tried again after
+// the next turn, which then writes the whole conversation.
+TEST(UiController, FailedAutosaveIsShownAndRetried) {
+  Harness h;
+  const auto blocker = h.dir / "blocked";
+  std::ofstream(blocker) << "a file where the folder should be";
+  h.state.autosave = blocker / "auto.json";
+  h.c.on_submit("q1", false);
+  h.reply("a1");
+  EXPECT_NE(h.state.autosave_error.find("cannot create"), std::string::npos)
+      << h.state.autosave_error;
+  EXPECT_NE(h.state.hint.find("autosave failed"), std::string::npos) << h.state.hint;
+  EXPECT_EQ(h.state.hint_style, ui::Style::Warning);
+  EXPECT_NE(ui::build_status_line(h.state, 200).text().find("AUTOSAVE FAILED"), std::string::npos);
+  // Still failing: still said.
+  h.c.on_submit("q2", false);
+  h.reply("a2");
+  EXPECT_FALSE(h.state.autosave_error.empty());
+  // The disk has room again: the next turn saves all four turns.
+  std::filesystem::remove(blocker);
+  h.c.on_submit("q3", false);
+  h.reply("a3");
+  EXPECT_TRUE(h.state.autosave_error.empty()) << h.state.autosave_error;
+  EXPECT_NE(h.state.hint.find("autosave works again"), std::string::npos) << h.state.hint;
+  EXPECT_EQ(ui::build_status_line(h.state, 200).text().find("AUTOSAVE FAILED"), std::string::npos);
+  EXPECT_EQ(ui::read_conversation(blocker / "auto.json").turns.size(), 6u);
+}
+
+// A write that fails part way (as on a full disk; here the file size limit)
+// throws with the reason and leaves neither a temp file nor a changed file.
+TEST(UiConversationFile, FailedWriteLeavesNoTempFile) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("clchat-write-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "c.json";
+  ui::write_file(path, "old");
+  struct rlimit old_limit {};
+  ::getrlimit(RLIMIT_FSIZE, &old_limit);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old_limit;
+  small.rlim_cur = 16;
+  ::setrlimit(RLIMIT_FSIZE, &small);
+  std::string error;
+  try {
+    ui::write_file(path, std::string(4096, 'x'));
+  } catch (const ui::ConversationFileError& e) {
+    error = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(error.find("cannot write"), std::string::npos) << error;
+  EXPECT_NE(error.find("too large"), std::string::npos) << error;  // EFBIG's text
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    names.push_back(e.path().filename().string());
+  }
+  EXPECT_EQ(names, std::vector<std::string>{"c.json"});
+  std::ifstream in(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "old");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(UiConversationFile, JsonRoundTripAndPaths) {

@@ -104,7 +104,7 @@ TEST(FaultStartup, BadConfigFilesStopWithOneLine) {
       {type, type + ":3: context_size: expected an integer"},
       {deep, deep + ":1: arrays, tables or dotted keys nested deeper than 32 levels"},
       {dir.file("missing.toml"), dir.file("missing.toml") + ": cannot open config file"},
-      {dir.path(), dir.path() + ": is a directory, not a config file"},
+      {dir.path(), dir.path() + ": a directory, not a regular config file"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.config);

@@ -333,6 +333,7 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
     file->base_ = static_cast<const uint8_t*>(p);
   }
   ::close(fd);
+  install_sigbus_guard();
   file->parse();
   return file;
 }
@@ -351,6 +352,7 @@ void GgufFile::fail_changed() const {
 }
 
 std::vector<uint8_t> GgufFile::tensor_bytes(const GgufTensor& t) const {
+  install_sigbus_guard();
   std::vector<uint8_t> bytes(t.n_bytes);
   if (!copy_from_mapping(bytes.data(), t.data, t.n_bytes)) fail_changed();
   return bytes;

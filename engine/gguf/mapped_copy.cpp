@@ -5,6 +5,7 @@
 #include <csetjmp>
 #include <csignal>
 #include <cstring>
+#include <mutex>
 
 namespace clchat {
 
@@ -30,24 +31,26 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
   }
 }
 
-void install_handler() {
-  static const bool installed = [] {
-    struct sigaction sa {};
-    sa.sa_sigaction = on_sigbus;
-    // SA_NODEFER: SIGBUS stays unblocked after the jump (sigsetjmp below
-    // does not save the signal mask, which would cost a system call per copy).
-    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
-    sigemptyset(&sa.sa_mask);
-    return sigaction(SIGBUS, &sa, &g_previous) == 0;
-  }();
-  (void)installed;
-}
-
 }  // namespace
+
+void install_sigbus_guard() {
+  static std::mutex mutex;
+  const std::lock_guard lock(mutex);
+  struct sigaction current {};
+  if (sigaction(SIGBUS, nullptr, &current) != 0) return;
+  if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_sigbus) return;
+  g_previous = current;
+  struct sigaction sa {};
+  sa.sa_sigaction = on_sigbus;
+  // SA_NODEFER: SIGBUS stays unblocked after the jump (sigsetjmp below does
+  // not save the signal mask, which would cost a system call per copy).
+  sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGBUS, &sa, nullptr);
+}
 
 bool copy_from_mapping(void* dst, const void* src, size_t n) noexcept {
   if (n == 0) return true;
-  install_handler();
   sigjmp_buf jump;
   if (sigsetjmp(jump, 0) != 0) return false;  // the handler disarmed it
   t_armed = &jump;

@@ -9,6 +9,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -80,12 +82,30 @@ TEST(GgufShrunk, CopyFromMappingReportsAFault) {
   ::close(fd);
   ASSERT_NE(map, MAP_FAILED);
   std::vector<uint8_t> out(1 << 20);
+  install_sigbus_guard();
   EXPECT_TRUE(copy_from_mapping(out.data(), map, out.size()));
   std::filesystem::resize_file(path, 100);
   EXPECT_TRUE(copy_from_mapping(out.data(), map, 100));  // before the new end: fine
   EXPECT_FALSE(copy_from_mapping(out.data(), static_cast<uint8_t*>(map) + 8192, 4096));
   EXPECT_FALSE(copy_from_mapping(out.data(), map, out.size()));
   munmap(map, 1 << 20);
+}
+
+// Another SIGBUS handler installed after the guard (the chat screen installs
+// one to restore the terminal) does not switch the guard off: the loader
+// reinstalls it, chaining to that handler.
+TEST(GgufShrunk, TheGuardSurvivesAnotherHandler) {
+  const test::TempDir dir;
+  const std::string path = write_model(dir);
+  const auto file = GgufFile::open(path);
+  struct sigaction other {
+  }, saved{};
+  other.sa_handler = [](int) { std::_Exit(99); };
+  sigemptyset(&other.sa_mask);
+  sigaction(SIGBUS, &other, &saved);
+  std::filesystem::resize_file(path, 4096);
+  expect_changed_error([&] { file->tensor_bytes(file->tensors().back()); }, path);
+  sigaction(SIGBUS, &saved, nullptr);
 }
 
 }  // namespace

@@ -117,11 +117,6 @@ struct ArrayBudget {
   uint64_t other_items_left = k_gguf_max_other_array_items;
 };
 
-// Moves past one value of `type` without keeping it (bounds-checked as if it
-// were read).
-void skip_value(Cursor& cur, const GgufFile& file, GgufValueType type, uint32_t depth,
-                const std::string& key);
-
 // Reads an array's element type and count; checks both against the file.
 std::pair<GgufValueType, uint64_t> read_array_header(Cursor& cur, const GgufFile& file,
                                                      uint32_t depth, const std::string& key) {
@@ -139,22 +134,24 @@ std::pair<GgufValueType, uint64_t> read_array_header(Cursor& cur, const GgufFile
   return {elem_type, count};
 }
 
-void skip_value(Cursor& cur, const GgufFile& file, GgufValueType type, uint32_t depth,
-                const std::string& key) {
+// Moves past `count` array elements of `type` (an array's contents, after
+// read_array_header) without keeping them, bounds-checked as if read.
+void skip_elements(Cursor& cur, const GgufFile& file, GgufValueType type, uint64_t count,
+                   uint32_t depth, const std::string& key) {
   if (type == GgufValueType::STRING) {
-    const uint64_t n = cur.read<uint64_t>("string length");
-    cur.need(n, "string value");
-    cur.skip(n);
+    for (uint64_t i = 0; i < count; ++i) {
+      const uint64_t n = cur.read<uint64_t>("string length");
+      cur.need(n, "string value");
+      cur.skip(n);
+    }
   } else if (type == GgufValueType::ARRAY) {
-    const auto [elem_type, count] = read_array_header(cur, file, depth, key);
-    if (elem_type != GgufValueType::STRING && elem_type != GgufValueType::ARRAY) {
-      cur.skip(count * min_encoded_size(elem_type));  // checked by read_array_header
-    } else {
-      for (uint64_t i = 0; i < count; ++i) skip_value(cur, file, elem_type, depth + 1, key);
+    for (uint64_t i = 0; i < count; ++i) {
+      const auto [elem_type, n] = read_array_header(cur, file, depth, key);
+      skip_elements(cur, file, elem_type, n, depth + 1, key);
     }
   } else {
-    cur.need(min_encoded_size(type), "value");
-    cur.skip(min_encoded_size(type));
+    // Fixed-size elements: read_array_header checked count * size <= left().
+    cur.skip(count * min_encoded_size(type));
   }
 }
 
@@ -213,7 +210,7 @@ GgufValue read_value(Cursor& cur, const GgufFile& file, GgufValueType type, uint
                     " elements a tokenizer array may have");
         }
       } else if (count > budget.other_items_left) {
-        for (uint64_t i = 0; i < count; ++i) skip_value(cur, file, elem_type, depth + 1, key);
+        skip_elements(cur, file, elem_type, count, depth + 1, key);
         arr.n_unread = count;
         v.data = std::move(arr);
         break;

@@ -33,16 +33,6 @@ struct PerplexityOptions {
   EngineSwitches switches;
 };
 
-std::string read_text(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw UsageError("cannot open " + path);
-  std::string text;
-  char buf[1 << 16];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
-  std::fclose(f);
-  return text;
-}
-
 // log p(target) under softmax(logits), in float64.
 double log_prob(std::span<const float> logits, int32_t target) {
   float max = logits[0];
@@ -54,9 +44,10 @@ double log_prob(std::span<const float> logits, int32_t target) {
 
 void perplexity(const PerplexityOptions& opt) {
   using Clock = std::chrono::steady_clock;
+  const std::string text = read_text_file(opt.text_path);
   const Model model = load_model(opt.model_path.empty() ? default_model_path() : opt.model_path);
   const auto tokenizer = Tokenizer::from_gguf(*model.file);
-  std::vector<int32_t> tokens = tokenizer->encode(read_text(opt.text_path), true, false);
+  std::vector<int32_t> tokens = tokenizer->encode(text, true, false);
   const int n_ctx = opt.n_ctx;
   const int n_windows = int(tokens.size() / size_t(n_ctx));
   if (n_windows < 2) {

@@ -1,7 +1,5 @@
 // `clchat tokenize`: prints the token ids of a text, as the tests' vectors do.
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "app/commands.h"
 #include "engine/gguf/gguf.h"
@@ -14,14 +12,6 @@ struct TokenizeOptions {
   std::string model_path, prompt, file;
   bool ids = false, no_bos = false, special = false;
 };
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError("cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 }  // namespace
 
 void add_tokenize_command(CLI::App& app) {

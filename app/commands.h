@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -64,5 +65,12 @@ void add_engine_flags(CLI::App& cmd, EngineSwitches& switches);
 // SmolLM2 GGUF under assets/models/ (beside the executable's source tree or the
 // current directory). Throws UsageError saying how to get one.
 std::string default_model_path();
+
+// The largest text `tokenize -f` and `perplexity -f` read (wiki.test.raw,
+// the usual perplexity text, is 1.3 MiB).
+constexpr uint64_t k_max_text_bytes = uint64_t{256} << 20;
+// The bytes of a text file for -f; UsageError (one line naming the path) when
+// it is not a regular file or is over k_max_text_bytes.
+std::string read_text_file(const std::string& path);
 
 }  // namespace clchat::app

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <toml.hpp>
 #include <vector>
 
+#include "common/input_file.h"
 #include "common/utf8.h"
 #include "config/number_rules.h"
 #include "config/xdg.h"
@@ -313,16 +315,14 @@ Config parse_config(const std::string& text, const std::string& name) {
 }
 
 Config load_config_file(const std::filesystem::path& path) {
-  std::error_code ec;
-  // An ifstream opens a directory and reads it as empty: say so instead.
-  if (std::filesystem::is_directory(path, ec)) {
-    throw ConfigError(path.string() + ": is a directory, not a config file");
+  // Regular files only, and bounded: a FIFO would block, /dev/zero never ends.
+  std::string text;
+  try {
+    text = read_regular_file(path.string(), k_max_config_bytes, "config file");
+  } catch (const InputFileError& e) {
+    throw ConfigError(e.what());
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path.string() + ": cannot open config file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_config(text.str(), path.string());
+  return parse_config(text, path.string());
 }
 
 Config load_config(const std::optional<std::filesystem::path>& explicit_path) {

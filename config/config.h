@@ -81,7 +81,12 @@ struct Config {
   std::string log_level = "info";  // trace debug info warn error critical off
 };
 
-// Reads a TOML file over the built-in defaults. Throws ConfigError.
+// The largest config file read (default.toml, every key commented, is ~10 KiB).
+constexpr uint64_t k_max_config_bytes = uint64_t{1} << 20;
+
+// Reads a TOML file over the built-in defaults. Throws ConfigError, also for
+// a path that is not a regular file (a FIFO, a directory, /dev/zero) or is
+// over k_max_config_bytes.
 Config load_config_file(const std::filesystem::path& path);
 
 // Parses TOML text; `name` is what error messages call the file.

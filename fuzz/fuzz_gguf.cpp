@@ -97,15 +97,15 @@ void use_tokenizer(const GgufFile& file) {
 // One token through the reference forward pass when the model is small
 // enough to do it quickly; the logits may be anything (weights are fuzzed)
 // but the pass must stay in bounds.
-void run_small_model(const GgufFile& file, const ModelConfig& config) {
+void run_small_model(std::unique_ptr<GgufFile> file, const ModelConfig& config) {
   uint64_t n_elements = 0;
-  for (const GgufTensor& t : file.tensors()) n_elements += t.n_elements;
+  for (const GgufTensor& t : file->tensors()) n_elements += t.n_elements;
   if (n_elements > (uint64_t{1} << 21)) return;
   Model model;
   model.config = config;
-  model.tensors = find_model_tensors(file, config);
-  // CpuForward reads the tensors through model.tensors only; the file stays
-  // owned by the caller.
+  model.tensors = find_model_tensors(*file, config);
+  // CpuForward copies the tensors' bytes through model.file.
+  model.file = std::move(file);
   CpuForward cpu(model, 2);
   const auto& logits = cpu.forward(0, 0);
   require(logits.size() == size_t(config.n_vocab), "logits size");
@@ -132,7 +132,7 @@ int fuzz_gguf(const uint8_t* data, size_t size) {
   try {
     const ModelConfig config = read_model_config(*file);
     find_model_tensors(*file, config);
-    run_small_model(*file, config);
+    run_small_model(std::move(file), config);
   } catch (const GgufError&) {
   }
   return 0;

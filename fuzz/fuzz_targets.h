@@ -49,5 +49,9 @@ int fuzz_chat_template(const uint8_t* data, size_t size);
 int fuzz_config(const uint8_t* data, size_t size);
 // ui::parse_input() on the bytes as a typed or pasted line; apply_set().
 int fuzz_commands(const uint8_t* data, size_t size);
+// decode_kernel_cache_entry() on the bytes as a cache file written for
+// k_fuzz_kernel_cache_key; encode/decode round trip of the bytes as a payload.
+int fuzz_kernel_cache(const uint8_t* data, size_t size);
+constexpr uint64_t k_fuzz_kernel_cache_key = 0x636c636861746b63ull;
 
 }  // namespace clchat::fuzz

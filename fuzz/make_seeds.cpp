@@ -9,12 +9,15 @@
 //   chat_template:   the shared models' Jinja templates and small turn lists
 //   config:          config/default.toml and a few one-key files
 //   commands:        every /command with good and bad arguments
+//   kernel_cache:    whole entries, and the damages issue 21 found crashing
+//                    drivers (half an entry, 0xFF bytes at offset 16)
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "engine/cl/kernel_cache_entry.h"
 #include "engine/gguf/gguf.h"
 #include "fuzz/fuzz_targets.h"
 #include "tests/gguf_fixtures.h"
@@ -138,6 +141,21 @@ void command_seeds(const fs::path& out) {
   write(out, "pasted", std::string("\1/set temp 1"));
 }
 
+void kernel_cache_seeds(const fs::path& out) {
+  const std::string binary =
+      "\x7f"
+      "ELF\2\1\1 pocl program binary " +
+      std::string(200, '\x90');
+  const std::string entry = encode_kernel_cache_entry(fuzz::k_fuzz_kernel_cache_key, binary);
+  write(out, "entry", entry);
+  write(out, "entry-1byte", encode_kernel_cache_entry(fuzz::k_fuzz_kernel_cache_key, "x"));
+  write(out, "half", entry.substr(0, entry.size() / 2));
+  std::string ff = entry;
+  ff.replace(16, 8, 8, '\xff');
+  write(out, "ff-at-16", ff);
+  write(out, "header-only", entry.substr(0, k_kernel_cache_header_bytes));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -155,6 +173,7 @@ int main(int argc, char** argv) {
     chat_template_seeds(out / "chat_template", shared);
     config_seeds(out / "config", source);
     command_seeds(out / "commands");
+    kernel_cache_seeds(out / "kernel_cache");
   } catch (const std::exception& e) {
     std::cerr << "fuzz_make_seeds: " << e.what() << "\n";
     return 1;

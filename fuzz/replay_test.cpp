@@ -37,6 +37,7 @@ TEST(FuzzRegressions, TokenizerSpm) { replay("tokenizer_spm", fuzz_tokenizer_spm
 TEST(FuzzRegressions, ChatTemplate) { replay("chat_template", fuzz_chat_template); }
 TEST(FuzzRegressions, Config) { replay("config", fuzz_config); }
 TEST(FuzzRegressions, Commands) { replay("commands", fuzz_commands); }
+TEST(FuzzRegressions, KernelCache) { replay("kernel_cache", fuzz_kernel_cache); }
 
 // The targets must be able to fail: a broken invariant throws.
 TEST(FuzzRegressions, InvariantChecksThrow) { EXPECT_THROW(require(false, "x"), FuzzFailure); }

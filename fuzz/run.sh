@@ -16,7 +16,7 @@ build=$(cd "$1" && pwd)
 seconds=$2
 shift 2
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(gguf tokenizer_bpe tokenizer_spm chat_template config commands)
+[ ${#targets[@]} -gt 0 ] || targets=(gguf tokenizer_bpe tokenizer_spm chat_template config commands kernel_cache)
 export CLCHAT_SHARED_DIR=${CLCHAT_SHARED_DIR:-$(cd "$root/.." && pwd)/shared}
 # Symbolized reports; no core files.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1:disable_coredump=1:intercept_tls_get_addr=0}

@@ -13,6 +13,8 @@
 
 #include "engine/cl/build_error.h"
 #include "engine/cl/fault_injection.h"
+#include "engine/cl/kernel_cache.h"
+#include "engine/cl/kernel_cache_entry.h"
 
 namespace clchat {
 
@@ -279,16 +281,6 @@ std::string default_kernel_cache_dir() {
 
 namespace {
 
-// FNV-1a, 64 bits: a cache key, not a security boundary (the binary is also
-// validated by the driver on load).
-uint64_t fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 std::string build_log(cl_program program, cl_device_id device) {
   size_t n = 0;
   clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);
@@ -310,9 +302,9 @@ ClProgram ClRuntime::build_program(const std::string& name, std::string_view sou
   std::string broken;
   if (fault::active().build) broken = std::string(source_in) + std::string(fault::k_build_breaker);
   const std::string_view source = broken.empty() ? source_in : std::string_view(broken);
-  uint64_t key = fnv1a(source);
+  uint64_t key = fnv1a64(source);
   for (const std::string* s : {&d.platform_name, &d.name, &d.driver_version, &options}) {
-    key = fnv1a(*s, key ^ 0x9e3779b97f4a7c15ull);
+    key = fnv1a64(*s, key ^ 0x9e3779b97f4a7c15ull);
   }
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(key));
@@ -320,23 +312,20 @@ ClProgram ClRuntime::build_program(const std::string& name, std::string_view sou
       std::filesystem::path(kernel_cache_) / (name + "-" + hex + ".bin");
 
   cl_int err = CL_SUCCESS;
-  // Cached binary first; any problem with it falls back to a source build.
-  {
-    std::ifstream in(cache_path, std::ios::binary);
-    if (in) {
-      std::string bin((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      const size_t len = bin.size();
-      const auto* ptr = reinterpret_cast<const unsigned char*>(bin.data());
-      cl_int status = CL_SUCCESS;
-      ClProgram p(
-          clCreateProgramWithBinary(context_.get(), 1, &d.device, &len, &ptr, &status, &err));
-      if (err == CL_SUCCESS && status == CL_SUCCESS &&
-          clBuildProgram(p.get(), 1, &d.device, options.c_str(), nullptr, nullptr) == CL_SUCCESS) {
-        spdlog::debug("program {}: loaded cached binary {}", name, cache_path.string());
-        return p;
-      }
-      spdlog::warn("program {}: cached binary {} unusable, rebuilding", name, cache_path.string());
+  // Cached binary first. The entry checks itself (length, checksum, key)
+  // before its bytes reach the driver, which does not survive a damaged
+  // binary; a binary the driver still refuses is deleted and rebuilt too.
+  if (const auto bin = read_kernel_cache(cache_path, key)) {
+    const size_t len = bin->size();
+    const auto* ptr = reinterpret_cast<const unsigned char*>(bin->data());
+    cl_int status = CL_SUCCESS;
+    ClProgram p(clCreateProgramWithBinary(context_.get(), 1, &d.device, &len, &ptr, &status, &err));
+    if (err == CL_SUCCESS && status == CL_SUCCESS &&
+        clBuildProgram(p.get(), 1, &d.device, options.c_str(), nullptr, nullptr) == CL_SUCCESS) {
+      spdlog::debug("program {}: loaded cached binary {}", name, cache_path.string());
+      return p;
     }
+    drop_kernel_cache(cache_path, "was refused by the driver");
   }
 
   const char* src = source.data();
@@ -371,18 +360,7 @@ ClProgram ClRuntime::build_program(const std::string& name, std::string_view sou
     unsigned char* ptr = reinterpret_cast<unsigned char*>(bin.data());
     if (clGetProgramInfo(program.get(), CL_PROGRAM_BINARIES, sizeof(ptr), &ptr, nullptr) ==
         CL_SUCCESS) {
-      std::error_code ec;
-      std::filesystem::create_directories(cache_path.parent_path(), ec);
-      const auto tmp = cache_path.string() + ".tmp" + std::to_string(::getpid());
-      std::ofstream out(tmp, std::ios::binary);
-      out.write(bin.data(), std::streamsize(bin.size()));
-      out.close();
-      if (out) {
-        std::filesystem::rename(tmp, cache_path, ec);
-      } else {
-        std::filesystem::remove(tmp, ec);
-      }
-      if (ec) spdlog::debug("program {}: could not cache binary: {}", name, ec.message());
+      write_kernel_cache(cache_path, key, bin);
     }
   }
   return program;

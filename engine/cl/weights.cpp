@@ -20,8 +20,9 @@ RepackedMatrix repack_matrix(GgmlType type, const uint8_t* data, int n_in, int r
   return m;
 }
 
-RepackedMatrix repack_tensor(const GgufTensor& t) {
-  return repack_matrix(t.type, t.data, int(t.dims[0]), int(t.n_rows()));
+RepackedMatrix repack_tensor(const GgufFile& file, const GgufTensor& t) {
+  const std::vector<uint8_t> bytes = file.tensor_bytes(t);
+  return repack_matrix(t.type, bytes.data(), int(t.dims[0]), int(t.n_rows()));
 }
 
 RepackedMatrix stack_rows(const std::vector<RepackedMatrix>& parts) {
@@ -60,8 +61,8 @@ DeviceMatrix upload_floats(const ClRuntime& rt, const float* data, int n) {
 
 namespace {
 
-DeviceMatrix upload_tensor(const ClRuntime& rt, const GgufTensor* t) {
-  return upload_matrix(rt, repack_tensor(*t));
+DeviceMatrix upload_tensor(const ClRuntime& rt, const GgufFile& file, const GgufTensor* t) {
+  return upload_matrix(rt, repack_tensor(file, *t));
 }
 
 // (cos, sin) of pos * base^(-2i / n_rot), computed in float64.
@@ -87,27 +88,29 @@ size_t mem_size(const ClMem& m) {
 
 DeviceWeights::DeviceWeights(const Model& model, const ClRuntime& rt, int n_ctx) {
   const ModelTensors& t = model.tensors;
-  token_embd = upload_tensor(rt, t.token_embd);
+  const GgufFile& f = *model.file;
+  token_embd = upload_tensor(rt, f, t.token_embd);
   n_bytes += token_embd.n_bytes;
   if (!model.config.tied_embeddings) {
-    output = upload_tensor(rt, t.output);
+    output = upload_tensor(rt, f, t.output);
     n_bytes += output.n_bytes;
   }
-  output_norm = upload_tensor(rt, t.output_norm);
+  output_norm = upload_tensor(rt, f, t.output_norm);
   for (const LayerTensors& l : t.layers) {
     Layer w;
-    w.attn_norm = upload_tensor(rt, l.attn_norm);
-    w.ffn_norm = upload_tensor(rt, l.ffn_norm);
+    w.attn_norm = upload_tensor(rt, f, l.attn_norm);
+    w.ffn_norm = upload_tensor(rt, f, l.ffn_norm);
     if (l.wq->type == l.wk->type && l.wq->type == l.wv->type) {
       w.qkv.push_back(upload_matrix(
-          rt, stack_rows({repack_tensor(*l.wq), repack_tensor(*l.wk), repack_tensor(*l.wv)})));
+          rt,
+          stack_rows({repack_tensor(f, *l.wq), repack_tensor(f, *l.wk), repack_tensor(f, *l.wv)})));
     } else {
-      for (const GgufTensor* m : {l.wq, l.wk, l.wv}) w.qkv.push_back(upload_tensor(rt, m));
+      for (const GgufTensor* m : {l.wq, l.wk, l.wv}) w.qkv.push_back(upload_tensor(rt, f, m));
     }
-    w.wo = upload_tensor(rt, l.wo);
-    w.ffn_gate = upload_tensor(rt, l.ffn_gate);
-    w.ffn_up = upload_tensor(rt, l.ffn_up);
-    w.ffn_down = upload_tensor(rt, l.ffn_down);
+    w.wo = upload_tensor(rt, f, l.wo);
+    w.ffn_gate = upload_tensor(rt, f, l.ffn_gate);
+    w.ffn_up = upload_tensor(rt, f, l.ffn_up);
+    w.ffn_down = upload_tensor(rt, f, l.ffn_down);
     for (const auto* m : {&w.wo, &w.ffn_gate, &w.ffn_up, &w.ffn_down}) n_bytes += m->n_bytes;
     for (const auto& m : w.qkv) n_bytes += m.n_bytes;
     layers.push_back(std::move(w));

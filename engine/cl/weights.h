@@ -32,7 +32,9 @@ struct RepackedMatrix {
 // GGUF row-major blocks -> the device layout above. `data` holds rows rows of
 // ggml_row_bytes(type, n_in) bytes.
 RepackedMatrix repack_matrix(GgmlType type, const uint8_t* data, int n_in, int rows);
-RepackedMatrix repack_tensor(const GgufTensor& t);
+// t's bytes, copied from `file` (GgufFile::tensor_bytes: a file that shrank
+// since it was opened is a GgufError, not SIGBUS), repacked.
+RepackedMatrix repack_tensor(const GgufFile& file, const GgufTensor& t);
 // Stacks matrices of equal type and n_in row-wise (e.g. [Wq; Wk; Wv]).
 RepackedMatrix stack_rows(const std::vector<RepackedMatrix>& parts);
 

@@ -12,8 +12,10 @@ namespace clchat {
 
 namespace {
 
-std::vector<float> dequantize(const GgufTensor* t) {
-  return dequantize_matrix(t->type, {t->data, t->n_bytes}, t->dims[0], t->n_rows());
+// (A copy first: GgufFile::tensor_bytes turns a file that shrank under us
+// into a GgufError instead of SIGBUS.)
+std::vector<float> dequantize(const GgufFile& file, const GgufTensor* t) {
+  return dequantize_matrix(t->type, file.tensor_bytes(*t), t->dims[0], t->n_rows());
 }
 
 }  // namespace
@@ -22,13 +24,15 @@ CpuForward::CpuForward(const Model& model, int n_ctx)
     : config_(model.config), n_ctx_(n_ctx > 0 ? n_ctx : model.config.n_ctx_train) {
   const ModelConfig& c = config_;
   const ModelTensors& t = model.tensors;
-  token_embd_ = dequantize(t.token_embd);
-  output_norm_ = dequantize(t.output_norm);
-  if (!c.tied_embeddings) output_ = dequantize(t.output);
+  const GgufFile& f = *model.file;
+  token_embd_ = dequantize(f, t.token_embd);
+  output_norm_ = dequantize(f, t.output_norm);
+  if (!c.tied_embeddings) output_ = dequantize(f, t.output);
   for (const LayerTensors& l : t.layers) {
-    layers_.push_back({dequantize(l.attn_norm), dequantize(l.wq), dequantize(l.wk),
-                       dequantize(l.wv), dequantize(l.wo), dequantize(l.ffn_norm),
-                       dequantize(l.ffn_gate), dequantize(l.ffn_up), dequantize(l.ffn_down)});
+    layers_.push_back({dequantize(f, l.attn_norm), dequantize(f, l.wq), dequantize(f, l.wk),
+                       dequantize(f, l.wv), dequantize(f, l.wo), dequantize(f, l.ffn_norm),
+                       dequantize(f, l.ffn_gate), dequantize(f, l.ffn_up),
+                       dequantize(f, l.ffn_down)});
   }
   x_.resize(c.n_embd);
   xb_.resize(c.n_embd);

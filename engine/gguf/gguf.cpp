@@ -20,7 +20,9 @@
 #include <fstream>
 #include <limits>
 
+#include "common/input_file.h"
 #include "common/utf8.h"
+#include "engine/gguf/mapped_copy.h"
 
 namespace clchat {
 
@@ -69,8 +71,7 @@ class Cursor {
   T read(const char* what) {
     need(sizeof(T), what);
     T v;
-    std::memcpy(&v, base_ + pos_, sizeof(T));
-    pos_ += sizeof(T);
+    copy(&v, sizeof(T));
     return v;
   }
 
@@ -81,10 +82,19 @@ class Cursor {
                  std::to_string(pos_ - 8) + " is implausible");
     }
     need(n, what);
-    std::string s(reinterpret_cast<const char*>(base_ + pos_), n);
-    pos_ += n;
+    std::string s(n, '\0');
+    copy(s.data(), n);
     return s;
   }
+
+  // Copies n bytes checked with need() and moves past them.
+  void copy(void* dst, uint64_t n) {
+    if (!copy_from_mapping(dst, base_ + pos_, n)) file_.fail_changed();
+    pos_ += n;
+  }
+
+  // Moves past n bytes already checked with need().
+  void skip(uint64_t n) { pos_ += n; }
 
   void need(uint64_t n, const char* what) {
     if (n > left()) {
@@ -101,8 +111,52 @@ class Cursor {
   uint64_t pos_ = 0;
 };
 
+// How many elements of arrays of keys the engine does not read may still be
+// kept (GgufArray's comment); shared by every array of one file.
+struct ArrayBudget {
+  uint64_t other_items_left = k_gguf_max_other_array_items;
+};
+
+// Reads an array's element type and count; checks both against the file.
+std::pair<GgufValueType, uint64_t> read_array_header(Cursor& cur, const GgufFile& file,
+                                                     uint32_t depth, const std::string& key) {
+  if (depth >= k_max_array_depth) file.fail("metadata '" + key + "': arrays nested too deeply");
+  const uint32_t elem = cur.read<uint32_t>("array type");
+  if (!is_valid_value_type(elem)) {
+    file.fail("metadata '" + key + "': unknown array element type " + std::to_string(elem));
+  }
+  const uint64_t count = cur.read<uint64_t>("array length");
+  const auto elem_type = GgufValueType(elem);
+  if (count > cur.left() / min_encoded_size(elem_type)) {
+    file.fail("metadata '" + key + "': array length " + std::to_string(count) +
+              " exceeds the file size");
+  }
+  return {elem_type, count};
+}
+
+// Moves past `count` array elements of `type` (an array's contents, after
+// read_array_header) without keeping them, bounds-checked as if read.
+void skip_elements(Cursor& cur, const GgufFile& file, GgufValueType type, uint64_t count,
+                   uint32_t depth, const std::string& key) {
+  if (type == GgufValueType::STRING) {
+    for (uint64_t i = 0; i < count; ++i) {
+      const uint64_t n = cur.read<uint64_t>("string length");
+      cur.need(n, "string value");
+      cur.skip(n);
+    }
+  } else if (type == GgufValueType::ARRAY) {
+    for (uint64_t i = 0; i < count; ++i) {
+      const auto [elem_type, n] = read_array_header(cur, file, depth, key);
+      skip_elements(cur, file, elem_type, n, depth + 1, key);
+    }
+  } else {
+    // Fixed-size elements: read_array_header checked count * size <= left().
+    cur.skip(count * min_encoded_size(type));
+  }
+}
+
 GgufValue read_value(Cursor& cur, const GgufFile& file, GgufValueType type, uint32_t depth,
-                     const std::string& key) {
+                     const std::string& key, ArrayBudget& budget) {
   GgufValue v;
   v.type = type;
   switch (type) {
@@ -146,22 +200,26 @@ GgufValue read_value(Cursor& cur, const GgufFile& file, GgufValueType type, uint
       v.data = cur.read_string("string value");
       break;
     case GgufValueType::ARRAY: {
-      if (depth >= k_max_array_depth) file.fail("metadata '" + key + "': arrays nested too deeply");
-      const uint32_t elem = cur.read<uint32_t>("array type");
-      if (!is_valid_value_type(elem)) {
-        file.fail("metadata '" + key + "': unknown array element type " + std::to_string(elem));
-      }
-      const uint64_t count = cur.read<uint64_t>("array length");
-      const auto elem_type = GgufValueType(elem);
-      if (count > cur.left() / min_encoded_size(elem_type)) {
-        file.fail("metadata '" + key + "': array length " + std::to_string(count) +
-                  " exceeds the file size");
-      }
+      const auto [elem_type, count] = read_array_header(cur, file, depth, key);
       GgufArray arr;
       arr.elem_type = elem_type;
+      if (gguf_array_read_whole(key)) {
+        if (count > k_gguf_max_vocab_items) {
+          file.fail("metadata '" + key + "': array length " + std::to_string(count) +
+                    " is over the " + std::to_string(k_gguf_max_vocab_items) +
+                    " elements a tokenizer array may have");
+        }
+      } else if (count > budget.other_items_left) {
+        skip_elements(cur, file, elem_type, count, depth + 1, key);
+        arr.n_unread = count;
+        v.data = std::move(arr);
+        break;
+      } else {
+        budget.other_items_left -= count;
+      }
       arr.items.reserve(count);
       for (uint64_t i = 0; i < count; ++i) {
-        arr.items.push_back(read_value(cur, file, elem_type, depth + 1, key));
+        arr.items.push_back(read_value(cur, file, elem_type, depth + 1, key, budget));
       }
       v.data = std::move(arr);
       break;
@@ -213,6 +271,11 @@ std::string value_type_mismatch(std::string_view key, const GgufValue& v, const 
 
 }  // namespace
 
+bool gguf_array_read_whole(std::string_view key) {
+  return key == "tokenizer.ggml.tokens" || key == "tokenizer.ggml.scores" ||
+         key == "tokenizer.ggml.token_type" || key == "tokenizer.ggml.merges";
+}
+
 const char* gguf_value_type_name(GgufValueType type) {
   switch (type) {
     case GgufValueType::UINT8:
@@ -248,12 +311,14 @@ const char* gguf_value_type_name(GgufValueType type) {
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO otherwise waits for a writer; it is refused
+  // below like every other file that is not a regular one.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) file->fail(std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    file->fail("not a regular file");
+    file->fail(std::string("a ") + file_kind_name(st.st_mode) + ", not a regular file");
   }
   file->size_ = uint64_t(st.st_size);
   if (file->size_ > 0) {
@@ -265,6 +330,7 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
     file->base_ = static_cast<const uint8_t*>(p);
   }
   ::close(fd);
+  install_sigbus_guard();
   file->parse();
   return file;
 }
@@ -277,10 +343,22 @@ void GgufFile::fail(const std::string& message) const {
   throw GgufError(path_ + ": " + printable(message));
 }
 
+void GgufFile::fail_changed() const {
+  fail("the model file changed while loading (it is now shorter than the " + std::to_string(size_) +
+       " bytes it had when opened)");
+}
+
+std::vector<uint8_t> GgufFile::tensor_bytes(const GgufTensor& t) const {
+  install_sigbus_guard();
+  std::vector<uint8_t> bytes(t.n_bytes);
+  if (!copy_from_mapping(bytes.data(), t.data, t.n_bytes)) fail_changed();
+  return bytes;
+}
+
 void GgufFile::parse() {
   Cursor cur(*this, base_, size_);
-  if (size_ < 4 || std::memcmp(base_, "GGUF", 4) != 0) fail("not a GGUF file (bad magic)");
-  cur.read<uint32_t>("magic");
+  constexpr uint32_t k_magic = 0x46554747;  // "GGUF" read as a little-endian u32
+  if (size_ < 4 || cur.read<uint32_t>("magic") != k_magic) fail("not a GGUF file (bad magic)");
   version_ = cur.read<uint32_t>("version");
   if (version_ == 1) fail("GGUF version 1 is not supported (convert the file to v3)");
   if (version_ != 2 && version_ != 3) fail("unsupported GGUF version " + std::to_string(version_));
@@ -294,6 +372,7 @@ void GgufFile::parse() {
     fail("tensor count " + std::to_string(n_tensors) + " exceeds the file size");
   }
 
+  ArrayBudget budget;
   for (uint64_t i = 0; i < n_kv; ++i) {
     const uint64_t key_at = cur.pos();
     std::string key = cur.read_string("metadata key");
@@ -304,7 +383,7 @@ void GgufFile::parse() {
     if (!is_valid_value_type(type)) {
       fail("metadata '" + key + "': unknown value type " + std::to_string(type));
     }
-    GgufValue value = read_value(cur, *this, GgufValueType(type), 0, key);
+    GgufValue value = read_value(cur, *this, GgufValueType(type), 0, key, budget);
     if (kv_.count(key)) fail("duplicate metadata key '" + key + "'");
     kv_.emplace(std::move(key), std::move(value));
   }
@@ -456,7 +535,14 @@ std::string GgufFile::get_string(std::string_view key) const {
 const GgufArray& GgufFile::get_array(std::string_view key) const {
   const GgufValue* v = find(key);
   if (!v) fail("missing metadata key '" + std::string(key) + "'");
-  if (const auto* a = std::get_if<GgufArray>(&v->data)) return *a;
+  if (const auto* a = std::get_if<GgufArray>(&v->data)) {
+    if (a->n_unread) {
+      fail("metadata '" + std::string(key) + "': the array of " + std::to_string(a->n_unread) +
+           " elements was not read (clchat keeps " + std::to_string(k_gguf_max_other_array_items) +
+           " elements of arrays it does not use)");
+    }
+    return *a;
+  }
   fail(value_type_mismatch(key, *v, "array"));
 }
 
@@ -568,6 +654,7 @@ void put_value(ByteSink& out, const GgufValue& v) {
       break;
     case GgufValueType::ARRAY: {
       const auto& a = std::get<GgufArray>(v.data);
+      if (a.n_unread) throw std::invalid_argument("GgufWriter: an array that was not read");
       out.put<uint32_t>(uint32_t(a.elem_type));
       out.put<uint64_t>(a.items.size());
       for (const auto& item : a.items) put_value(out, item);

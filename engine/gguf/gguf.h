@@ -4,9 +4,10 @@
 // infos. The file is distrusted: every count, length, offset and dimension
 // product is checked against the file size before it is used (with overflow
 // checks), so a malformed file gives one GgufError naming the file and the
-// problem instead of a crash, hang or huge allocation. Tensor data is never
-// copied: GgufTensor::data points into the mapping, which lives as long as
-// the GgufFile.
+// problem instead of a crash, hang or huge allocation. GgufTensor::data
+// points into the mapping, which lives as long as the GgufFile; every read of
+// the mapping (header, metadata, tensor_bytes()) is guarded against the file
+// shrinking meanwhile (mapped_copy.h).
 //
 // GgufWriter builds a file in memory (metadata and tensors in insertion order)
 // and writes it out; tests use it to make models and broken files, and
@@ -52,11 +53,23 @@ enum class GgufValueType : uint32_t {
 const char* gguf_value_type_name(GgufValueType type);
 
 struct GgufValue;
-// An array's elements all have elem_type (arrays may nest).
+// An array's elements all have elem_type (arrays may nest). The reader keeps
+// every element of the arrays the engine reads (k_gguf_arrays_read_whole) and
+// of other arrays until they hold k_gguf_max_other_array_items elements in
+// all; a larger array of another key is skipped over in the file: items is
+// empty and n_unread says how many elements it has (a 10^8-element array
+// would otherwise take ~50 bytes of memory per byte of file).
 struct GgufArray {
   GgufValueType elem_type = GgufValueType::UINT8;
   std::vector<GgufValue> items;
+  uint64_t n_unread = 0;
 };
+constexpr uint64_t k_gguf_max_other_array_items = uint64_t{1} << 16;
+// The most elements a tokenizer array may have (the largest vocabularies and
+// merge lists have a few hundred thousand).
+constexpr uint64_t k_gguf_max_vocab_items = uint64_t{1} << 22;
+// The array keys the engine reads (engine/tokenizer/tokenizer.cpp).
+bool gguf_array_read_whole(std::string_view key);
 
 // One metadata value. Integers keep their signedness in `type`; the variant
 // holds them widened.
@@ -82,7 +95,7 @@ struct GgufTensor {
   uint64_t offset = 0;         // relative to the data section
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;
-  const uint8_t* data = nullptr;  // into the mapping
+  const uint8_t* data = nullptr;  // into the mapping: read it with GgufFile::tensor_bytes()
 
   uint64_t ne(size_t i) const { return i < dims.size() ? dims[i] : 1; }
   uint64_t n_rows() const { return dims.empty() ? 1 : n_elements / dims[0]; }
@@ -108,6 +121,7 @@ class GgufFile {
   // Typed getters. The plain ones throw GgufError if the key is missing or of
   // an incompatible type (any integer type converts when it fits); the opt_
   // ones return nullopt when the key is missing and throw on a wrong type.
+  // The array getters throw for an array that was skipped (n_unread).
   uint64_t get_uint(std::string_view key) const;
   std::optional<uint64_t> opt_uint(std::string_view key) const;
   int64_t get_int(std::string_view key) const;
@@ -125,8 +139,17 @@ class GgufFile {
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const GgufTensor* find_tensor(std::string_view name) const;
 
+  // A copy of t's data (t from tensors()). Reading the mapping is guarded
+  // (engine/gguf/mapped_copy.h): when the file has shrunk since it was
+  // opened, this throws GgufError("<path>: the model file changed while
+  // loading ...") instead of the process dying of SIGBUS. Loaders copy
+  // through here rather than reading t.data.
+  std::vector<uint8_t> tensor_bytes(const GgufTensor& t) const;
+
   // Throws GgufError("<path>: <message>").
   [[noreturn]] void fail(const std::string& message) const;
+  // fail() for a mapping that faulted: the file shrank under clchat.
+  [[noreturn]] void fail_changed() const;
 
  private:
   GgufFile() = default;

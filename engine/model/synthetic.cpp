@@ -109,7 +109,9 @@ GgufWriter make_synthetic_model(const SyntheticSpec& s, const GgufFile* vocab_fr
   w.set("llama.attention.layer_norm_rms_epsilon", GgufValue::f32(s.rms_eps));
   if (vocab_from) {
     for (const auto& [key, value] : vocab_from->metadata()) {
-      if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
+      // (An array clchat skipped while reading is not copied: nothing uses it.)
+      const auto* a = std::get_if<GgufArray>(&value.data);
+      if (key.rfind("tokenizer.", 0) == 0 && !(a && a->n_unread)) w.set(key, value);
     }
     if (vocab_from->has("tokenizer.ggml.tokens") &&
         vocab_from->get_array("tokenizer.ggml.tokens").items.size() != size_t(s.n_vocab)) {

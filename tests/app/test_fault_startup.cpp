@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "tests/gguf_fixtures.h"
 #include "tests/test_support.h"
@@ -87,6 +89,53 @@ TEST(FaultStartup, DeviceMatchingNothingListsTheDevices) {
   }
 }
 
+// Issue 21: a damaged compiled-kernel cache entry crashed every later start
+// (PoCL assertion or SIGSEGV in clCreateProgramWithBinary) until the cache
+// was deleted. Each entry is damaged one of the issue's ways; the next start
+// warns, deletes and rebuilds them and replies as before; the one after that
+// finds valid entries and says nothing.
+TEST(FaultStartup, DamagedKernelCacheIsRebuilt) {
+  test::TempDir dir;
+  const std::string run =
+      "( " + test::clchat_binary() + " run --device " + device() + " --kernel-cache " + dir.path() +
+      " -m '" + test::shared_file("models/stories260K.gguf") + "' -p 'Once upon' -n 4 --seed 7 )";
+  const auto first = test::run_command(run);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  std::vector<std::filesystem::path> entries;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) entries.push_back(e.path());
+  ASSERT_FALSE(entries.empty());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    std::string bytes = test::read_file(entries[i].string());
+    switch (i % 4) {
+      case 0:
+        bytes.resize(bytes.size() / 2);
+        break;
+      case 1:
+        bytes.replace(16, 8, 8, '\xff');
+        break;
+      case 2:
+        bytes[24] = char(bytes[24] + 1);  // the length field
+        break;
+      default:
+        bytes.clear();
+    }
+    std::ofstream(entries[i], std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  }
+  const auto second = test::run_command(run);
+  EXPECT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(second.out, first.out);
+  size_t warnings = 0;
+  for (size_t at = 0; (at = second.err.find("deleted it, rebuilding", at)) != std::string::npos;
+       ++at) {
+    ++warnings;
+  }
+  EXPECT_EQ(warnings, entries.size()) << second.err;
+  const auto third = test::run_command(run);
+  EXPECT_EQ(third.exit_code, 0) << third.err;
+  EXPECT_EQ(third.out, first.out);
+  EXPECT_EQ(third.err.find("kernel cache entry"), std::string::npos) << third.err;
+}
+
 TEST(FaultStartup, BadConfigFilesStopWithOneLine) {
   test::TempDir dir;
   const auto write = [&](const std::string& name, const std::string& text) {
@@ -104,7 +153,7 @@ TEST(FaultStartup, BadConfigFilesStopWithOneLine) {
       {type, type + ":3: context_size: expected an integer"},
       {deep, deep + ":1: arrays, tables or dotted keys nested deeper than 32 levels"},
       {dir.file("missing.toml"), dir.file("missing.toml") + ": cannot open config file"},
-      {dir.path(), dir.path() + ": is a directory, not a config file"},
+      {dir.path(), dir.path() + ": a directory, not a regular config file"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.config);

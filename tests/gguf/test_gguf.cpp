@@ -527,7 +527,7 @@ TEST(GgufReader, OpenErrorsNameThePath) {
   std::string msg = gguf_error([&] { GgufFile::open(missing); });
   EXPECT_EQ(msg.rfind(missing + ": cannot open", 0), 0u) << msg;
   msg = gguf_error([&] { GgufFile::open(dir.path()); });
-  EXPECT_EQ(msg, dir.path() + ": not a regular file");
+  EXPECT_EQ(msg, dir.path() + ": a directory, not a regular file");
 }
 
 TEST(GgufValueTypeName, NamesEveryType) {

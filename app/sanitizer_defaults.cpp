@@ -13,10 +13,16 @@
 //   ASan) with no leak found. Off, dynamic TLS is not scanned as a root,
 //   which could only add reports, and none are seen;
 // - the leak suppressions of .ci/lsan.supp: the OpenCL driver stack (PoCL, the
-//   LLVM it compiles with, the ICD loader) keeps state it never frees.
+//   LLVM it compiles with, the ICD loader) keeps state it never frees;
+// - print_suppressions=0, as .ci/sanitize sets it: LeakSanitizer's table of
+//   the suppressions it used goes to stderr at exit, which is the terminal the
+//   chat screen owns (Tui.UnwritableStateIsSaidOnTheScreenNotOnStderr reads
+//   it and wants nothing there).
 extern "C" {
 
 const char* __asan_default_options() { return "use_sigaltstack=0:intercept_tls_get_addr=0"; }
+
+const char* __lsan_default_options() { return "print_suppressions=0"; }
 
 const char* __lsan_default_suppressions() {
   return "leak:libpocl.so\nleak:libLLVM-15.so\nleak:libclang-cpp.so\nleak:libOpenCL.so\n";

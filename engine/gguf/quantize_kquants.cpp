@@ -16,6 +16,7 @@
 // The result is a valid block with close to uniform-quantizer error; it is
 // not llama.cpp's (imatrix-weighted, searched) choice, nor meant to be.
 #include <cstring>
+#include <type_traits>
 
 #include "engine/gguf/quant.h"
 #include "engine/gguf/quantize_impl.h"
@@ -247,40 +248,31 @@ void pack_k4_scales(const uint8_t* sc, const uint8_t* m, uint8_t* s) {
   }
 }
 
-}  // namespace
-
 // Q4_K: 8 groups of 32, codes 0..15; group g in the low (g even) or high
-// nibbles of qs[32 (g / 2) + l].
-void quantize_q4_k(const float* x, BlockQ4_K* b, uint64_t nb) {
+// nibbles of qs[32 (g / 2) + l]. Q5_K (Block = BlockQ5_K): the same with
+// codes 0..31, bit 4 of value 32 g + l at bit g of qh[l].
+template <typename Block>
+void quantize_k4_family(const float* x, Block* b, uint64_t nb) {
+  constexpr bool q5 = std::is_same_v<Block, BlockQ5_K>;
   for (uint64_t i = 0; i < nb; ++i, x += 256) {
-    const AsymCodes c = quantize_asym(x, 8, 32, 15, 63);
+    const AsymCodes c = quantize_asym(x, 8, 32, q5 ? 31 : 15, 63);
     b[i].d = c.d;
     b[i].dmin = c.dmin;
     pack_k4_scales(c.sc, c.m, b[i].scales);
     std::memset(b[i].qs, 0, sizeof(b[i].qs));
-    for (int v = 0; v < 256; ++v) {
-      const int g = v / 32, l = v % 32;
-      b[i].qs[32 * (g / 2) + l] |= uint8_t(c.q[v] << (4 * (g % 2)));
-    }
-  }
-}
-
-// Q5_K: Q4_K with codes 0..31, bit 4 of value 32 g + l at bit g of qh[l].
-void quantize_q5_k(const float* x, BlockQ5_K* b, uint64_t nb) {
-  for (uint64_t i = 0; i < nb; ++i, x += 256) {
-    const AsymCodes c = quantize_asym(x, 8, 32, 31, 63);
-    b[i].d = c.d;
-    b[i].dmin = c.dmin;
-    pack_k4_scales(c.sc, c.m, b[i].scales);
-    std::memset(b[i].qs, 0, sizeof(b[i].qs));
-    std::memset(b[i].qh, 0, sizeof(b[i].qh));
+    if constexpr (q5) std::memset(b[i].qh, 0, sizeof(b[i].qh));
     for (int v = 0; v < 256; ++v) {
       const int g = v / 32, l = v % 32;
       b[i].qs[32 * (g / 2) + l] |= uint8_t((c.q[v] & 15) << (4 * (g % 2)));
-      b[i].qh[l] |= uint8_t((c.q[v] >> 4) << g);
+      if constexpr (q5) b[i].qh[l] |= uint8_t((c.q[v] >> 4) << g);
     }
   }
 }
+
+}  // namespace
+
+void quantize_q4_k(const float* x, BlockQ4_K* b, uint64_t nb) { quantize_k4_family(x, b, nb); }
+void quantize_q5_k(const float* x, BlockQ5_K* b, uint64_t nb) { quantize_k4_family(x, b, nb); }
 
 // Q6_K: 16 groups of 16, values (code - 32) with code 0..63, int8 scales.
 // Value v = 128 h + 32 s + l: low nibble in ql[64 h + 32 (s % 2) + l] (low

@@ -23,9 +23,12 @@
 // x with vpmaddwd was 1.3x faster but moved SmolLM2's logits by 1.8e-3
 // against the reference).
 //
-// The other quantized types (kernels/quant_blocks.cl, built before this file)
-// are read 8 values at a time by block_values8 with the same x loads and
-// accumulators; BF16 rows like F32 ones.
+// Q5_0, Q5_1, Q4_K, Q5_K and Q6_K (the layer types of K-quant mixes) take
+// the nibble loop with their extra bits or'ed in from small tables (q5_high,
+// q6_high) and their own scale records. The other quantized types
+// (kernels/quant_blocks.cl, built before this file) are read 8 values at a
+// time by block_values8 with the same x loads and accumulators; BF16 rows
+// like F32 ones.
 //
 // The weight type is a parameter that is a literal at every call (GGML ids:
 // 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0, ...), and rows_dot is always inlined, so
@@ -208,8 +211,9 @@ CPU_INLINE void rows_dot(const int wt, const __global uchar* wq, const __global 
           acc[r] = fma((float8)as_float(rec.x), lo, fma((float8)as_float(rec.y), hi, acc[r]));
           continue;
         }
-        // The record: (scale, min factor) and, for the Q5 types, qh.
-        float8 d, m;
+        // The record: (scale, min factor; Q5_0 has none) and, for the Q5
+        // types, qh.
+        float8 d, m = 0.0f;
         uint qh = 0;
         if (wt == 12 || wt == 13) {
           const uint4 rec = wt == 13 ? ((const __global uint4*)ws)[blk[r] + b]
@@ -220,7 +224,7 @@ CPU_INLINE void rows_dot(const int wt, const __global uchar* wq, const __global 
         } else {
           const uint2 rec = ((const __global uint2*)ws)[blk[r] + b];  // d (, m), qh
           d = half_to_float8((ushort)rec.x);
-          m = half_to_float8((ushort)(rec.x >> 16));  // Q5_0: 0, unused
+          if (wt == 7) m = half_to_float8((ushort)(rec.x >> 16));
           qh = rec.y;
         }
         if (wt != 12) {

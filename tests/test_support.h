@@ -17,6 +17,13 @@ std::string shared_dir();
 // Full path of a file under shared_dir(); the calling test fails (it does not
 // skip) when the file is missing.
 std::string shared_file(const std::string& relative);
+// The Gemma 3 270M file (gemma-3-270m-q4_k_m.gguf), which ../shared does not
+// hold: found in $CLCHAT_MODELS_DIR, shared_dir()/models or the checkout's
+// assets/models/ (where `.ci/fetch-model gemma3-270m` puts it); "" when none
+// has it. Tests skip with kGemma3Missing then; CI fetches the file first.
+std::string gemma3_model();
+inline constexpr const char* kGemma3Missing =
+    "gemma-3-270m-q4_k_m.gguf not found: run .ci/fetch-model gemma3-270m";
 // Path of the built clchat executable.
 std::string clchat_binary();
 

@@ -24,8 +24,10 @@ class CpuForward {
 
  private:
   struct Layer {
-    std::vector<float> attn_norm, wq, wk, wv, wo;  // wq: (n_embd rows, n_embd), ...
+    std::vector<float> attn_norm, wq, wk, wv, wo;  // wq: (n_embd_q rows, n_embd), ...
     std::vector<float> ffn_norm, ffn_gate, ffn_up, ffn_down;
+    // Empty unless the config asks for them (model.h's LayerTensors).
+    std::vector<float> bq, bk, bv, q_norm, k_norm, post_attn_norm, post_ffn_norm;
   };
   void attention(int il, int pos);
   void feed_forward(int il);
@@ -34,16 +36,18 @@ class CpuForward {
   int n_ctx_;
   std::vector<float> token_embd_;  // (n_vocab, n_embd)
   std::vector<float> output_norm_;
-  std::vector<float> output_;  // (n_vocab, n_embd); empty when tied to token_embd_
+  std::vector<float> output_;      // (n_vocab, n_embd); empty when tied to token_embd_
+  std::vector<float> rope_freqs_;  // (n_rot / 2) or empty
   std::vector<Layer> layers_;
 
   // Activations for the current token.
   std::vector<float> x_;                  // residual stream (n_embd)
   std::vector<float> xb_;                 // normed input / attention output (n_embd)
   std::vector<float> xb2_;                // projection output (n_embd)
-  std::vector<float> q_;                  // (n_embd)
+  std::vector<float> q_;                  // (n_embd_q)
+  std::vector<float> att_;                // attention output (n_embd_q)
   std::vector<float> k_, v_;              // (n_embd_kv)
-  std::vector<float> att_;                // scores (n_ctx)
+  std::vector<float> scores_;             // (n_ctx)
   std::vector<float> hb_, hb2_;           // FFN hidden (n_ff)
   std::vector<float> logits_;             // (n_vocab)
   std::vector<float> k_cache_, v_cache_;  // (n_layer, n_ctx, n_embd_kv)

@@ -20,15 +20,24 @@ void matvec(float* out, const float* x, const float* w, int n, int d) {
   }
 }
 
-void rope(float* x, int n_heads, int head_dim, int n_rot, int pos, float freq_base) {
+double rope_angle(const RopeParams& p, int pos, int i) {
+  const double theta =
+      double(pos) * double(p.scale) * std::pow(double(p.freq_base), -2.0 * i / p.n_rot);
+  return p.factors ? theta / double(p.factors[i]) : theta;
+}
+
+void rope(float* x, int n_heads, int head_dim, int pos, const RopeParams& p) {
+  const int half = p.n_rot / 2;
   for (int h = 0; h < n_heads; ++h) {
     float* v = x + h * head_dim;
-    for (int i = 0; i < n_rot; i += 2) {
-      const double theta = pos * std::pow(double(freq_base), -double(i) / n_rot);
+    for (int i = 0; i < half; ++i) {
+      const double theta = rope_angle(p, pos, i);
       const double c = std::cos(theta), s = std::sin(theta);
-      const double a = v[i], b = v[i + 1];
-      v[i] = float(a * c - b * s);
-      v[i + 1] = float(a * s + b * c);
+      float& a_ref = p.style == RopeStyle::Adjacent ? v[2 * i] : v[i];
+      float& b_ref = p.style == RopeStyle::Adjacent ? v[2 * i + 1] : v[i + half];
+      const double a = a_ref, b = b_ref;
+      a_ref = float(a * c - b * s);
+      b_ref = float(a * s + b * c);
     }
   }
 }

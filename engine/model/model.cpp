@@ -1,4 +1,4 @@
-// Hyper-parameters and tensor checks for llama-architecture GGUF models.
+// Hyper-parameters and tensor checks for the families of architecture.h.
 // Key names follow llama.cpp's conventions ("llama.embedding_length", ...).
 #include "engine/model/model.h"
 
@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 
+#include "engine/model/architecture.h"
 #include "engine/model/quant_mix.h"
 
 namespace clchat {
@@ -50,8 +51,10 @@ ModelConfig read_model_config(const GgufFile& file) {
   ModelConfig c;
   c.arch = file.opt_string("general.architecture").value_or("");
   if (c.arch.empty()) file.fail("missing metadata key 'general.architecture'");
-  if (c.arch != "llama") {
-    file.fail("unsupported architecture '" + c.arch + "' (clchat runs llama-architecture models)");
+  const ArchitectureTraits* traits = find_architecture(c.arch);
+  if (!traits) {
+    file.fail("unsupported architecture '" + c.arch + "' (clchat runs " + known_architectures() +
+              ")");
   }
   c.name =
       file.opt_string("general.name").value_or(std::filesystem::path(file.path()).stem().string());
@@ -67,27 +70,66 @@ ModelConfig read_model_config(const GgufFile& file) {
                     : c.n_head;
   c.n_ff = get("feed_forward_length", k_max_ff);
   c.n_ctx_train = file.has(p + "context_length") ? get("context_length", k_max_ctx) : 2048;
-  if (c.n_embd % c.n_head != 0) {
-    file.fail("embedding length " + std::to_string(c.n_embd) + " is not divisible by " +
-              std::to_string(c.n_head) + " heads");
-  }
   if (c.n_head % c.n_head_kv != 0) {
     file.fail(std::to_string(c.n_head) + " query heads are not a multiple of " +
               std::to_string(c.n_head_kv) + " KV heads");
   }
-  c.head_dim = c.n_embd / c.n_head;
+  if (file.has(p + "attention.key_length")) {
+    c.head_dim = get("attention.key_length", k_max_embd);
+    const int v_len =
+        file.has(p + "attention.value_length") ? get("attention.value_length", k_max_embd) : 0;
+    if (v_len != 0 && v_len != c.head_dim) {
+      file.fail("attention key length " + std::to_string(c.head_dim) + " and value length " +
+                std::to_string(v_len) + " differ (not supported)");
+    }
+  } else {
+    if (c.n_embd % c.n_head != 0) {
+      file.fail("embedding length " + std::to_string(c.n_embd) + " is not divisible by " +
+                std::to_string(c.n_head) + " heads");
+    }
+    c.head_dim = c.n_embd / c.n_head;
+  }
+  if (uint64_t(c.n_head) * uint64_t(c.head_dim) > k_max_embd) {
+    file.fail("attention of " + std::to_string(c.n_head) + " heads of " +
+              std::to_string(c.head_dim) + " values is out of range");
+  }
   c.n_rot =
       file.has(p + "rope.dimension_count") ? get("rope.dimension_count", k_max_embd) : c.head_dim;
   if (c.n_rot > c.head_dim || c.n_rot % 2 != 0) {
     file.fail("rope dimension count " + std::to_string(c.n_rot) + " does not fit head size " +
               std::to_string(c.head_dim));
   }
+  c.rope_style = traits->rope_style;
+  c.ffn_act = traits->ffn_act;
+  c.qk_norm = traits->qk_norm;
+  c.post_norms = traits->post_norms;
+  c.qkv_bias = traits->qkv_bias;
   c.rope_freq_base = float(file.opt_float(p + "rope.freq_base").value_or(10000.0));
+  c.rope_freq_base_swa = traits->rope_freq_base_swa;
+  // Linear position scaling (Gemma 3 4B+: factor 8 on its global layers);
+  // other scaling types change more than positions.
+  if (const auto type = file.opt_string(p + "rope.scaling.type"); type && *type != "none") {
+    if (*type != "linear") file.fail("rope scaling type '" + *type + "' is not supported");
+    const double factor = file.opt_float(p + "rope.scaling.factor").value_or(1.0);
+    if (!(factor >= 1.0 && factor <= 1024.0)) {
+      file.fail("rope scaling factor " + std::to_string(factor) + " is out of range (1..1024)");
+    }
+    c.rope_freq_scale = float(1.0 / factor);
+  }
   c.rms_eps = float(file.opt_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
   if (!(c.rope_freq_base > 0.0f) || !std::isfinite(c.rope_freq_base) || !(c.rms_eps > 0.0f) ||
       !(c.rms_eps < 1.0f)) {
     file.fail("rope frequency base must be positive and finite, RMS epsilon in (0, 1)");
   }
+  if (traits->embed_scale_sqrt) c.embed_scale = float(std::sqrt(double(c.n_embd)));
+  if (file.has(p + "attention.sliding_window")) {
+    c.sliding_window = get("attention.sliding_window", k_max_ctx);
+    const int period = traits->swa_period;
+    for (int il = 0; il < c.n_layer; ++il) {
+      c.swa_layer.push_back(period == 0 || il % period < period - 1);
+    }
+  }
+  c.rope_freq_factors = file.find_tensor("rope_freqs.weight") != nullptr;
   const GgufTensor* embd = file.find_tensor("token_embd.weight");
   if (!embd) file.fail("missing tensor 'token_embd.weight'");
   if (embd->dims.size() != 2) file.fail("tensor 'token_embd.weight' is not a matrix");
@@ -110,7 +152,14 @@ ModelConfig read_model_config(const GgufFile& file) {
 
 ModelTensors find_model_tensors(const GgufFile& file, const ModelConfig& c) {
   const uint64_t embd = uint64_t(c.n_embd), kv = uint64_t(c.n_embd_kv()), ff = uint64_t(c.n_ff);
+  const uint64_t nq = uint64_t(c.n_embd_q()), hd = uint64_t(c.head_dim);
   ModelTensors t;
+  auto require_f32 = [&](const std::string& name, std::vector<uint64_t> dims) {
+    const GgufTensor* v = require_tensor(file, name, std::move(dims));
+    if (v->type != GgmlType::F32) file.fail("tensor '" + name + "' must be F32");
+    return v;
+  };
+  if (c.rope_freq_factors) t.rope_freqs = require_f32("rope_freqs.weight", {uint64_t(c.n_rot / 2)});
   t.token_embd = require_tensor(file, "token_embd.weight", {embd, uint64_t(c.n_vocab)});
   t.output_norm = require_tensor(file, "output_norm.weight", {embd});
   t.output = c.tied_embeddings ? t.token_embd
@@ -119,16 +168,29 @@ ModelTensors find_model_tensors(const GgufFile& file, const ModelConfig& c) {
     const std::string b = "blk." + std::to_string(il) + ".";
     LayerTensors l{};
     l.attn_norm = require_tensor(file, b + "attn_norm.weight", {embd});
-    l.wq = require_tensor(file, b + "attn_q.weight", {embd, embd});
+    l.wq = require_tensor(file, b + "attn_q.weight", {embd, nq});
     l.wk = require_tensor(file, b + "attn_k.weight", {embd, kv});
     l.wv = require_tensor(file, b + "attn_v.weight", {embd, kv});
-    l.wo = require_tensor(file, b + "attn_output.weight", {embd, embd});
+    l.wo = require_tensor(file, b + "attn_output.weight", {nq, embd});
     l.ffn_norm = require_tensor(file, b + "ffn_norm.weight", {embd});
     l.ffn_gate = require_tensor(file, b + "ffn_gate.weight", {embd, ff});
     l.ffn_up = require_tensor(file, b + "ffn_up.weight", {embd, ff});
     l.ffn_down = require_tensor(file, b + "ffn_down.weight", {ff, embd});
     for (const GgufTensor* norm : {l.attn_norm, l.ffn_norm}) {
       if (norm->type != GgmlType::F32) file.fail("tensor '" + norm->name + "' must be F32");
+    }
+    if (c.qkv_bias) {
+      l.bq = require_f32(b + "attn_q.bias", {nq});
+      l.bk = require_f32(b + "attn_k.bias", {kv});
+      l.bv = require_f32(b + "attn_v.bias", {kv});
+    }
+    if (c.qk_norm) {
+      l.q_norm = require_f32(b + "attn_q_norm.weight", {hd});
+      l.k_norm = require_f32(b + "attn_k_norm.weight", {hd});
+    }
+    if (c.post_norms) {
+      l.post_attn_norm = require_f32(b + "post_attention_norm.weight", {embd});
+      l.post_ffn_norm = require_f32(b + "post_ffw_norm.weight", {embd});
     }
     t.layers.push_back(l);
   }

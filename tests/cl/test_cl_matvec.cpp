@@ -380,8 +380,8 @@ TEST_P(ClQkvRope, StackedAndSplitMatchReference) {
       ref[2] = ref_matvec(*w[2], xn, n_embd, row0[2], n_kv);
       for (int m = 0; m < 2; ++m) {
         std::vector<float> f(ref[m].begin(), ref[m].end());
-        cpu::rope(f.data(), m == 0 ? s.n_head : s.n_head_kv, s.head_dim(), s.n_rot, pos,
-                  s.freq_base);
+        cpu::rope(f.data(), m == 0 ? s.n_head : s.n_head_kv, s.head_dim(), pos,
+                  {RopeStyle::Adjacent, s.n_rot, s.freq_base});
         ref[m].assign(f.begin(), f.end());
       }
       const double tol[3] = {

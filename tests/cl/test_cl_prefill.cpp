@@ -199,8 +199,9 @@ TEST(ClPrefillOps, RopeKvRowsMatchesReference) {
   for (int t = 0; t < n_tok; ++t) {
     std::vector<float> q(qkv.begin() + t * n_qkv, qkv.begin() + t * n_qkv + n_embd);
     std::vector<float> k(qkv.begin() + t * n_qkv + n_embd, qkv.begin() + t * n_qkv + n_embd + n_kv);
-    cpu::rope(q.data(), n_embd / head_dim, head_dim, n_rot, pos0 + t, base);
-    cpu::rope(k.data(), n_kv / head_dim, head_dim, n_rot, pos0 + t, base);
+    const cpu::RopeParams rp{RopeStyle::Adjacent, n_rot, base};
+    cpu::rope(q.data(), n_embd / head_dim, head_dim, pos0 + t, rp);
+    cpu::rope(k.data(), n_kv / head_dim, head_dim, pos0 + t, rp);
     ref_q.insert(ref_q.end(), q.begin(), q.end());
     for (int i = 0; i < n_kv; ++i) {
       ref_k[layer_off + size_t(pos0 + t) * n_kv + i] = k[size_t(i)];

@@ -63,8 +63,9 @@ TEST(CpuForward, RejectsOutOfRangeTokenAndPosition) {
 
 // Greedy ids must match up to the first position whose recorded margin (top-1
 // minus top-2 logit) is below 0.05; the top-5 logits must stay close there.
-void expect_greedy_matches(const std::string& model_file, const std::string& reference) {
-  const Model model = load_model(test::shared_file(model_file));
+// `model_path`: a full path.
+void expect_greedy_matches(const std::string& model_path, const std::string& reference) {
+  const Model model = load_model(model_path);
   const auto ref = nlohmann::json::parse(test::read_file(test::shared_file(reference)));
   ASSERT_GE(ref["cases"].size(), 6u);
   CpuForward fwd(model, 256);  // each case restarts at position 0
@@ -95,13 +96,23 @@ void expect_greedy_matches(const std::string& model_file, const std::string& ref
 }
 
 TEST(CpuForward, SmolLM2MatchesReferenceGreedyIdsAndLogits) {
-  expect_greedy_matches("models/SmolLM2-135M-Instruct.Q4_1.gguf", "reference/greedy-smollm2.json");
+  expect_greedy_matches(test::shared_file("models/SmolLM2-135M-Instruct.Q4_1.gguf"),
+                        "reference/greedy-smollm2.json");
 }
 
 // llama-quantize's Q4_K_M of the same model: Q5_0, Q8_0, Q4_K and Q6_K tensors.
 TEST(CpuForward, SmolLM2Q4KMMatchesReferenceGreedyIdsAndLogits) {
-  expect_greedy_matches("models/SmolLM2-135M-Instruct.Q4_K_M.gguf",
+  expect_greedy_matches(test::shared_file("models/SmolLM2-135M-Instruct.Q4_K_M.gguf"),
                         "reference/smollm2-q4_k_m/greedy.json");
+}
+
+// Gemma 3 270M (gemma3: head size 256 != 640 / 4, q/k head norms, NeoX RoPE
+// with two bases, post-norms, GELU, a 512-position window on 5 of 6 layers,
+// a 262,144-token tied lm_head) against a float64 NumPy forward pass.
+TEST(CpuForward, Gemma3MatchesReferenceGreedyIdsAndLogits) {
+  const std::string path = test::gemma3_model();
+  if (path.empty()) GTEST_SKIP() << test::kGemma3Missing;
+  expect_greedy_matches(path, "reference/gemma3/greedy-gemma3.json");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Causal attention of a prefill chunk against the KV cache. Query t of the
 // chunk sits at position pos0 + t and attends to cache positions
-// 0..pos0 + t (the chunk's own keys were appended by rope_kv_rows before).
+// 0..pos0 + t (the chunk's own keys were appended by rope_kv_rows before),
+// or with window > 0 (sliding-window layers) to the last `window` of them.
 // Grouped-query attention: query head h reads KV head h / (n_head / n_head_kv).
 //
 // A work-group takes ATT_TQ consecutive queries of one head (one work-item
@@ -46,7 +47,8 @@
 // ATT_TQ * ATT_KS), local (1, ATT_TQ * ATT_KS).
 __kernel __attribute__((reqd_work_group_size(1, WG, 1))) void attention_prefill(
     const __global float* q, const __global float* k_cache, const __global float* v_cache,
-    ulong layer_off, int pos0, int n_tok, int n_head, int n_head_kv, __global float* out) {
+    ulong layer_off, int pos0, int n_tok, int n_head, int n_head_kv, int window,
+    __global float* out) {
   __local float4 kl[ATT_TK * HD4];
   __local float4 vl[ATT_TK * HD4];
 #if ATT_KS > 1
@@ -74,10 +76,12 @@ __kernel __attribute__((reqd_work_group_size(1, WG, 1))) void attention_prefill(
     o[d] = (float4)(0.0f);
   }
   float m = NEG_BIG, l = 0.0f;
-  const int n_keys_me = pos0 + t + 1;  // keys this query sees
+  const int n_keys_me = pos0 + t + 1;  // keys this query sees: first_me..n_keys_me - 1
+  const int first_me = window > 0 ? max(0, n_keys_me - window) : 0;
   const int n_keys = pos0 + min(t0 + ATT_TQ, n_tok);  // keys the work-group needs
+  const int first = window > 0 ? max(0, pos0 + t0 + 1 - window) : 0;
 
-  for (int kt = 0; kt < n_keys; kt += ATT_TK) {
+  for (int kt = first; kt < n_keys; kt += ATT_TK) {
     // 1. K and V rows kt..kt + ATT_TK into local memory.
     for (int e = wid; e < ATT_TK * HD4; e += WG) {
       const int j = e / HD4, d = e % HD4;
@@ -95,7 +99,8 @@ __kernel __attribute__((reqd_work_group_size(1, WG, 1))) void attention_prefill(
         const int j = ks + jj * ATT_KS;
         float4 acc = (float4)(0.0f);
         for (int d = 0; d < HD4; ++d) acc = mad(qr[d], kl[j * HD4 + d], acc);
-        const float sj = kt + j < n_keys_me ? acc.x + acc.y + acc.z + acc.w : NEG_BIG;
+        const bool seen = kt + j < n_keys_me && kt + j >= first_me;
+        const float sj = seen ? acc.x + acc.y + acc.z + acc.w : NEG_BIG;
         s[jj] = sj;
         tile_max = fmax(tile_max, sj);
       }
@@ -105,7 +110,7 @@ __kernel __attribute__((reqd_work_group_size(1, WG, 1))) void attention_prefill(
       for (int d = 0; d < HD4; ++d) o[d] *= corr;
       for (int jj = 0; jj < ATT_TK / ATT_KS; ++jj) {
         const int j = ks + jj * ATT_KS;
-        const float p = kt + j < n_keys_me ? exp(s[jj] - m_new) : 0.0f;
+        const float p = kt + j < n_keys_me && kt + j >= first_me ? exp(s[jj] - m_new) : 0.0f;
         l += p;
         for (int d = 0; d < HD4; ++d) o[d] = mad((float4)(p), vl[j * HD4 + d], o[d]);
       }

@@ -66,7 +66,10 @@ DecodePlan::DecodePlan(const ModelConfig& c, const ClRuntime& rt, ClPrograms& pr
                                  {"x", s.x}};
   embed_args.bind(embed_.kernel);
   embed_arg_token_index_ = embed_args.index("token_index");
-  for (int il = 0; il < c.n_layer; ++il) layers_.push_back(layer_plan(il));
+  // Other architectures' layers run on ClPrefill's general steps (ClForward).
+  if (c.plain_llama()) {
+    for (int il = 0; il < c.n_layer; ++il) layers_.push_back(layer_plan(il));
+  }
   plan_head();
 }
 
@@ -262,6 +265,7 @@ void DecodePlan::copy_x_to_debug(size_t slot) {
 // The whole decode step for one position, in model order.
 void DecodePlan::enqueue_token(int token_index, int pos, bool with_head) {
   const ModelConfig& c = config_;
+  if (!c.plain_llama()) throw std::logic_error("the decode plan runs llama's graph only");
   set_arg(embed_.kernel.get(), embed_arg_token_index_, cl_int(token_index));
   enqueue(embed_);
   for (int il = 0; il < c.n_layer; ++il) {

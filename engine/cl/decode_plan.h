@@ -13,6 +13,9 @@
 // worker threads. Where a layer's Wq, Wk and Wv differ in type, its QKV
 // step is three launches.
 //
+// Models of other architectures (ModelConfig::plain_llama() false) use only
+// the head (enqueue_head); ClForward runs their layers on ClPrefill.
+//
 // Debug mode adds device-side copies of x after the attention and after the
 // FFN of every layer into DecodeState::debug_hidden; profiling records an
 // event per launch (take_profile() sums them per kernel and per layer).

@@ -13,8 +13,8 @@ namespace clchat {
 struct DecodeState {
   int n_ctx = 0;  // positions in the KV cache
   ClMem x;        // (n_embd) float: the residual stream
-  ClMem q;        // (n_embd) float: the roped queries
-  ClMem att_out;  // (n_embd) float: the attention's output, before Wo
+  ClMem q;        // (n_embd_q) float: the roped queries
+  ClMem att_out;  // (n_embd_q) float: the attention's output, before Wo
   ClMem h;        // (n_ff) float: silu(Wgate xn) * (Wup xn)
   ClMem logits;   // (n_vocab) float
   ClMem scores;   // (n_head, n_ctx) float: attention scores (the CPU kernels')

@@ -62,12 +62,13 @@ ClForward::ClForward(const Model& model, ClRuntime& rt, const ClForwardOptions& 
       plan_(model.config, rt, programs_, weights_, state_),
       profiling_(rt.profiling()) {
   plan_.set_profiling(profiling_);
-  if (options.prefill_chunk > 1) {
+  // Other architectures run every step on ClPrefill (decode: one token).
+  if (options.prefill_chunk > 1 || general()) {
     prefill_ = std::make_unique<ClPrefill>(config_, rt_, weights_, state_,
-                                           std::min(options.prefill_chunk, n_ctx_),
+                                           std::clamp(options.prefill_chunk, 1, n_ctx_),
                                            programs_.tuning().build_options, tuning_.prefill);
   }
-  start_persistent_decode();
+  if (!general()) start_persistent_decode();
 }
 
 // Takes the one-launch decode path only if its first token agrees with the
@@ -114,6 +115,7 @@ std::string ClForward::name() const { return "opencl (" + rt_.device().name + ")
 
 int ClForward::launches_per_token() const {
   if (persistent_ && !debug_) return 1;  // profiling traces the same launch
+  if (general()) return prefill_->launches_per_chunk() + plan_.launches_per_token();
   return plan_.launches_per_token();
 }
 
@@ -156,10 +158,11 @@ int32_t ClForward::read_token() {
 int32_t ClForward::prefill(std::span<const int32_t> tokens, int pos) {
   check_position(pos, tokens.size());
   write_ids(tokens);
-  if (prefill_ && tokens.size() > 1 && !debug_) {      // batched (ClPrefill): the last
-    prefill_->run(int(tokens.size()), pos, state_.x);  // position leaves its hidden state in x
+  if (general() || (prefill_ && tokens.size() > 1 && !debug_)) {  // batched (ClPrefill): the
+    prefill_->run(int(tokens.size()), pos, state_.x);  // last position leaves its hidden state in x
     plan_.enqueue_head();
     const int32_t id = read_token();
+    if (debug_) collect_debug(pos + int(tokens.size()) - 1);
     if (profiling_) profile_ = plan_.take_profile();
     return id;
   }
@@ -221,7 +224,12 @@ void ClForward::after_persistent_timeout() {
 
 int32_t ClForward::plan_step(int32_t token, int pos) {
   feed_token(token);
-  plan_.enqueue_token(0, pos, true);
+  if (general()) {
+    prefill_->run(1, pos, state_.x);
+    plan_.enqueue_head();
+  } else {
+    plan_.enqueue_token(0, pos, true);
+  }
   const int32_t id = read_token();
   if (debug_) collect_debug(pos);
   if (profiling_) profile_ = plan_.take_profile();
@@ -274,17 +282,22 @@ void ClForward::set_profiling(bool on) {
 
 void ClForward::collect_debug(int pos) {
   const ModelConfig& c = config_;
-  std::vector<float> hidden(size_t(2 * c.n_layer) * size_t(c.n_embd));
-  cl_check(clEnqueueReadBuffer(rt_.queue(), state_.debug_hidden.get(), CL_TRUE, 0,
-                               hidden.size() * 4, hidden.data(), 0, nullptr, nullptr),
-           "clEnqueueReadBuffer(debug)");
+  // Per-layer hidden states come from the decode plan's copies (llama's
+  // graph); other architectures report the top candidates only.
+  const int n_layers = general() ? 0 : c.n_layer;
+  std::vector<float> hidden(size_t(2 * n_layers) * size_t(c.n_embd));
+  if (n_layers > 0) {
+    cl_check(clEnqueueReadBuffer(rt_.queue(), state_.debug_hidden.get(), CL_TRUE, 0,
+                                 hidden.size() * 4, hidden.data(), 0, nullptr, nullptr),
+             "clEnqueueReadBuffer(debug)");
+  }
   std::vector<float> logits(size_t(c.n_vocab));
   cl_check(clEnqueueReadBuffer(rt_.queue(), state_.logits.get(), CL_TRUE, 0, logits.size() * 4,
                                logits.data(), 0, nullptr, nullptr),
            "clEnqueueReadBuffer(logits)");
   DebugReport r;
   r.pos = pos;
-  for (int il = 0; il < c.n_layer; ++il) {
+  for (int il = 0; il < n_layers; ++il) {
     const std::span<const float> all(hidden);
     r.after_attention.push_back(
         compute_hidden_stats(all.subspan(size_t(2 * il) * c.n_embd, c.n_embd)));

@@ -88,6 +88,8 @@ class ClForward final : public Backend {
   const ClRuntime& runtime() const { return rt_; }
 
  private:
+  // A model whose graph is not llama's: every step runs on ClPrefill.
+  bool general() const { return !config_.plain_llama(); }
   void check_position(int pos, size_t n_tokens) const;
   // One decode step; `lookahead`: on the persistent path, also enqueue the
   // next k_lookahead greedy steps (each reading the id the one before chose),

@@ -54,6 +54,7 @@ double tsc_ticks_per_us() {
 std::string PersistentDecode::ineligible(const ModelConfig& c, const DeviceInfo& dev,
                                          const DecodeTuning& tuning, const DeviceWeights& w) {
   if (!tuning.persistent) return "turned off (engine.persistent_decode, --no-persistent)";
+  if (!c.plain_llama()) return "the " + c.arch + " graph (the kernel runs llama's)";
   const bool cpu = dev.is_cpu;
   if (cpu) {
 #if !defined(__x86_64__)

@@ -63,11 +63,14 @@ ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeigh
   profile_ = rt_.profiling() && tuning_.profile;
   const ModelConfig& c = config_;
   const size_t n = size_t(chunk_);
+  if (c.head_dim > 4096) throw std::invalid_argument("head size above 4096");
+  ops_defines_ = " -DNORM_WG=" + std::to_string(tuning_.norm_wg) +
+                 " -DHEAD_MAX=" + std::to_string(std::max(c.head_dim, 4));
   x_ = rt_.alloc(n * size_t(c.n_embd) * 4);
   xn_ = rt_.alloc(n * size_t(c.n_embd) * 4);
-  qkv_ = rt_.alloc(n * size_t(c.n_embd + 2 * c.n_embd_kv()) * 4);
-  q_ = rt_.alloc(n * size_t(c.n_embd) * 4);
-  att_ = rt_.alloc(n * size_t(c.n_embd) * 4);
+  qkv_ = rt_.alloc(n * size_t(c.n_embd_q() + 2 * c.n_embd_kv()) * 4);
+  q_ = rt_.alloc(n * size_t(c.n_embd_q()) * 4);
+  att_ = rt_.alloc(n * size_t(c.n_embd_q()) * 4);
   g_ = rt_.alloc(n * size_t(c.n_ff) * 4);
   u_ = rt_.alloc(n * size_t(c.n_ff) * 4);
   build_steps();
@@ -217,15 +220,17 @@ ClPrefill::Step ClPrefill::matmul_step(const DeviceMatrix& w, const ClMem& x, in
 }
 
 ClPrefill::Step ClPrefill::norm_step(const ClMem& x, const ClMem& g, const ClMem& out,
-                                     const char* label) {
+                                     const char* label, bool accumulate) {
   Step s;
-  s.kernel = kernel("prefill_ops", " -DNORM_WG=" + std::to_string(tuning_.norm_wg), "rmsnorm_rows");
+  s.kernel = kernel("prefill_ops", ops_defines_, "rmsnorm_rows");
   s.global0 = size_t(tuning_.norm_wg);
   s.local0 = size_t(tuning_.norm_wg);
   s.local1 = 1;
   s.label = label;
-  const KernelArgs args = {{"x", x}, {"row0", cl_int(0)},      {"n", cl_int(config_.n_embd)},
-                           {"g", g}, {"eps", config_.rms_eps}, {"out", out}};
+  const KernelArgs args = {
+      {"x", x},    {"row0", cl_int(0)},      {"n", cl_int(config_.n_embd)},
+      {"g", g},    {"eps", config_.rms_eps}, {"accumulate", cl_int(accumulate ? 1 : 0)},
+      {"out", out}};
   args.bind(s.kernel);
   s.arg_row0 = int(args.index("row0"));
   return s;
@@ -245,6 +250,8 @@ PrefillTuning ClPrefill::attention_tuning() const {
     t.att_ks /= 2;
     while (t.att_tk % t.att_ks != 0) --t.att_ks;
   }
+  // then fewer keys per tile (heads of 256: 64 KB of K and V at 32 keys)
+  while (t.att_tk > 1 && local_bytes() > rt_.device().local_mem_bytes) t.att_tk /= 2;
   return t;
 }
 
@@ -270,18 +277,105 @@ ClPrefill::Step ClPrefill::embed_step() {
 void ClPrefill::build_steps() {
   steps_.clear();
   steps_.push_back(embed_step());
+  if (config_.embed_scale != 1.0f) {  // x *= sqrt(n_embd) (Gemma)
+    Step scale = elementwise_step("scale_rows", size_t(config_.n_embd), "embed_scale");
+    const KernelArgs args = {
+        {"x", x_}, {"s", config_.embed_scale}, {"n", cl_int(config_.n_embd)}, {"n_tok", cl_int(0)}};
+    args.bind(scale.kernel);
+    scale.arg_n_tok = int(args.index("n_tok"));
+    steps_.push_back(std::move(scale));
+  }
   const PrefillTuning att_tuning = attention_tuning();
   for (int il = 0; il < config_.n_layer; ++il) add_layer_steps(il, att_tuning);
   // final norm of rows row0.. and lm_head, for run_logits (logits_ set later)
   head_norm_ = norm_step(x_, w_.output_norm.q, xn_, "output_norm");
 }
 
+ClPrefill::Step ClPrefill::elementwise_step(const char* name, size_t n, const char* label) {
+  Step s;
+  s.kernel = kernel("prefill_ops", ops_defines_, name);
+  s.global0 = n;
+  s.local0 = elementwise_local(n, rt_.device().max_work_group_size);
+  s.local1 = 1;
+  s.label = label;
+  return s;
+}
+
+// The llama graph's RoPE: q -> q_, k and v -> cache at pos0 + t.
+ClPrefill::Step ClPrefill::rope_step(int il, cl_ulong layer_off) {
+  const ModelConfig& c = config_;
+  Step rope = elementwise_step("rope_kv_rows", size_t(c.n_embd + 2 * c.n_embd_kv()) / 2, "rope_kv");
+  const KernelArgs args = {{"qkv", qkv_},
+                           {"n_tok", cl_int(0)},
+                           {"n_embd", cl_int(c.n_embd)},
+                           {"n_embd_kv", cl_int(c.n_embd_kv())},
+                           {"head_dim", cl_int(c.head_dim)},
+                           {"n_rot", cl_int(c.n_rot)},
+                           {"rope_cs", w_.rope_table(il)},
+                           {"pos0", cl_int(0)},
+                           {"q", q_},
+                           {"k_cache", s_.k_cache},
+                           {"v_cache", s_.v_cache},
+                           {"layer_off", layer_off}};
+  args.bind(rope.kernel);
+  rope.arg_n_tok = int(args.index("n_tok"));
+  rope.arg_pos0 = int(args.index("pos0"));
+  return rope;
+}
+
+// Any architecture's: per head, + bias, RMSNorm of q and k heads, RoPE of
+// the model's style; q -> q_, k and v -> cache at pos0 + t.
+ClPrefill::Step ClPrefill::head_step(int il, cl_ulong layer_off) {
+  const ModelConfig& c = config_;
+  const DeviceWeights::Layer& w = w_.layers[size_t(il)];
+  static const ClMem k_none;
+  Step head;
+  head.kernel = kernel("prefill_ops", ops_defines_, "head_rows");
+  head.global0 = size_t(c.n_head + 2 * c.n_head_kv) * size_t(tuning_.norm_wg);
+  head.local0 = size_t(tuning_.norm_wg);
+  head.local1 = 1;
+  head.label = "head_rope_kv";
+  const KernelArgs args = {{"qkv", qkv_},
+                           {"bias", w.qkv_bias.q ? w.qkv_bias.q : k_none},
+                           {"n_tok", cl_int(0)},
+                           {"n_head", cl_int(c.n_head)},
+                           {"n_head_kv", cl_int(c.n_head_kv)},
+                           {"head_dim", cl_int(c.head_dim)},
+                           {"q_norm", w.q_norm.q ? w.q_norm.q : k_none},
+                           {"k_norm", w.k_norm.q ? w.k_norm.q : k_none},
+                           {"eps", c.rms_eps},
+                           {"n_rot", cl_int(c.n_rot)},
+                           {"neox", cl_int(c.rope_style == RopeStyle::Neox ? 1 : 0)},
+                           {"rope_cs", w_.rope_table(il)},
+                           {"pos0", cl_int(0)},
+                           {"q", q_},
+                           {"k_cache", s_.k_cache},
+                           {"v_cache", s_.v_cache},
+                           {"layer_off", layer_off}};
+  args.bind(head.kernel);
+  head.arg_n_tok = int(args.index("n_tok"));
+  head.arg_pos0 = int(args.index("pos0"));
+  return head;
+}
+
+// x += W in, or with post-norms x += rmsnorm(W in) * post_norm (through xn_,
+// free by then).
+void ClPrefill::add_residual_steps(const DeviceMatrix& w, const ClMem& in, int ld_in,
+                                   const DeviceMatrix& post_norm, const char* label,
+                                   const char* norm_label) {
+  const int n_embd = config_.n_embd;
+  if (!post_norm.q) {
+    steps_.push_back(matmul_step(w, in, ld_in, x_, n_embd, 0, true, label));
+    return;
+  }
+  steps_.push_back(matmul_step(w, in, ld_in, xn_, n_embd, 0, false, label));
+  steps_.push_back(norm_step(xn_, post_norm.q, x_, norm_label, true));
+}
+
 void ClPrefill::add_layer_steps(int il, const PrefillTuning& att_tuning) {
   const ModelConfig& c = config_;
   const DeviceWeights::Layer& w = w_.layers[size_t(il)];
-  const std::string ops_defines = " -DNORM_WG=" + std::to_string(tuning_.norm_wg);
-  const int n_qkv = c.n_embd + 2 * c.n_embd_kv();
-  const size_t max_wg = rt_.device().max_work_group_size;
+  const int n_q = c.n_embd_q(), n_qkv = n_q + 2 * c.n_embd_kv();
   const cl_ulong layer_off = cl_ulong(il) * cl_ulong(s_.n_ctx) * cl_ulong(c.n_embd_kv());
   // xn = rmsnorm(x) * attn_norm; qkv = [Wq; Wk; Wv] xn
   steps_.push_back(norm_step(x_, w.attn_norm.q, xn_, "attn_norm"));
@@ -290,29 +384,7 @@ void ClPrefill::add_layer_steps(int il, const PrefillTuning& att_tuning) {
     steps_.push_back(matmul_step(m, xn_, c.n_embd, qkv_, n_qkv, row_base, false, "qkv"));
     row_base += m.rows;
   }
-  // RoPE; q -> q_, k and v -> cache at pos0 + t
-  Step rope;
-  rope.kernel = kernel("prefill_ops", ops_defines, "rope_kv_rows");
-  rope.global0 = size_t(n_qkv / 2);
-  rope.local0 = elementwise_local(rope.global0, max_wg);
-  rope.local1 = 1;
-  rope.label = "rope_kv";
-  const KernelArgs rope_args = {{"qkv", qkv_},
-                                {"n_tok", cl_int(0)},
-                                {"n_embd", cl_int(c.n_embd)},
-                                {"n_embd_kv", cl_int(c.n_embd_kv())},
-                                {"head_dim", cl_int(c.head_dim)},
-                                {"n_rot", cl_int(c.n_rot)},
-                                {"rope_cs", w_.rope_cs},
-                                {"pos0", cl_int(0)},
-                                {"q", q_},
-                                {"k_cache", s_.k_cache},
-                                {"v_cache", s_.v_cache},
-                                {"layer_off", layer_off}};
-  rope_args.bind(rope.kernel);
-  rope.arg_n_tok = int(rope_args.index("n_tok"));
-  rope.arg_pos0 = int(rope_args.index("pos0"));
-  steps_.push_back(std::move(rope));
+  steps_.push_back(c.plain_llama() ? rope_step(il, layer_off) : head_step(il, layer_off));
   // causal attention of the chunk against the cache
   Step att;
   att.kernel =
@@ -330,29 +402,27 @@ void ClPrefill::add_layer_steps(int il, const PrefillTuning& att_tuning) {
                                {"n_tok", cl_int(0)},
                                {"n_head", cl_int(c.n_head)},
                                {"n_head_kv", cl_int(c.n_head_kv)},
+                               {"window", cl_int(c.is_swa(il) ? c.sliding_window : 0)},
                                {"out", att_}};
   att_args.bind(att.kernel);
   att.arg_pos0 = int(att_args.index("pos0"));
   att.arg_n_tok = int(att_args.index("n_tok"));
   steps_.push_back(std::move(att));
-  // x += Wo att
-  steps_.push_back(matmul_step(w.wo, att_, c.n_embd, x_, c.n_embd, 0, true, "wo"));
-  // h = silu(Wg xn) * (Wu xn), xn = rmsnorm(x) * ffn_norm
+  // x += Wo att (post-norm'ed when the model has post-norms)
+  add_residual_steps(w.wo, att_, n_q, w.post_attn_norm, "wo", "post_attn_norm");
+  // h = act(Wg xn) * (Wu xn), xn = rmsnorm(x) * ffn_norm
   steps_.push_back(norm_step(x_, w.ffn_norm.q, xn_, "ffn_norm"));
   steps_.push_back(matmul_step(w.ffn_gate, xn_, c.n_embd, g_, c.n_ff, 0, false, "ffn_gate"));
   steps_.push_back(matmul_step(w.ffn_up, xn_, c.n_embd, u_, c.n_ff, 0, false, "ffn_up"));
-  Step silu;
-  silu.kernel = kernel("prefill_ops", ops_defines, "silu_mul");
-  silu.global0 = size_t(c.n_ff);
-  silu.local0 = elementwise_local(silu.global0, max_wg);
-  silu.local1 = 1;
-  silu.label = "silu_mul";
-  const KernelArgs silu_args = {{"g", g_}, {"u", u_}, {"n", cl_int(c.n_ff)}, {"n_tok", cl_int(0)}};
-  silu_args.bind(silu.kernel);
-  silu.arg_n_tok = int(silu_args.index("n_tok"));
-  steps_.push_back(std::move(silu));
-  // x += Wd h
-  steps_.push_back(matmul_step(w.ffn_down, g_, c.n_ff, x_, c.n_embd, 0, true, "ffn_down"));
+  const bool gelu = c.ffn_act == FfnActivation::GeluTanh;
+  Step act = elementwise_step(gelu ? "gelu_mul" : "silu_mul", size_t(c.n_ff),
+                              gelu ? "gelu_mul" : "silu_mul");
+  const KernelArgs act_args = {{"g", g_}, {"u", u_}, {"n", cl_int(c.n_ff)}, {"n_tok", cl_int(0)}};
+  act_args.bind(act.kernel);
+  act.arg_n_tok = int(act_args.index("n_tok"));
+  steps_.push_back(std::move(act));
+  // x += Wd h (post-norm'ed when the model has post-norms)
+  add_residual_steps(w.ffn_down, g_, c.n_ff, w.post_ffn_norm, "ffn_down", "post_ffn_norm");
 }
 
 void ClPrefill::enqueue(Step& s, int n_tok, int pos0, int id_off, int row0) {

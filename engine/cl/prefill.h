@@ -8,6 +8,12 @@
 //   matmul Wo (+= residual) -> rmsnorm_rows -> matmul Wg, matmul Wu ->
 //   silu_mul -> matmul Wd (+= residual)
 // That is 9 launches per layer (11 when Wq, Wk, Wv differ in type) + 1.
+// Other architectures (ModelConfig::plain_llama() false) take the general
+// steps: scale_rows after the embedding, head_rows (biases, q/k head norms,
+// NeoX or adjacent RoPE, the layer's RoPE table) for rope_kv_rows, the
+// layer's window in attention_prefill, gelu_mul for silu_mul, and Wo and Wd
+// into scratch followed by a post-norm added to the residual. ClForward runs
+// their decode steps here too, one token at a time.
 //
 // It reads the weights (DeviceWeights) and the token ids and fills the KV
 // cache of the decode state (DecodeState), both ClForward's, which must
@@ -44,6 +50,7 @@ class ClPrefill {
             int chunk, const std::string& build_options, const PrefillTuning& tuning);
 
   int chunk() const { return chunk_; }
+  int launches_per_chunk() const { return int(steps_.size()); }
   const PrefillTuning& tuning() const { return tuning_; }
 
   // Runs the token ids ids[0..n_tokens) at positions pos.. (the caller wrote
@@ -76,7 +83,13 @@ class ClPrefill {
   Step embed_step();
   Step matmul_step(const DeviceMatrix& w, const ClMem& x, int ld_x, const ClMem& out, int ld_out,
                    int out_off, bool accumulate, const char* label);
-  Step norm_step(const ClMem& x, const ClMem& g, const ClMem& out, const char* label);
+  Step norm_step(const ClMem& x, const ClMem& g, const ClMem& out, const char* label,
+                 bool accumulate = false);
+  Step elementwise_step(const char* name, size_t n, const char* label);
+  Step rope_step(int il, cl_ulong layer_off);
+  Step head_step(int il, cl_ulong layer_off);
+  void add_residual_steps(const DeviceMatrix& w, const ClMem& in, int ld_in,
+                          const DeviceMatrix& post_norm, const char* label, const char* norm_label);
   ClKernel weight_kernel(GgmlType type, const char* name);
 
  public:
@@ -115,6 +128,7 @@ class ClPrefill {
   DecodeState& s_;
   int chunk_;
   std::string build_options_;
+  std::string ops_defines_;  // of kernels/prefill_ops.cl
   PrefillTuning tuning_;
   std::vector<std::pair<std::string, ClProgram>> programs_;  // by stem + defines
   std::vector<std::pair<GgmlType, bool>> mma_checked_;       // self-test results

@@ -38,8 +38,8 @@ ClPrograms::ClPrograms(const ClRuntime& rt, KernelTuning tuning) : rt_(rt), tuni
 // device running out of memory, which is rethrown.
 bool ClPrograms::shfl_self_test() {
   try {
-    ClKernel k =
-        rt_.create_kernel(program("quant_blocks+matvec", matvec_defines(GgmlType::F32)), "shfl_selftest");
+    ClKernel k = rt_.create_kernel(program("quant_blocks+matvec", matvec_defines(GgmlType::F32)),
+                                   "shfl_selftest");
     const size_t n = 64;
     ClMem out = rt_.alloc(n * sizeof(float));
     bind_args(k, {{"width", cl_int(tuning_.tpr)}, {"out", out}});
@@ -104,16 +104,17 @@ std::string ClPrograms::matvec_cpu_defines(GgmlType type) const {
 ClKernel ClPrograms::weight_kernel(GgmlType type, const char* name) {
   // get_row (once per token) always comes from matvec.cl.
   if (use_cpu_matvec() && std::string_view(name) != "get_row") {
-    return rt_.create_kernel(program("quant_blocks+cpu_dot+matvec_cpu", matvec_cpu_defines(type)), name);
+    return rt_.create_kernel(program("quant_blocks+cpu_dot+matvec_cpu", matvec_cpu_defines(type)),
+                             name);
   }
   return rt_.create_kernel(program("quant_blocks+matvec", matvec_defines(type)), name);
 }
 
 ClKernel ClPrograms::head_argmax_kernel(GgmlType type) {
   if (!fused_head_argmax()) throw std::logic_error("matvec_argmax needs the CPU kernels");
-  return rt_.create_kernel(
-      program("argmax_cpu+quant_blocks+cpu_dot+matvec_cpu", matvec_cpu_defines(type) + " -DWITH_ARGMAX=1"),
-      "matvec_argmax");
+  return rt_.create_kernel(program("argmax_cpu+quant_blocks+cpu_dot+matvec_cpu",
+                                   matvec_cpu_defines(type) + " -DWITH_ARGMAX=1"),
+                           "matvec_argmax");
 }
 
 ClKernel ClPrograms::qkv_attention_kernel(GgmlType type) {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "engine/cl/block_layout.h"
+#include "engine/cpu/ops.h"
 
 namespace clchat {
 
@@ -65,17 +66,30 @@ DeviceMatrix upload_tensor(const ClRuntime& rt, const GgufFile& file, const Gguf
   return upload_matrix(rt, repack_tensor(file, *t));
 }
 
-// (cos, sin) of pos * base^(-2i / n_rot), computed in float64.
-ClMem rope_table(const ModelConfig& c, const ClRuntime& rt, int n_ctx) {
-  std::vector<float> cs(size_t(n_ctx) * size_t(c.n_rot));
+// (cos, sin) of each pair's angle (cpu::rope_angle), computed in float64.
+ClMem make_rope_table(const cpu::RopeParams& p, const ClRuntime& rt, int n_ctx) {
+  std::vector<float> cs(size_t(n_ctx) * size_t(p.n_rot));
   for (int pos = 0; pos < n_ctx; ++pos) {
-    for (int i = 0; i < c.n_rot / 2; ++i) {
-      const double theta = pos * std::pow(double(c.rope_freq_base), -2.0 * i / c.n_rot);
-      cs[(size_t(pos) * (c.n_rot / 2) + i) * 2] = float(std::cos(theta));
-      cs[(size_t(pos) * (c.n_rot / 2) + i) * 2 + 1] = float(std::sin(theta));
+    for (int i = 0; i < p.n_rot / 2; ++i) {
+      const double theta = cpu::rope_angle(p, pos, i);
+      cs[(size_t(pos) * (p.n_rot / 2) + i) * 2] = float(std::cos(theta));
+      cs[(size_t(pos) * (p.n_rot / 2) + i) * 2 + 1] = float(std::sin(theta));
     }
   }
   return rt.upload(cs.data(), cs.size() * 4);
+}
+
+// An F32 tensor's values (the loader checked the type).
+std::vector<float> read_floats(const GgufFile& file, const GgufTensor& t) {
+  const std::vector<uint8_t> bytes = file.tensor_bytes(t);
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);
+  return v;
+}
+
+// A 1-row F32 matrix of t's values; empty for a null t.
+DeviceMatrix upload_optional(const ClRuntime& rt, const GgufFile& file, const GgufTensor* t) {
+  return t ? upload_matrix(rt, repack_tensor(file, *t)) : DeviceMatrix{};
 }
 
 size_t mem_size(const ClMem& m) {
@@ -111,11 +125,34 @@ DeviceWeights::DeviceWeights(const Model& model, const ClRuntime& rt, int n_ctx)
     w.ffn_gate = upload_tensor(rt, f, l.ffn_gate);
     w.ffn_up = upload_tensor(rt, f, l.ffn_up);
     w.ffn_down = upload_tensor(rt, f, l.ffn_down);
+    if (l.bq) {  // one row: the three biases end to end
+      std::vector<float> bias;
+      for (const GgufTensor* b : {l.bq, l.bk, l.bv}) {
+        const std::vector<float> v = read_floats(f, *b);
+        bias.insert(bias.end(), v.begin(), v.end());
+      }
+      w.qkv_bias = upload_floats(rt, bias.data(), int(bias.size()));
+    }
+    w.q_norm = upload_optional(rt, f, l.q_norm);
+    w.k_norm = upload_optional(rt, f, l.k_norm);
+    w.post_attn_norm = upload_optional(rt, f, l.post_attn_norm);
+    w.post_ffn_norm = upload_optional(rt, f, l.post_ffn_norm);
     for (const auto* m : {&w.wo, &w.ffn_gate, &w.ffn_up, &w.ffn_down}) n_bytes += m->n_bytes;
     for (const auto& m : w.qkv) n_bytes += m.n_bytes;
     layers.push_back(std::move(w));
   }
-  rope_cs = rope_table(model.config, rt, n_ctx);
+  const ModelConfig& c = model.config;
+  const std::vector<float> factors =
+      t.rope_freqs ? read_floats(f, *t.rope_freqs) : std::vector<float>{};
+  const float* fp = factors.empty() ? nullptr : factors.data();
+  rope_cs =
+      make_rope_table({c.rope_style, c.n_rot, c.rope_freq_base, c.rope_freq_scale, fp}, rt, n_ctx);
+  swa_layer_ = c.swa_layer;
+  if (c.sliding_window > 0 &&
+      (c.rope_freq_base_swa != c.rope_freq_base || c.rope_freq_scale != 1.0f)) {
+    rope_cs_swa =
+        make_rope_table({c.rope_style, c.n_rot, c.rope_freq_base_swa, 1.0f, fp}, rt, n_ctx);
+  }
 }
 
 std::array<GgmlType, LayerTypes::n_roles> LayerTypes::of_layer(const DeviceWeights::Layer& l) {

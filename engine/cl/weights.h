@@ -62,18 +62,32 @@ struct DeviceWeights {
     DeviceMatrix ffn_norm;  // (1, n_embd) F32
     DeviceMatrix ffn_gate, ffn_up;  // (n_ff, n_embd), one type
     DeviceMatrix ffn_down;          // (n_embd, n_ff)
+    // F32, empty unless the config asks for them (ModelConfig's options):
+    DeviceMatrix qkv_bias;                       // [bq; bk; bv] (1, n_embd_q + 2 n_embd_kv)
+    DeviceMatrix q_norm, k_norm;                 // (1, head_dim)
+    DeviceMatrix post_attn_norm, post_ffn_norm;  // (1, n_embd)
   };
   DeviceMatrix token_embd;   // (n_vocab, n_embd)
   DeviceMatrix output;       // (n_vocab, n_embd); empty when tied (the head is token_embd)
   DeviceMatrix output_norm;  // (1, n_embd) F32
   std::vector<Layer> layers;
-  ClMem rope_cs;         // (n_ctx, n_rot / 2) float2: cos, sin of pos * base^(-2i / n_rot)
-  uint64_t n_bytes = 0;  // the matrices' bytes (not the RoPE table)
+  // (n_ctx, n_rot / 2) float2: cos, sin of pair i's angle at each position
+  // (cpu::rope_angle: base, position scale and frequency factors included);
+  // rope_cs_swa the same for the sliding-window layers when their base or
+  // scale differs (else empty). rope_table(il) picks layer il's.
+  ClMem rope_cs, rope_cs_swa;
+  uint64_t n_bytes = 0;  // the matrices' bytes (not the RoPE tables)
 
   // Uploads `model`'s tensors (repacked) and a RoPE table of n_ctx positions.
   DeviceWeights(const Model& model, const ClRuntime& rt, int n_ctx);
   // The lm_head: output, or token_embd when the embeddings are tied.
   const DeviceMatrix& head() const { return output.q ? output : token_embd; }
+  const ClMem& rope_table(int il) const {
+    return swa_layer_.empty() || !swa_layer_[size_t(il)] || !rope_cs_swa ? rope_cs : rope_cs_swa;
+  }
+
+ private:
+  std::vector<bool> swa_layer_;
 };
 
 // A model's layer weight types as the persistent decode kernels take them

@@ -58,14 +58,15 @@ struct ModelConfig {
   // Layer il's RoPE base and position scale.
   float rope_base(int il) const { return is_swa(il) ? rope_freq_base_swa : rope_freq_base; }
   float rope_scale(int il) const { return is_swa(il) ? 1.0f : rope_freq_scale; }
-  // The llama graph exactly (SmolLM2, Llama 2, TinyLlama): adjacent-pair
-  // RoPE, SiLU, q as wide as the embedding, none of the options above. The
-  // decode plan's fused kernels and the persistent decode kernels take only
-  // these; every model runs on the general path (ClPrefill's kernels).
+  // The llama graph (SmolLM2, Llama 2 and 3, TinyLlama): adjacent-pair RoPE
+  // (its scale and frequency factors live in the RoPE table), SiLU, q as
+  // wide as the embedding, none of the other options above. The decode
+  // plan's fused kernels and the persistent decode kernels take only these;
+  // every model runs on the general path (ClPrefill's kernels).
   bool plain_llama() const {
     return rope_style == RopeStyle::Adjacent && ffn_act == FfnActivation::Silu &&
            n_embd_q() == n_embd && embed_scale == 1.0f && !qk_norm && !post_norms && !qkv_bias &&
-           sliding_window == 0 && !rope_freq_factors && rope_freq_scale == 1.0f;
+           sliding_window == 0;
   }
 };
 

@@ -67,8 +67,11 @@ struct HeadShape {
   const char* name;
   int n_head, n_head_kv, head_dim;
 };
-constexpr HeadShape k_head_shapes[] = {
-    {"stories", 8, 4, 8}, {"tiny", 2, 2, 4}, {"smollm2", 9, 3, 64}, {"synthetic", 4, 2, 32}};
+constexpr HeadShape k_head_shapes[] = {{"stories", 8, 4, 8},
+                                       {"tiny", 2, 2, 4},
+                                       {"smollm2", 9, 3, 64},
+                                       {"synthetic", 4, 2, 32},
+                                       {"gemma3", 4, 1, 256}};
 
 class ClAttentionPrefill : public testing::TestWithParam<HeadShape> {};
 
@@ -90,27 +93,32 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
                  " att_ks " + std::to_string(t.att_ks));
     const ClKernel k =
         build_kernel("attention_prefill", ClPrefill::attention_defines(d, t), "attention_prefill");
-    for (int pos0 : {0, 37}) {
+    for (auto [pos0, window] : {std::pair{0, 0}, {37, 0}, {0, 5}, {37, 20}}) {
       for (int n_tok : {1, 7, 50}) {
-        SCOPED_TRACE("pos0 " + std::to_string(pos0) + " n_tok " + std::to_string(n_tok));
+        SCOPED_TRACE("pos0 " + std::to_string(pos0) + " window " + std::to_string(window) +
+                     " n_tok " + std::to_string(n_tok));
         const uint32_t seed = uint32_t(pos0 * 100 + n_tok + d);
         const auto q = test::random_floats(size_t(n_tok) * n_embd, seed, -2.0f, 2.0f);
         auto kc = test::random_floats(size_t(n_layers) * n_ctx * n_kv, seed + 1, -2.0f, 2.0f);
         auto vc = test::random_floats(size_t(n_layers) * n_ctx * n_kv, seed + 2);
-        // NaN: layer 0 and positions past the chunk's last one.
+        // NaN: layer 0, positions past the chunk's last one, and those before
+        // the first query's window.
+        const int first_seen = window > 0 ? std::max(0, pos0 + 1 - window) : 0;
         for (size_t e = 0; e < kc.size(); ++e) {
           const bool other_layer = e < layer_off;
           const bool past = e >= layer_off + size_t(pos0 + n_tok) * n_kv;
-          if (other_layer || past) kc[e] = vc[e] = k_nan;
+          const bool before = e < layer_off + size_t(first_seen) * n_kv;
+          if (other_layer || past || before) kc[e] = vc[e] = k_nan;
         }
         std::vector<double> ref(size_t(n_tok) * n_embd);
         for (int tq = 0; tq < n_tok; ++tq) {
           const int n_pos = pos0 + tq + 1;
+          const int first = window > 0 ? std::max(0, n_pos - window) : 0;
           for (int h = 0; h < s.n_head; ++h) {
             const int kvh = h / (s.n_head / s.n_head_kv);
-            std::vector<double> p(static_cast<size_t>(n_pos));
+            std::vector<double> p(static_cast<size_t>(n_pos), -INFINITY);
             double max = -INFINITY, sum = 0;
-            for (int tk = 0; tk < n_pos; ++tk) {
+            for (int tk = first; tk < n_pos; ++tk) {
               double dot = 0;
               for (int i = 0; i < d; ++i) {
                 dot += double(q[size_t(tq) * n_embd + h * d + i]) *
@@ -122,7 +130,7 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
             for (double& v : p) sum += (v = std::exp(v - max));
             for (int i = 0; i < d; ++i) {
               double o = 0;
-              for (int tk = 0; tk < n_pos; ++tk) {
+              for (int tk = first; tk < n_pos; ++tk) {
                 o += p[size_t(tk)] * vc[layer_off + size_t(tk) * n_kv + kvh * d + i];
               }
               ref[size_t(tq) * n_embd + h * d + i] = o / sum;
@@ -134,7 +142,7 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
         const ClMem out = test::cl_test_runtime().alloc(n_out * 4);
         cl_poison(out, n_out);
         set_args(k, q_dev, k_dev, v_dev, cl_ulong(layer_off), cl_int(pos0), cl_int(n_tok),
-                 cl_int(s.n_head), cl_int(s.n_head_kv), out);
+                 cl_int(s.n_head), cl_int(s.n_head_kv), cl_int(window), out);
         run_2d(k, size_t(s.n_head),
                test::round_up(size_t(n_tok), size_t(t.att_tq)) * size_t(t.att_ks), 1,
                size_t(t.att_tq) * size_t(t.att_ks));
@@ -172,11 +180,19 @@ TEST(ClPrefillOps, RmsnormRowsMatchesReference) {
   const ClMem out = test::cl_test_runtime().alloc(n_out * 4);
   cl_poison(out, n_out);
   const ClKernel k = build_kernel("prefill_ops", k_ops_defines, "rmsnorm_rows");
-  set_args(k, x_dev, cl_int(row0), cl_int(n), g_dev, 1e-5f, out);
+  set_args(k, x_dev, cl_int(row0), cl_int(n), g_dev, 1e-5f, cl_int(0), out);
   run_2d(k, 16, size_t(n_tok), 16, 1);
   const auto got = cl_read(out, n_out);
   EXPECT_LE(test::relative_error(std::span(got).first(ref.size()), ref), 1e-5);
   EXPECT_EQ(test::count_overwritten(got, ref.size()), 0u);
+  // accumulate: out += the same (a post-norm into the residual stream)
+  const auto base = test::random_floats(ref.size(), 5);
+  const ClMem acc = cl_buffer(base);
+  set_args(k, x_dev, cl_int(row0), cl_int(n), g_dev, 1e-5f, cl_int(1), acc);
+  run_2d(k, 16, size_t(n_tok), 16, 1);
+  std::vector<double> ref_acc(ref.size());
+  for (size_t e = 0; e < ref.size(); ++e) ref_acc[e] = ref[e] + base[e];
+  EXPECT_LE(test::relative_error(cl_read(acc, ref.size()), ref_acc), 1e-5);
 }
 
 // q, k rotated (partial RoPE: n_rot 8 < head_dim 16), v copied, k and v at

@@ -138,7 +138,8 @@ void add_chat_options(CLI::App& app, ChatOptions& o) {
       ->check(CLI::Range(0, 1 << 24));
   app.add_option("--system", e.system_prompt, "System prompt (default: the template's)");
   app.add_option("--chat-template", e.chat_template,
-                 "plain, chatml, llama2, llama3, zephyr or gemma (default: from the model)")
+                 "plain, chatml, smollm3, llama2, mistral-v3, mistral-v3-tekken, llama3, "
+                 "llama3.1, zephyr, phi3 or gemma (default: from the model)")
       ->check(CLI::Validator(
           [](std::string& name) {
             return template_style_from_name(name) ? "" : unknown_template_message(name);

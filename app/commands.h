@@ -32,6 +32,7 @@ class ExitStatus : public std::exception {
 
 void add_info_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
+void add_template_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 // Commands that build an OpenCL engine. `engine` (it must outlive parsing)

@@ -36,16 +36,23 @@ const std::vector<StyleCase> k_cases = {
     {TemplateStyle::Llama3,
      "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
      "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
-     "<|start_header_id|>assistant<|end_header_id|>\n\n Hello!<|eot_id|>"
+     "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
      "<|start_header_id|>user<|end_header_id|>\n\nbye<|eot_id|>"
      "<|start_header_id|>assistant<|end_header_id|>\n\n"},
     {TemplateStyle::Zephyr,
      "<|system|>\nS</s>\n<|user|>\nhi</s>\n<|assistant|>\n Hello!</s>\n"
      "<|user|>\nbye</s>\n<|assistant|>\n"},
     {TemplateStyle::Gemma,
-     "<start_of_turn>user\nS\n\nhi<end_of_turn>\n<start_of_turn>model\n Hello!<end_of_turn>\n"
+     "<start_of_turn>user\nS\n\nhi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
      "<start_of_turn>user\nbye<end_of_turn>\n<start_of_turn>model\n"},
     {TemplateStyle::Plain, "S\n\nUser: hi\nAssistant: Hello!\nUser: bye\nAssistant:"},
+    // microsoft/Phi-3.5-mini-instruct's template.
+    {TemplateStyle::Phi3,
+     "<|system|>\nS<|end|>\n<|user|>\nhi<|end|>\n<|assistant|>\n Hello!<|end|>\n"
+     "<|user|>\nbye<|end|>\n<|assistant|>\n"},
+    // mistralai/Mistral-Nemo-Instruct-2407's: the system prompt before the
+    // last user message.
+    {TemplateStyle::MistralTekken, "[INST]hi[/INST] Hello!</s>[INST]S\n\nbye[/INST]"},
 };
 
 TEST(ChatTemplate, FullConversationPerStyle) {
@@ -61,17 +68,28 @@ TEST(ChatTemplate, IncrementalTurnsAddUpToTheFullText) {
     for (const std::string system : {"S", ""}) {
       // What a session prefills: turn 1, the generated reply, then turn 2
       // (which starts by closing the reply).
+      // Mistral's system prompt moves to the last user message: a session
+      // puts it before each one when it is sent (test below).
+      if (c.style == TemplateStyle::MistralTekken && !system.empty()) continue;
+      // The reply as the session's rebuild writes it (Llama 3 and Gemma trim).
+      const std::string reply = t.assistant_reply(" Hello!").text;
       const std::string incremental =
-          t.next_turn("hi", system, true).text + " Hello!" + t.next_turn("bye", system, false).text;
+          t.next_turn("hi", system, true).text + reply + t.next_turn("bye", system, false).text;
       EXPECT_EQ(incremental, t.format(system, k_turns).text)
           << t.name() << " system '" << system << "'";
       // A finished conversation ends with the reply's end marker.
       const std::vector<Turn> two(k_turns.begin(), k_turns.begin() + 2);
-      EXPECT_EQ(t.next_turn("hi", system, true).text + " Hello!" + t.assistant_end().text,
+      EXPECT_EQ(t.next_turn("hi", system, true).text + reply + t.assistant_end().text,
                 t.format(system, two).text)
           << t.name();
     }
   }
+}
+
+TEST(ChatTemplate, MistralSessionPutsTheSystemPromptBeforeEachNewMessage) {
+  const ChatTemplate t(TemplateStyle::MistralTekken);
+  EXPECT_EQ(t.next_turn("hi", "S", true).text, "[INST]S\n\nhi[/INST]");
+  EXPECT_EQ(t.next_turn("bye", "S", false).text, "</s>[INST]S\n\nbye[/INST]");
 }
 
 TEST(ChatTemplate, NoSystemPrompt) {
@@ -96,6 +114,10 @@ TEST(ChatTemplate, DetectsStylesByMarkers) {
             TemplateStyle::Zephyr);
   EXPECT_EQ(detect_template_style("{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}"),
             TemplateStyle::Llama2);
+  EXPECT_EQ(detect_template_style("{{ '<|user|>\n' + message['content'] + '<|end|>\n' }}"),
+            TemplateStyle::Phi3);
+  EXPECT_EQ(detect_template_style("{{- \"[INST]\" + message[\"content\"] + \"[/INST]\" }}"),
+            TemplateStyle::MistralTekken);
   EXPECT_EQ(detect_template_style("{{ messages | tojson }}"), std::nullopt);
   EXPECT_EQ(detect_template_style(""), std::nullopt);
 }

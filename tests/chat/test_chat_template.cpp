@@ -122,6 +122,28 @@ TEST(ChatTemplate, DetectsStylesByMarkers) {
   EXPECT_EQ(detect_template_style(""), std::nullopt);
 }
 
+// Each model's own template in ../shared/chat-templates, by the model it
+// belongs to.
+TEST(ChatTemplate, DetectsTheSharedModelTemplates) {
+  const std::vector<std::pair<std::string, TemplateStyle>> cases = {
+      {"HuggingFaceTB-SmolLM3-3B", TemplateStyle::SmolLM3},
+      {"Qwen-Qwen2.5-7B-Instruct", TemplateStyle::ChatML},
+      {"google-gemma-2-2b-it", TemplateStyle::Gemma},
+      {"meta-llama-Llama-3.2-3B-Instruct", TemplateStyle::Llama31},
+      {"microsoft-Phi-3.5-mini-instruct", TemplateStyle::Phi3},
+      {"mistralai-Mistral-Nemo-Instruct-2407", TemplateStyle::MistralTekken},
+  };
+  for (const auto& [name, style] : cases) {
+    const std::string jinja =
+        test::read_file(test::shared_file("chat-templates/" + name + ".jinja"));
+    EXPECT_EQ(detect_template_style(jinja), style) << name;
+  }
+  const std::string qwen =
+      test::read_file(test::shared_file("chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
+  EXPECT_EQ(ChatTemplate::from_jinja(qwen, "").default_system(),
+            "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+}
+
 TEST(ChatTemplate, NamesRoundTripAndOverride) {
   for (const StyleCase& c : k_cases) {
     EXPECT_EQ(template_style_from_name(template_style_name(c.style)), c.style);

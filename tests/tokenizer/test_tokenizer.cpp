@@ -300,6 +300,33 @@ TEST(Tokenizer, Stories260KDecode) {
             "too high.\nLily");
 }
 
+// Gemma 3: the vocabulary is read from the model file's GGUF keys alone (clchat
+// does not run the gemma3 architecture yet), 262,144 tokens in well under the
+// limit here (about 0.1 s on a 2-core machine; the limit only catches a
+// quadratic slip), and prompt_ids in greedy-gemma3.json (BOS 2 added, special
+// tokens parsed) are reproduced.
+TEST(Tokenizer, Gemma3LoadsQuicklyAndEncodesTheGreedyPrompts) {
+  const std::string path = test::gemma3_model();
+  if (path.empty()) GTEST_SKIP() << test::kGemma3Missing;
+  const auto start = std::chrono::steady_clock::now();
+  const auto file = GgufFile::open(path);
+  const auto tok = Tokenizer::from_gguf(*file);
+  const double t_load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(t_load_s, 5.0);
+  EXPECT_EQ(tok->n_vocab(), 262144);
+  EXPECT_EQ(tok->kind(), Tokenizer::Kind::Spm);
+  const auto j =
+      nlohmann::json::parse(read_file(shared_file("reference/gemma3/greedy-gemma3.json")));
+  ASSERT_FALSE(j["cases"].empty());
+  for (const auto& c : j["cases"]) {
+    const std::string prompt = c["prompt"];
+    const Ids expected = c["prompt_ids"].get<Ids>();
+    const Ids actual = tok->encode(prompt, /*add_bos=*/true, /*parse_special=*/true);
+    EXPECT_EQ(actual, expected) << escaped(prompt) << "\n" << diff(*tok, expected, actual);
+  }
+}
+
 TEST(Tokenizer, Llama2AddsBosByDefault) {
   // llama-2-tiny-random has no add_bos_token key: SPM models default to BOS.
   const Tokenizer& tok = tokenizer_for("models/llama-2-tiny-random.gguf");

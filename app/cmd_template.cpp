@@ -1,4 +1,5 @@
-// `clchat template (-m MODEL | --template-file FILE) -f CONVERSATION.json`:
+// `clchat template (-m MODEL | --template-file FILE) -f CONVERSATION.json
+// [--chat-template NAME]`:
 // prints the text a conversation becomes under a chat template, exactly as the
 // engine would tokenize it (no newline added), so that it can be compared with
 // the model's Jinja template rendered elsewhere.
@@ -24,7 +25,7 @@ namespace clchat::app {
 namespace {
 
 struct TemplateOptions {
-  std::string model_path, template_file, conversation;
+  std::string model_path, template_file, conversation, chat_template;
 };
 
 struct Conversation {
@@ -83,14 +84,15 @@ std::string render(const TemplateOptions& opt, Conversation c) {
   if (!opt.model_path.empty()) {
     auto file = GgufFile::open(opt.model_path);
     const auto tokenizer = Tokenizer::from_gguf(*file);
-    chat_template = ChatTemplate::from_gguf(*file, "", &note);
+    chat_template = ChatTemplate::from_gguf(*file, opt.chat_template, &note);
     const TemplateTokens model_tokens = template_tokens(*tokenizer);
     // The tokenizer adds BOS: the template's own bos_token stays out.
     if (tokenizer->add_bos()) bos = model_tokens.bos_token;
     c.tokens.bos_token = "";
     c.tokens.eos_token = model_tokens.eos_token;
   } else {
-    chat_template = ChatTemplate::from_jinja(read_text_file(opt.template_file), "", &note);
+    chat_template =
+        ChatTemplate::from_jinja(read_text_file(opt.template_file), opt.chat_template, &note);
   }
   if (!note.empty()) std::fprintf(stderr, "clchat: %s\n", note.c_str());
   chat_template.set_tokens(c.tokens);
@@ -103,6 +105,18 @@ std::string render(const TemplateOptions& opt, Conversation c) {
 
 }  // namespace
 
+CLI::Option* add_chat_template_option(CLI::App& cmd, std::string& name) {
+  return cmd
+      .add_option("--chat-template", name,
+                  "plain, chatml, smollm3, llama2, mistral-v3, mistral-v3-tekken, llama3, "
+                  "llama3.1, zephyr, phi3 or gemma (default: from the model)")
+      ->check(CLI::Validator(
+          [](std::string& value) {
+            return template_style_from_name(value) ? "" : unknown_template_message(value);
+          },
+          "", "NAME"));
+}
+
 void add_template_command(CLI::App& app) {
   auto opt = std::make_shared<TemplateOptions>();
   auto* cmd = app.add_subcommand(
@@ -114,6 +128,7 @@ void add_template_command(CLI::App& app) {
   cmd->add_option("-f,--file", opt->conversation,
                   "Conversation JSON: messages, add_generation_prompt, bos_token, eos_token")
       ->required();
+  add_chat_template_option(*cmd, opt->chat_template);
   cmd->callback([opt] {
     if (opt->model_path.empty() && opt->template_file.empty()) {
       throw UsageError("template needs -m MODEL or --template-file FILE");

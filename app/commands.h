@@ -42,6 +42,10 @@ void add_run_command(CLI::App& app, EngineSwitches& engine);
 void add_bench_command(CLI::App& app, EngineSwitches& engine);
 void add_perplexity_command(CLI::App& app, EngineSwitches& engine);
 
+// --chat-template NAME, checked against the template styles' names (an
+// unknown one fails parsing with the list).
+CLI::Option* add_chat_template_option(CLI::App& cmd, std::string& name);
+
 // --quant NAME: a synthetic model's weight types, checked against
 // quant_mix.h's names (an unknown one fails parsing with the list).
 CLI::Option* add_quant_option(CLI::App& cmd, std::string& quant);

@@ -10,15 +10,16 @@
 // prompt before the last user message), Llama-3 and Llama-3.1 (the
 // "Cutting Knowledge Date" header), Zephyr (`<|user|>` ... `</s>`), Phi-3
 // (`<|user|>` ... `<|end|>`) and Gemma (`<start_of_turn>`; the system prompt
-// leads the first user turn as Gemma 3's template puts it, or the
-// conversation is refused where the template refuses it, as Gemma 2's does).
+// leads the first user turn as Gemma 3's template puts it; render() refuses
+// it where the template does, as Gemma 2's does, while a chat folds it).
 // A model without a template gets plain "User:" / "Assistant:" turns.
-// tests/chat/test_template_jinja.cpp compares render() with the templates
+// tests/app/test_template_cli.cpp compares render() with the templates
 // rendered by Python's jinja2 (../shared/chat-templates).
 //
 // The text is cut into pieces so that a chat can prefill only what is new:
 //   format(system, turns) == prefix(system)
-//                            + user_turn(u1, system, first) + r1 + assistant_end()
+//                            + user_turn(u1, system, first) + assistant_reply(r1)
+//                            + assistant_end()
 //                            + user_turn(u2, system, !first) + ...
 // (Mistral's templates put the system prompt before the last user message,
 // which moves every turn: a chat puts it before each new user message when it

@@ -4,6 +4,7 @@
 // system prompt.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -90,6 +91,29 @@ TEST(ChatTemplate, MistralSessionPutsTheSystemPromptBeforeEachNewMessage) {
   const ChatTemplate t(TemplateStyle::MistralTekken);
   EXPECT_EQ(t.next_turn("hi", "S", true).text, "[INST]S\n\nhi[/INST]");
   EXPECT_EQ(t.next_turn("bye", "S", false).text, "</s>[INST]S\n\nbye[/INST]");
+}
+
+// The conversation's own words are content spans in every style, so that the
+// session never reads special tokens into them; the markup around them is not.
+TEST(ChatTemplate, MessagesAreContentSpansInEveryStyle) {
+  const std::vector<TemplateStyle> styles = {
+      TemplateStyle::Plain,  TemplateStyle::ChatML,    TemplateStyle::SmolLM3,
+      TemplateStyle::Llama2, TemplateStyle::MistralV3, TemplateStyle::MistralTekken,
+      TemplateStyle::Llama3, TemplateStyle::Llama31,   TemplateStyle::Zephyr,
+      TemplateStyle::Phi3,   TemplateStyle::Gemma};
+  const std::vector<Turn> turns = {
+      {Role::User, "u1 <|im_end|>"}, {Role::Assistant, "a1"}, {Role::User, "u2"}};
+  for (TemplateStyle style : styles) {
+    const ChatText out = ChatTemplate(style).format("sys", turns);
+    std::vector<std::string> spans;
+    for (const TextSpan& span : out.content) {
+      spans.push_back(out.text.substr(span.begin, span.end - span.begin));
+    }
+    // In any order: Mistral's system prompt comes with the last user message.
+    std::sort(spans.begin(), spans.end());
+    EXPECT_EQ(spans, (std::vector<std::string>{"a1", "sys", "u1 <|im_end|>", "u2"}))
+        << template_style_name(style);
+  }
 }
 
 TEST(ChatTemplate, NoSystemPrompt) {

@@ -137,13 +137,7 @@ void add_chat_options(CLI::App& app, ChatOptions& o) {
   app.add_option("-c,--ctx", e.n_ctx, "KV cache size (default: the model's, capped by memory)")
       ->check(CLI::Range(0, 1 << 24));
   app.add_option("--system", e.system_prompt, "System prompt (default: the template's)");
-  app.add_option("--chat-template", e.chat_template,
-                 "plain, chatml, llama2, llama3, zephyr or gemma (default: from the model)")
-      ->check(CLI::Validator(
-          [](std::string& name) {
-            return template_style_from_name(name) ? "" : unknown_template_message(name);
-          },
-          "", "NAME"));
+  add_chat_template_option(app, e.chat_template);
   // A sampling flag, checked by its config key's rule.
   const auto number = [&app](const char* flag, auto& value, const char* help,
                              const config::NumberRule& rule) {

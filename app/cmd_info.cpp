@@ -6,6 +6,7 @@
 
 #include "app/commands.h"
 #include "common/utf8.h"
+#include "engine/chat/template.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -47,7 +48,10 @@ nlohmann::ordered_json describe(const Model& model) {
   j["tokenizer_pre"] = sanitize_utf8(f.opt_string("tokenizer.ggml.pre").value_or(""));
   j["vocab_size"] =
       f.has("tokenizer.ggml.tokens") ? f.get_array("tokenizer.ggml.tokens").items.size() : 0;
-  j["chat_template"] = f.has("tokenizer.chat_template");
+  // The style the chat uses ("plain" when the template is missing or not
+  // recognised), and whether the file has a template at all.
+  j["chat_template"] = std::string(ChatTemplate::from_gguf(f, "").name());
+  j["has_chat_template"] = f.has("tokenizer.chat_template");
   return j;
 }
 
@@ -89,7 +93,12 @@ void print_text(const nlohmann::ordered_json& j) {
     types += (types.empty() ? "" : ", ") + std::to_string(n.get<int>()) + " " + name;
   }
   std::printf("tensors:       %s (%s)\n", s("n_tensors").c_str(), types.c_str());
-  std::printf("chat template: %s\n", j["chat_template"].get<bool>() ? "yes" : "no");
+  const bool has_template = j["has_chat_template"].get<bool>();
+  const std::string style = j["chat_template"].get<std::string>();
+  std::printf("chat template: %s%s\n", style.c_str(),
+              !has_template      ? " (the file has none)"
+              : style == "plain" ? " (the file's template is not recognised)"
+                                 : "");
 }
 
 }  // namespace

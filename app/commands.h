@@ -32,6 +32,7 @@ class ExitStatus : public std::exception {
 
 void add_info_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
+void add_template_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 // Commands that build an OpenCL engine. `engine` (it must outlive parsing)
@@ -40,6 +41,10 @@ void add_synth_command(CLI::App& app);
 void add_run_command(CLI::App& app, EngineSwitches& engine);
 void add_bench_command(CLI::App& app, EngineSwitches& engine);
 void add_perplexity_command(CLI::App& app, EngineSwitches& engine);
+
+// --chat-template NAME, checked against the template styles' names (an
+// unknown one fails parsing with the list).
+CLI::Option* add_chat_template_option(CLI::App& cmd, std::string& name);
 
 // --quant NAME: a synthetic model's weight types, checked against
 // quant_mix.h's names (an unknown one fails parsing with the list).

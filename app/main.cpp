@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   clchat::app::add_screen_options(app, screen);
   clchat::app::add_run_command(app, chat.engine.switches);
   clchat::app::add_tokenize_command(app);
+  clchat::app::add_template_command(app);
   clchat::app::add_info_command(app);
   clchat::app::add_devices_command(app);
   clchat::app::add_bench_command(app, chat.engine.switches);

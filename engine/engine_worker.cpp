@@ -34,6 +34,7 @@ Worker::Worker(const EngineOptions& options, EventSink& sink,
   tokenizer_ = Tokenizer::from_gguf(*model_.file);
   std::string note;
   ChatTemplate chat_template = ChatTemplate::from_gguf(*model_.file, options.chat_template, &note);
+  chat_template.set_tokens(template_tokens(*tokenizer_));
   if (!note.empty()) sink_.emit(ev::Notice{note});
 
   const int n_ctx_wanted = options.n_ctx > 0 ? options.n_ctx : model_.config.n_ctx_train;

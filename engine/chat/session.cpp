@@ -78,7 +78,7 @@ std::vector<int32_t> ChatSession::tokenize_conversation(std::span<const Turn> tu
       first_user = false;
     } else if (t.role == Role::Assistant) {
       flush();
-      segment.message(t.text);
+      segment += template_.assistant_reply(t.text);
       segment += template_.assistant_end();
     }
   }

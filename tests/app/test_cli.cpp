@@ -95,7 +95,9 @@ TEST(Cli, InfoJsonDescribesSmolLM2) {
   EXPECT_EQ(j["weight_type"], "Q4_1");
   EXPECT_EQ(j["n_tensors"], 272);
   EXPECT_EQ(j["file_size"], 98362432);
-  EXPECT_EQ(j["chat_template"], true);
+  // SmolLM2-Instruct's tokenizer.chat_template is ChatML (<|im_start|>).
+  EXPECT_EQ(j["chat_template"], "chatml");
+  EXPECT_EQ(j["has_chat_template"], true);
 }
 
 // llama-quantize's Q4_K_M: the layer matrices' types, most common first (ties

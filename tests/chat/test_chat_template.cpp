@@ -4,6 +4,7 @@
 // system prompt.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -36,16 +37,23 @@ const std::vector<StyleCase> k_cases = {
     {TemplateStyle::Llama3,
      "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
      "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
-     "<|start_header_id|>assistant<|end_header_id|>\n\n Hello!<|eot_id|>"
+     "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
      "<|start_header_id|>user<|end_header_id|>\n\nbye<|eot_id|>"
      "<|start_header_id|>assistant<|end_header_id|>\n\n"},
     {TemplateStyle::Zephyr,
      "<|system|>\nS</s>\n<|user|>\nhi</s>\n<|assistant|>\n Hello!</s>\n"
      "<|user|>\nbye</s>\n<|assistant|>\n"},
     {TemplateStyle::Gemma,
-     "<start_of_turn>user\nS\n\nhi<end_of_turn>\n<start_of_turn>model\n Hello!<end_of_turn>\n"
+     "<start_of_turn>user\nS\n\nhi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
      "<start_of_turn>user\nbye<end_of_turn>\n<start_of_turn>model\n"},
     {TemplateStyle::Plain, "S\n\nUser: hi\nAssistant: Hello!\nUser: bye\nAssistant:"},
+    // microsoft/Phi-3.5-mini-instruct's template.
+    {TemplateStyle::Phi3,
+     "<|system|>\nS<|end|>\n<|user|>\nhi<|end|>\n<|assistant|>\n Hello!<|end|>\n"
+     "<|user|>\nbye<|end|>\n<|assistant|>\n"},
+    // mistralai/Mistral-Nemo-Instruct-2407's: the system prompt before the
+    // last user message.
+    {TemplateStyle::MistralTekken, "[INST]hi[/INST] Hello!</s>[INST]S\n\nbye[/INST]"},
 };
 
 TEST(ChatTemplate, FullConversationPerStyle) {
@@ -61,16 +69,50 @@ TEST(ChatTemplate, IncrementalTurnsAddUpToTheFullText) {
     for (const std::string system : {"S", ""}) {
       // What a session prefills: turn 1, the generated reply, then turn 2
       // (which starts by closing the reply).
+      // Mistral's system prompt moves to the last user message: a session
+      // puts it before each one when it is sent (test below).
+      if (c.style == TemplateStyle::MistralTekken && !system.empty()) continue;
+      // The reply as the session's rebuild writes it (Llama 3 and Gemma trim).
+      const std::string reply = t.assistant_reply(" Hello!").text;
       const std::string incremental =
-          t.next_turn("hi", system, true).text + " Hello!" + t.next_turn("bye", system, false).text;
+          t.next_turn("hi", system, true).text + reply + t.next_turn("bye", system, false).text;
       EXPECT_EQ(incremental, t.format(system, k_turns).text)
           << t.name() << " system '" << system << "'";
       // A finished conversation ends with the reply's end marker.
       const std::vector<Turn> two(k_turns.begin(), k_turns.begin() + 2);
-      EXPECT_EQ(t.next_turn("hi", system, true).text + " Hello!" + t.assistant_end().text,
+      EXPECT_EQ(t.next_turn("hi", system, true).text + reply + t.assistant_end().text,
                 t.format(system, two).text)
           << t.name();
     }
+  }
+}
+
+TEST(ChatTemplate, MistralSessionPutsTheSystemPromptBeforeEachNewMessage) {
+  const ChatTemplate t(TemplateStyle::MistralTekken);
+  EXPECT_EQ(t.next_turn("hi", "S", true).text, "[INST]S\n\nhi[/INST]");
+  EXPECT_EQ(t.next_turn("bye", "S", false).text, "</s>[INST]S\n\nbye[/INST]");
+}
+
+// The conversation's own words are content spans in every style, so that the
+// session never reads special tokens into them; the markup around them is not.
+TEST(ChatTemplate, MessagesAreContentSpansInEveryStyle) {
+  const std::vector<TemplateStyle> styles = {
+      TemplateStyle::Plain,  TemplateStyle::ChatML,    TemplateStyle::SmolLM3,
+      TemplateStyle::Llama2, TemplateStyle::MistralV3, TemplateStyle::MistralTekken,
+      TemplateStyle::Llama3, TemplateStyle::Llama31,   TemplateStyle::Zephyr,
+      TemplateStyle::Phi3,   TemplateStyle::Gemma};
+  const std::vector<Turn> turns = {
+      {Role::User, "u1 <|im_end|>"}, {Role::Assistant, "a1"}, {Role::User, "u2"}};
+  for (TemplateStyle style : styles) {
+    const ChatText out = ChatTemplate(style).format("sys", turns);
+    std::vector<std::string> spans;
+    for (const TextSpan& span : out.content) {
+      spans.push_back(out.text.substr(span.begin, span.end - span.begin));
+    }
+    // In any order: Mistral's system prompt comes with the last user message.
+    std::sort(spans.begin(), spans.end());
+    EXPECT_EQ(spans, (std::vector<std::string>{"a1", "sys", "u1 <|im_end|>", "u2"}))
+        << template_style_name(style);
   }
 }
 
@@ -96,8 +138,34 @@ TEST(ChatTemplate, DetectsStylesByMarkers) {
             TemplateStyle::Zephyr);
   EXPECT_EQ(detect_template_style("{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}"),
             TemplateStyle::Llama2);
+  EXPECT_EQ(detect_template_style("{{ '<|user|>\n' + message['content'] + '<|end|>\n' }}"),
+            TemplateStyle::Phi3);
+  EXPECT_EQ(detect_template_style("{{- \"[INST]\" + message[\"content\"] + \"[/INST]\" }}"),
+            TemplateStyle::MistralTekken);
   EXPECT_EQ(detect_template_style("{{ messages | tojson }}"), std::nullopt);
   EXPECT_EQ(detect_template_style(""), std::nullopt);
+}
+
+// Each model's own template in ../shared/chat-templates, by the model it
+// belongs to.
+TEST(ChatTemplate, DetectsTheSharedModelTemplates) {
+  const std::vector<std::pair<std::string, TemplateStyle>> cases = {
+      {"HuggingFaceTB-SmolLM3-3B", TemplateStyle::SmolLM3},
+      {"Qwen-Qwen2.5-7B-Instruct", TemplateStyle::ChatML},
+      {"google-gemma-2-2b-it", TemplateStyle::Gemma},
+      {"meta-llama-Llama-3.2-3B-Instruct", TemplateStyle::Llama31},
+      {"microsoft-Phi-3.5-mini-instruct", TemplateStyle::Phi3},
+      {"mistralai-Mistral-Nemo-Instruct-2407", TemplateStyle::MistralTekken},
+  };
+  for (const auto& [name, style] : cases) {
+    const std::string jinja =
+        test::read_file(test::shared_file("chat-templates/" + name + ".jinja"));
+    EXPECT_EQ(detect_template_style(jinja), style) << name;
+  }
+  const std::string qwen =
+      test::read_file(test::shared_file("chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
+  EXPECT_EQ(ChatTemplate::from_jinja(qwen, "").default_system(),
+            "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
 }
 
 TEST(ChatTemplate, NamesRoundTripAndOverride) {

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "engine/gguf/quant.h"
+#include "engine/model/architecture.h"
 
 namespace clchat {
 
@@ -44,22 +45,58 @@ void add_norm(GgufWriter& w, Rng& rng, const std::string& name, uint64_t n) {
   w.add_tensor(name, GgmlType::F32, {n}, quantize_matrix(GgmlType::F32, v, n));
 }
 
+void add_bias(GgufWriter& w, Rng& rng, const std::string& name, uint64_t n) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = 0.5f * rng.uniform();
+  w.add_tensor(name, GgmlType::F32, {n}, quantize_matrix(GgmlType::F32, v, n));
+}
+
+// Llama 3.2 1B's RoPE frequency factors (rope_scaling: factor 32,
+// low_freq_factor 1, high_freq_factor 4, original context 8192), as
+// llama.cpp's converter computes them into rope_freqs.weight: wavelengths
+// above original / low_freq_factor are stretched by `factor`, those below
+// original / high_freq_factor kept, the band between interpolated.
+std::vector<float> llama3_rope_factors(int n_rot, float base) {
+  const double factor = 32.0, low = 1.0, high = 4.0, original = 8192.0;
+  const double low_wavelen = original / low, high_wavelen = original / high;
+  std::vector<float> f;
+  for (int i = 0; i < n_rot / 2; ++i) {
+    const double freq = std::pow(double(base), -2.0 * i / n_rot);
+    const double wavelen = 2.0 * M_PI / freq;
+    if (wavelen < high_wavelen) {
+      f.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      f.push_back(float(factor));
+    } else {
+      const double smooth = (original / wavelen - low) / (high - low);
+      f.push_back(float(1.0 / ((1.0 - smooth) / factor + smooth)));
+    }
+  }
+  return f;
+}
+
 }  // namespace
 
 namespace {
 
-// The shapes of real llama-architecture models (their GGUF metadata): name,
-// embd, layers, heads, KV heads, FFN, vocab, context, RoPE base.
+// The shapes of real models (their GGUF metadata): name, architecture,
+// embd, layers, heads, KV heads, head size (0: embd / heads), FFN, vocab,
+// context, RoPE base, sliding window, RoPE frequency factors.
 struct Preset {
   const char* name;
-  int n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+  const char* arch;
+  int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
   float rope_freq_base;
+  int sliding_window;
+  bool rope_freqs;
 };
 constexpr Preset k_presets[] = {
-    {"smollm2-135m", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f},
-    {"smollm2-360m", 960, 32, 15, 5, 2560, 49152, 8192, 100000.0f},
-    {"smollm2-1.7b", 2048, 24, 32, 32, 8192, 49152, 8192, 130000.0f},
-    {"llama-3.2-1b", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0f},
+    {"smollm2-135m", "llama", 576, 30, 9, 3, 0, 1536, 49152, 8192, 100000.0f, 0, false},
+    {"smollm2-360m", "llama", 960, 32, 15, 5, 0, 2560, 49152, 8192, 100000.0f, 0, false},
+    {"smollm2-1.7b", "llama", 2048, 24, 32, 32, 0, 8192, 49152, 8192, 130000.0f, 0, false},
+    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 0, 8192, 128256, 131072, 500000.0f, 0, true},
+    {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 0, 4864, 151936, 32768, 1000000.0f, 0, false},
+    {"gemma3-270m", "gemma3", 640, 18, 4, 1, 256, 2048, 262144, 32768, 1000000.0f, 512, false},
 };
 
 }  // namespace
@@ -78,6 +115,10 @@ SyntheticSpec synthetic_preset(std::string_view name) {
     if (name != p.name) continue;
     SyntheticSpec s;
     s.name = "synthetic-" + std::string(p.name);
+    s.arch = p.arch;
+    s.head_dim = p.head_dim;
+    s.sliding_window = p.sliding_window;
+    s.rope_freqs = p.rope_freqs;
     s.n_embd = p.n_embd;
     s.n_layer = p.n_layer;
     s.n_head = p.n_head;
@@ -95,18 +136,32 @@ SyntheticSpec synthetic_preset(std::string_view name) {
 }
 
 GgufWriter make_synthetic_model(const SyntheticSpec& s, const GgufFile* vocab_from) {
+  const ArchitectureTraits* traits = find_architecture(s.arch);
+  if (!traits) {
+    throw std::invalid_argument("synthetic model: unknown architecture '" + s.arch +
+                                "' (known: " + known_architectures() + ")");
+  }
+  const int head_dim = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
   GgufWriter w;
-  w.set("general.architecture", GgufValue::str("llama"));
+  const std::string p = s.arch + ".";
+  w.set("general.architecture", GgufValue::str(s.arch));
   w.set("general.name", GgufValue::str(s.name));
-  w.set("llama.embedding_length", GgufValue::u32(uint32_t(s.n_embd)));
-  w.set("llama.block_count", GgufValue::u32(uint32_t(s.n_layer)));
-  w.set("llama.attention.head_count", GgufValue::u32(uint32_t(s.n_head)));
-  w.set("llama.attention.head_count_kv", GgufValue::u32(uint32_t(s.n_head_kv)));
-  w.set("llama.feed_forward_length", GgufValue::u32(uint32_t(s.n_ff)));
-  w.set("llama.context_length", GgufValue::u32(uint32_t(s.n_ctx)));
-  w.set("llama.rope.dimension_count", GgufValue::u32(uint32_t(s.n_embd / s.n_head)));
-  w.set("llama.rope.freq_base", GgufValue::f32(s.rope_freq_base));
-  w.set("llama.attention.layer_norm_rms_epsilon", GgufValue::f32(s.rms_eps));
+  w.set(p + "embedding_length", GgufValue::u32(uint32_t(s.n_embd)));
+  w.set(p + "block_count", GgufValue::u32(uint32_t(s.n_layer)));
+  w.set(p + "attention.head_count", GgufValue::u32(uint32_t(s.n_head)));
+  w.set(p + "attention.head_count_kv", GgufValue::u32(uint32_t(s.n_head_kv)));
+  w.set(p + "feed_forward_length", GgufValue::u32(uint32_t(s.n_ff)));
+  w.set(p + "context_length", GgufValue::u32(uint32_t(s.n_ctx)));
+  w.set(p + "rope.dimension_count", GgufValue::u32(uint32_t(head_dim)));
+  w.set(p + "rope.freq_base", GgufValue::f32(s.rope_freq_base));
+  w.set(p + "attention.layer_norm_rms_epsilon", GgufValue::f32(s.rms_eps));
+  if (s.head_dim > 0) {
+    w.set(p + "attention.key_length", GgufValue::u32(uint32_t(head_dim)));
+    w.set(p + "attention.value_length", GgufValue::u32(uint32_t(head_dim)));
+  }
+  if (s.sliding_window > 0) {
+    w.set(p + "attention.sliding_window", GgufValue::u32(uint32_t(s.sliding_window)));
+  }
   if (vocab_from) {
     for (const auto& [key, value] : vocab_from->metadata()) {
       // (An array clchat skipped while reading is not copied: nothing uses it.)
@@ -130,8 +185,8 @@ GgufWriter make_synthetic_model(const SyntheticSpec& s, const GgufFile* vocab_fr
     return embd ? s.embd_type : s.layer_type;
   };
   Rng rng{s.seed};
-  const uint64_t embd = uint64_t(s.n_embd), ff = uint64_t(s.n_ff);
-  const uint64_t kv = uint64_t(s.n_embd / s.n_head * s.n_head_kv);
+  const uint64_t embd = uint64_t(s.n_embd), ff = uint64_t(s.n_ff), hd = uint64_t(head_dim);
+  const uint64_t nq = hd * uint64_t(s.n_head), kv = hd * uint64_t(s.n_head_kv);
   auto matrix = [&](const std::string& name, int il, uint64_t n_in, uint64_t rows, float std) {
     add_matrix(w, rng, name, type_of(name, n_in, il), n_in, rows, std);
   };
@@ -139,15 +194,33 @@ GgufWriter make_synthetic_model(const SyntheticSpec& s, const GgufFile* vocab_fr
   add_norm(w, rng, "output_norm.weight", embd);
   if (!s.tied)
     matrix("output.weight", -1, embd, uint64_t(s.n_vocab), 1.0f / std::sqrt(float(embd)));
+  if (s.rope_freqs) {
+    const std::vector<float> f = llama3_rope_factors(head_dim, s.rope_freq_base);
+    w.add_tensor("rope_freqs.weight", GgmlType::F32, {f.size()},
+                 quantize_matrix(GgmlType::F32, f, f.size()));
+  }
   const float std_in = 1.0f / std::sqrt(float(embd));
   const float std_ff = 1.0f / std::sqrt(float(ff));
   for (int il = 0; il < s.n_layer; ++il) {
     const std::string b = "blk." + std::to_string(il) + ".";
     add_norm(w, rng, b + "attn_norm.weight", embd);
-    matrix(b + "attn_q.weight", il, embd, embd, std_in);
+    matrix(b + "attn_q.weight", il, embd, nq, std_in);
     matrix(b + "attn_k.weight", il, embd, kv, std_in);
     matrix(b + "attn_v.weight", il, embd, kv, std_in);
-    matrix(b + "attn_output.weight", il, embd, embd, std_in);
+    matrix(b + "attn_output.weight", il, nq, embd, 1.0f / std::sqrt(float(nq)));
+    if (traits->qkv_bias) {
+      add_bias(w, rng, b + "attn_q.bias", nq);
+      add_bias(w, rng, b + "attn_k.bias", kv);
+      add_bias(w, rng, b + "attn_v.bias", kv);
+    }
+    if (traits->qk_norm) {
+      add_norm(w, rng, b + "attn_q_norm.weight", hd);
+      add_norm(w, rng, b + "attn_k_norm.weight", hd);
+    }
+    if (traits->post_norms) {
+      add_norm(w, rng, b + "post_attention_norm.weight", embd);
+      add_norm(w, rng, b + "post_ffw_norm.weight", embd);
+    }
     add_norm(w, rng, b + "ffn_norm.weight", embd);
     matrix(b + "ffn_gate.weight", il, embd, ff, std_in);
     matrix(b + "ffn_up.weight", il, embd, ff, std_in);

@@ -382,16 +382,19 @@ TEST(ClPrefill, CrossesChunkOf512) {
 // SmolLM2-135M on reference/ppl-text.txt with --ctx 512 (14 windows, 3570
 // scored tokens): within 0.5% of the float64 reference's perplexity, for the
 // Q4_1 file (reference/ppl.json) and llama-quantize's Q4_K_M mix
-// (reference/smollm2-q4_k_m/ppl.json: Q5_0, Q8_0, Q4_K and Q6_K tensors).
+// (reference/smollm2-q4_k_m/ppl.json: Q5_0, Q8_0, Q4_K and Q6_K tensors);
+// Gemma 3 270M likewise.
 // The device comes from CLCHAT_TEST_DEVICE (default cpu, i.e. PoCL).
-void expect_perplexity_matches(const std::string& model, const std::string& reference) {
+// `model_path`: a full path; `ctx` and `windows`: the reference's.
+void expect_perplexity_matches(const std::string& model_path, const std::string& reference,
+                               int ctx = 512, int windows = 14) {
   const auto ref = nlohmann::json::parse(test::read_file(test::shared_file(reference)));
   const double want = ref.at("ppl").get<double>();
   const char* dev = std::getenv("CLCHAT_TEST_DEVICE");
   const auto r =
-      test::run_command(test::clchat_binary() + " perplexity -m " + test::shared_file(model) +
-                        " -f " + test::shared_file("reference/ppl-text.txt") +
-                        " --ctx 512 --device " + (dev && *dev ? dev : "cpu"));
+      test::run_command(test::clchat_binary() + " perplexity -m " + model_path + " -f " +
+                        test::shared_file("reference/ppl-text.txt") + " --ctx " +
+                        std::to_string(ctx) + " --device " + (dev && *dev ? dev : "cpu"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::printf("%s%s", r.out.c_str(), r.err.c_str());
   const std::string key = "Final estimate: PPL = ";
@@ -399,16 +402,26 @@ void expect_perplexity_matches(const std::string& model, const std::string& refe
   ASSERT_NE(at, std::string::npos) << r.out;
   const double got = std::stod(r.out.substr(at + key.size()));
   EXPECT_NEAR(got, want, 0.005 * want);
-  EXPECT_NE(r.out.find("[14]"), std::string::npos) << "expected 14 windows";
+  const std::string last = "[" + std::to_string(windows) + "]";
+  EXPECT_NE(r.out.find(last), std::string::npos) << "expected " << windows << " windows";
 }
 
 TEST(ClchatPerplexity, SmolLM2MatchesReference) {
-  expect_perplexity_matches("models/SmolLM2-135M-Instruct.Q4_1.gguf", "reference/ppl.json");
+  expect_perplexity_matches(test::shared_file("models/SmolLM2-135M-Instruct.Q4_1.gguf"),
+                            "reference/ppl.json");
 }
 
 TEST(ClchatPerplexity, SmolLM2Q4KMMatchesReference) {
-  expect_perplexity_matches("models/SmolLM2-135M-Instruct.Q4_K_M.gguf",
+  expect_perplexity_matches(test::shared_file("models/SmolLM2-135M-Instruct.Q4_K_M.gguf"),
                             "reference/smollm2-q4_k_m/ppl.json");
+}
+
+// Gemma 3 270M with ctx 1024 (7 windows, 3577 scored tokens; the 512-position
+// window of its local layers binds): reference/gemma3/ppl-gemma3.json.
+TEST(ClchatPerplexity, Gemma3MatchesReference) {
+  const std::string path = test::gemma3_model();
+  if (path.empty()) GTEST_SKIP() << test::kGemma3Missing;
+  expect_perplexity_matches(path, "reference/gemma3/ppl-gemma3.json", 1024, 7);
 }
 
 TEST(ClchatPerplexity, TooShortTextIsAUsageError) {

@@ -300,12 +300,11 @@ TEST(Tokenizer, Stories260KDecode) {
             "too high.\nLily");
 }
 
-// Gemma 3: the vocabulary is read from the model file's GGUF keys alone (clchat
-// does not run the gemma3 architecture yet), 262,144 tokens in well under the
-// limit here (about 0.1 s on a 2-core machine; the limit only catches a
-// quadratic slip), and prompt_ids in greedy-gemma3.json (BOS 2 added, special
-// tokens parsed) are reproduced.
-TEST(Tokenizer, Gemma3LoadsQuicklyAndEncodesTheGreedyPrompts) {
+// Gemma 3: the vocabulary is read from the model file's GGUF keys alone,
+// 262,144 tokens (the load time is printed, never asserted: about 0.1 s on a
+// 2-core machine), and prompt_ids in greedy-gemma3.json (BOS 2 added,
+// special tokens parsed) are reproduced.
+TEST(Tokenizer, Gemma3LoadsAndEncodesTheGreedyPrompts) {
   const std::string path = test::gemma3_model();
   if (path.empty()) GTEST_SKIP() << test::kGemma3Missing;
   const auto start = std::chrono::steady_clock::now();
@@ -313,7 +312,7 @@ TEST(Tokenizer, Gemma3LoadsQuicklyAndEncodesTheGreedyPrompts) {
   const auto tok = Tokenizer::from_gguf(*file);
   const double t_load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(t_load_s, 5.0);
+  std::printf("[ timing   ] Gemma 3 vocabulary loaded in %.0f ms\n", t_load_s * 1e3);
   EXPECT_EQ(tok->n_vocab(), 262144);
   EXPECT_EQ(tok->kind(), Tokenizer::Kind::Spm);
   const auto j =

@@ -239,12 +239,19 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void matvec(
   }
 }
 
-// h[r] = silu(dot(Wg[r], x')) * dot(Wu[r], x'), x' = x * g * rms_scale:
-// RMSNorm, gate and up projections and SwiGLU in one launch.
+// The FFN's gate activation: SiLU (act 0) or GELU, tanh form (act 1).
+inline float ffn_act(float g, int act) {
+  return act ? 0.5f * g * (1.0f + tanh(0.7978845608f * (g + 0.044715f * g * g * g)))
+             : g / (1.0f + exp(-g));
+}
+
+// h[r] = act(dot(Wg[r], x')) * dot(Wu[r], x'), x' = x * g * rms_scale, act
+// SiLU (act 0) or GELU's tanh form (act 1): RMSNorm, gate and up projections
+// and SwiGLU / GeGLU in one launch.
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void ffn_gate_up(
     const __global wq_t* wq_gate, const __global ws_t* ws_gate, const __global wq_t* wq_up,
     const __global ws_t* ws_up, int n_in, int n_rows, const __global float* x,
-    const __global float* norm_w, float eps, __global float* h) {
+    const __global float* norm_w, float eps, int act, __global float* h) {
   __local float red[WG];
   __local float red_up[WG];
   const int lid = get_local_id(0);
@@ -258,7 +265,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void ffn_gate_up(
   if (lane == 0 && row < n_rows) {
     const float gate = red[lid] * scale;
     const float up = red_up[lid] * scale;
-    h[row] = gate / (1.0f + exp(-gate)) * up;
+    h[row] = ffn_act(gate, act) * up;
   }
 }
 

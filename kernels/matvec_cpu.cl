@@ -113,11 +113,18 @@ __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void matvec_argmax(
 }
 #endif
 
-// h[r] = silu(dot(Wg[r], x')) * dot(Wu[r], x'), x' = x * g * rms_scale.
+// The FFN's gate activation: SiLU (act 0) or GELU, tanh form (act 1).
+inline float ffn_act(float g, int act) {
+  return act ? 0.5f * g * (1.0f + tanh(0.7978845608f * (g + 0.044715f * g * g * g)))
+             : g / (1.0f + exp(-g));
+}
+
+// h[r] = act(dot(Wg[r], x')) * dot(Wu[r], x'), x' = x * g * rms_scale, act
+// SiLU (act 0) or GELU's tanh form (act 1).
 __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void ffn_gate_up(
     const __global wq_t* wq_gate, const __global ws_t* ws_gate, const __global wq_t* wq_up,
     const __global ws_t* ws_up, int n_in, int n_rows, const __global float* x,
-    const __global float* norm_w, float eps, __global float* h) {
+    const __global float* norm_w, float eps, int act, __global float* h) {
   const int row0 = item_row0(n_rows);
   if (row0 < 0) return;
   const float scale = rms_scale(x, n_in, eps);
@@ -125,7 +132,7 @@ __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void ffn_gate_up(
   wt_rows_dot(wq_gate, ws_gate, n_in, row0, n_rows, x, norm_w, scale, gate);
   wt_rows_dot(wq_up, ws_up, n_in, row0, n_rows, x, norm_w, scale, up);
   for (int r = 0; r < NR && row0 + r < n_rows; ++r) {
-    h[row0 + r] = gate[r] / (1.0f + exp(-gate[r])) * up[r];
+    h[row0 + r] = ffn_act(gate[r], act) * up[r];
   }
 }
 

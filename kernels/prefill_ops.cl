@@ -88,16 +88,18 @@ __kernel void silu_mul(__global float* g, const __global float* u, int n, int n_
 #define HEAD_MAX 512
 #endif
 
-// qkv: [n_tok][n_q + 2 * n_embd_kv] (n_q = n_head * head_dim) with bias
-// (null: none) added to each row; q_norm / k_norm (head_dim, null: none)
+// qkv: n_tok rows of ld floats, q at column 0, k at k_at, v at v_at (n_q =
+// n_head * head_dim, n_embd_kv = n_head_kv * head_dim values each); bias
+// (null: none) is [bq; bk; bv] end to end; q_norm / k_norm (head_dim, null: none)
 // RMSNorm each q / k head; rope_cs as in rope_kv_rows, pair i of a head is
 // (2i, 2i + 1), or (i, i + n_rot / 2) when neox != 0. head_dim <= HEAD_MAX.
 // Launch: global ((n_head + 2 * n_head_kv) * NORM_WG, n_tok), local (NORM_WG, 1).
 __kernel __attribute__((reqd_work_group_size(NORM_WG, 1, 1))) void head_rows(
-    const __global float* qkv, const __global float* bias, int n_tok, int n_head, int n_head_kv,
-    int head_dim, const __global float* q_norm, const __global float* k_norm, float eps, int n_rot,
-    int neox, const __global float2* rope_cs, int pos0, __global float* q,
-    __global float* k_cache, __global float* v_cache, ulong layer_off) {
+    const __global float* qkv, int ld, int k_at, int v_at, const __global float* bias, int n_tok,
+    int n_head, int n_head_kv, int head_dim, const __global float* q_norm,
+    const __global float* k_norm, float eps, int n_rot, int neox, const __global float2* rope_cs,
+    int pos0, __global float* q, __global float* k_cache, __global float* v_cache,
+    ulong layer_off) {
   __local float hv[HEAD_MAX];
   __local float red[NORM_WG];
   const int lid = get_local_id(0);
@@ -105,11 +107,11 @@ __kernel __attribute__((reqd_work_group_size(NORM_WG, 1, 1))) void head_rows(
   const int t = get_group_id(1);
   if (t >= n_tok) return;
   const int n_q = n_head * head_dim, n_embd_kv = n_head_kv * head_dim;
-  const int n_qkv = n_q + 2 * n_embd_kv;
-  const int col = slot * head_dim;  // first column of this head in the qkv row
   const int kind = slot < n_head ? 0 : slot < n_head + n_head_kv ? 1 : 2;  // q, k, v
+  const int col = slot * head_dim;  // this head's first value in [q; k; v] (and the bias)
+  const int at = kind == 0 ? col : kind == 1 ? k_at + col - n_q : v_at + col - n_q - n_embd_kv;
   for (int i = lid; i < head_dim; i += NORM_WG) {
-    hv[i] = qkv[(size_t)t * n_qkv + col + i] + (bias ? bias[col + i] : 0.0f);
+    hv[i] = qkv[(size_t)t * ld + at + i] + (bias ? bias[col + i] : 0.0f);
   }
   const __global float* norm = kind == 0 ? q_norm : kind == 1 ? k_norm : 0;
   if (norm) {  // uniform over the work-group

@@ -161,6 +161,7 @@ DecodePlan::LayerPlan DecodePlan::layer_plan(int il) {
                                {"x", s_.x},
                                {"norm_w", w.ffn_norm.q},
                                {"eps", c.rms_eps},
+                               {"act", cl_int(0)},  // SiLU: llama's graph
                                {"h", s_.h}});
   // down projection + residual
   p.down = matvec_launch(w.ffn_down, s_.h, nullptr, true, s_.x, "ffn_down", il);

@@ -64,9 +64,9 @@ ClForward::ClForward(const Model& model, ClRuntime& rt, const ClForwardOptions& 
   plan_.set_profiling(profiling_);
   // Other architectures run every step on ClPrefill (decode: one token).
   if (options.prefill_chunk > 1 || general()) {
-    prefill_ = std::make_unique<ClPrefill>(config_, rt_, weights_, state_,
-                                           std::clamp(options.prefill_chunk, 1, n_ctx_),
-                                           programs_.tuning().build_options, tuning_.prefill);
+    prefill_ = std::make_unique<ClPrefill>(
+        config_, rt_, weights_, state_, std::clamp(options.prefill_chunk, 1, n_ctx_),
+        programs_.tuning().build_options, tuning_.prefill, general() ? &programs_ : nullptr);
   }
   if (!general()) start_persistent_decode();
 }
@@ -115,7 +115,8 @@ std::string ClForward::name() const { return "opencl (" + rt_.device().name + ")
 
 int ClForward::launches_per_token() const {
   if (persistent_ && !debug_) return 1;  // profiling traces the same launch
-  if (general()) return prefill_->launches_per_chunk() + plan_.launches_per_token();
+  // (the plan contributes its head only: not its embedding lookup)
+  if (general()) return prefill_->launches_per_token() + plan_.launches_per_token() - 1;
   return plan_.launches_per_token();
 }
 

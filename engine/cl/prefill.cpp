@@ -51,9 +51,10 @@ KernelArgs matmul_args(const DeviceMatrix& w, const ClMem& x, int ld_x, int n_to
 
 ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeights& w,
                      DecodeState& s, int chunk, const std::string& build_options,
-                     const PrefillTuning& tuning)
+                     const PrefillTuning& tuning, ClPrograms* decode_programs)
     : config_(config),
       rt_(rt),
+      decode_programs_(decode_programs),
       w_(w),
       s_(s),
       chunk_(chunk),
@@ -74,6 +75,7 @@ ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeigh
   g_ = rt_.alloc(n * size_t(c.n_ff) * 4);
   u_ = rt_.alloc(n * size_t(c.n_ff) * 4);
   build_steps();
+  if (decode_programs_) build_decode_steps();
 }
 
 ClKernel ClPrefill::kernel(const std::string& stem, const std::string& defines, const char* name) {
@@ -291,6 +293,16 @@ void ClPrefill::build_steps() {
   head_norm_ = norm_step(x_, w_.output_norm.q, xn_, "output_norm");
 }
 
+// x *= sqrt(n_embd) (Gemma)
+ClPrefill::Step ClPrefill::embed_scale_step() {
+  Step scale = elementwise_step("scale_rows", size_t(config_.n_embd), "embed_scale");
+  const KernelArgs args = {
+      {"x", x_}, {"s", config_.embed_scale}, {"n", cl_int(config_.n_embd)}, {"n_tok", cl_int(0)}};
+  args.bind(scale.kernel);
+  scale.arg_n_tok = int(args.index("n_tok"));
+  return scale;
+}
+
 ClPrefill::Step ClPrefill::elementwise_step(const char* name, size_t n, const char* label) {
   Step s;
   s.kernel = kernel("prefill_ops", ops_defines_, name);
@@ -325,7 +337,7 @@ ClPrefill::Step ClPrefill::rope_step(int il, cl_ulong layer_off) {
 
 // Any architecture's: per head, + bias, RMSNorm of q and k heads, RoPE of
 // the model's style; q -> q_, k and v -> cache at pos0 + t.
-ClPrefill::Step ClPrefill::head_step(int il, cl_ulong layer_off) {
+ClPrefill::Step ClPrefill::head_step(int il, cl_ulong layer_off, const QkvLayout& in) {
   const ModelConfig& c = config_;
   const DeviceWeights::Layer& w = w_.layers[size_t(il)];
   static const ClMem k_none;
@@ -335,7 +347,10 @@ ClPrefill::Step ClPrefill::head_step(int il, cl_ulong layer_off) {
   head.local0 = size_t(tuning_.norm_wg);
   head.local1 = 1;
   head.label = "head_rope_kv";
-  const KernelArgs args = {{"qkv", qkv_},
+  const KernelArgs args = {{"qkv", *in.buffer},
+                           {"ld", cl_int(in.ld)},
+                           {"k_at", cl_int(in.k_at)},
+                           {"v_at", cl_int(in.v_at)},
                            {"bias", w.qkv_bias.q ? w.qkv_bias.q : k_none},
                            {"n_tok", cl_int(0)},
                            {"n_head", cl_int(c.n_head)},
@@ -384,8 +399,31 @@ void ClPrefill::add_layer_steps(int il, const PrefillTuning& att_tuning) {
     steps_.push_back(matmul_step(m, xn_, c.n_embd, qkv_, n_qkv, row_base, false, "qkv"));
     row_base += m.rows;
   }
-  steps_.push_back(c.plain_llama() ? rope_step(il, layer_off) : head_step(il, layer_off));
-  // causal attention of the chunk against the cache
+  steps_.push_back(c.plain_llama()
+                       ? rope_step(il, layer_off)
+                       : head_step(il, layer_off, {&qkv_, n_qkv, n_q, n_q + c.n_embd_kv()}));
+  steps_.push_back(attention_step(il, layer_off, att_tuning));
+  // x += Wo att (post-norm'ed when the model has post-norms)
+  add_residual_steps(w.wo, att_, n_q, w.post_attn_norm, "wo", "post_attn_norm");
+  // h = act(Wg xn) * (Wu xn), xn = rmsnorm(x) * ffn_norm
+  steps_.push_back(norm_step(x_, w.ffn_norm.q, xn_, "ffn_norm"));
+  steps_.push_back(matmul_step(w.ffn_gate, xn_, c.n_embd, g_, c.n_ff, 0, false, "ffn_gate"));
+  steps_.push_back(matmul_step(w.ffn_up, xn_, c.n_embd, u_, c.n_ff, 0, false, "ffn_up"));
+  const bool gelu = c.ffn_act == FfnActivation::GeluTanh;
+  Step act = elementwise_step(gelu ? "gelu_mul" : "silu_mul", size_t(c.n_ff),
+                              gelu ? "gelu_mul" : "silu_mul");
+  const KernelArgs act_args = {{"g", g_}, {"u", u_}, {"n", cl_int(c.n_ff)}, {"n_tok", cl_int(0)}};
+  act_args.bind(act.kernel);
+  act.arg_n_tok = int(act_args.index("n_tok"));
+  steps_.push_back(std::move(act));
+  // x += Wd h (post-norm'ed when the model has post-norms)
+  add_residual_steps(w.ffn_down, g_, c.n_ff, w.post_ffn_norm, "ffn_down", "post_ffn_norm");
+}
+
+// causal attention of the chunk against the cache (the layer's window)
+ClPrefill::Step ClPrefill::attention_step(int il, cl_ulong layer_off,
+                                          const PrefillTuning& att_tuning) {
+  const ModelConfig& c = config_;
   Step att;
   att.kernel =
       kernel("attention_prefill", attention_defines(c.head_dim, att_tuning), "attention_prefill");
@@ -407,22 +445,115 @@ void ClPrefill::add_layer_steps(int il, const PrefillTuning& att_tuning) {
   att_args.bind(att.kernel);
   att.arg_pos0 = int(att_args.index("pos0"));
   att.arg_n_tok = int(att_args.index("n_tok"));
-  steps_.push_back(std::move(att));
-  // x += Wo att (post-norm'ed when the model has post-norms)
-  add_residual_steps(w.wo, att_, n_q, w.post_attn_norm, "wo", "post_attn_norm");
-  // h = act(Wg xn) * (Wu xn), xn = rmsnorm(x) * ffn_norm
-  steps_.push_back(norm_step(x_, w.ffn_norm.q, xn_, "ffn_norm"));
-  steps_.push_back(matmul_step(w.ffn_gate, xn_, c.n_embd, g_, c.n_ff, 0, false, "ffn_gate"));
-  steps_.push_back(matmul_step(w.ffn_up, xn_, c.n_embd, u_, c.n_ff, 0, false, "ffn_up"));
-  const bool gelu = c.ffn_act == FfnActivation::GeluTanh;
-  Step act = elementwise_step(gelu ? "gelu_mul" : "silu_mul", size_t(c.n_ff),
-                              gelu ? "gelu_mul" : "silu_mul");
-  const KernelArgs act_args = {{"g", g_}, {"u", u_}, {"n", cl_int(c.n_ff)}, {"n_tok", cl_int(0)}};
-  act_args.bind(act.kernel);
-  act.arg_n_tok = int(act_args.index("n_tok"));
-  steps_.push_back(std::move(act));
-  // x += Wd h (post-norm'ed when the model has post-norms)
-  add_residual_steps(w.ffn_down, g_, c.n_ff, w.post_ffn_norm, "ffn_down", "post_ffn_norm");
+  return att;
+}
+
+// ---- decode steps: one token of another architecture -------------------------
+
+// out (+)= W @ (x, or rmsnorm(x) * norm_w): the decode plan's matvec kernels.
+ClPrefill::Step ClPrefill::matvec_step(const DeviceMatrix& w, const ClMem& x, const ClMem* norm_w,
+                                       bool accumulate, const ClMem& out, const char* label) {
+  const KernelTuning& t = decode_programs_->tuning();
+  static const ClMem k_none;
+  Step s;
+  s.kernel = decode_programs_->weight_kernel(w.type, "matvec");
+  s.local0 = size_t(t.matvec_wg());
+  s.global0 = ceil_div(size_t(w.rows), size_t(t.rows)) * s.local0;
+  s.local1 = 1;
+  s.label = label;
+  bind_args(s.kernel, {{"wq", w.q},
+                       {"ws", w.s},
+                       {"n_in", cl_int(w.n_in)},
+                       {"n_rows", cl_int(w.rows)},
+                       {"x", x},
+                       {"norm_w", norm_w ? *norm_w : k_none},
+                       {"eps", config_.rms_eps},
+                       {"accumulate", cl_int(accumulate ? 1 : 0)},
+                       {"out", out}});
+  return s;
+}
+
+// x += W in, or x += rmsnorm(W in) * post_norm, as matvec steps.
+void ClPrefill::add_decode_residual_steps(const DeviceMatrix& w, const ClMem& in,
+                                          const DeviceMatrix& post_norm, const char* label,
+                                          const char* norm_label) {
+  if (!post_norm.q) {
+    decode_steps_.push_back(matvec_step(w, in, nullptr, true, x_, label));
+    return;
+  }
+  decode_steps_.push_back(matvec_step(w, in, nullptr, false, xn_, label));
+  decode_steps_.push_back(norm_step(xn_, post_norm.q, x_, norm_label, true));
+}
+
+// q, k and v of one token: stacked [Wq; Wk; Wv] rows land contiguously in
+// qkv1_; separate matrices write sub-buffers at offsets aligned for
+// clCreateSubBuffer (CL_DEVICE_MEM_BASE_ADDR_ALIGN), head_rows reads them there.
+void ClPrefill::build_decode_qkv() {
+  const ModelConfig& c = config_;
+  const int n_q = c.n_embd_q(), n_kv = c.n_embd_kv();
+  cl_uint align_bits = 0;
+  cl_check(clGetDeviceInfo(rt_.device().device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits,
+                           &align_bits, nullptr),
+           "clGetDeviceInfo(CL_DEVICE_MEM_BASE_ADDR_ALIGN)");
+  const int align = std::max(1, int(align_bits / 32));  // in floats
+  auto round = [&](int n) { return (n + align - 1) / align * align; };
+  split_k_at_ = round(n_q);
+  split_v_at_ = round(split_k_at_ + n_kv);
+  qkv1_ = rt_.alloc(size_t(std::max(split_v_at_ + n_kv, n_q + 2 * n_kv)) * 4);
+  const int at[3] = {0, split_k_at_, split_v_at_}, len[3] = {n_q, n_kv, n_kv};
+  for (int i = 0; i < 3; ++i) {
+    const cl_buffer_region region{size_t(at[i]) * 4, size_t(len[i]) * 4};
+    cl_int err = CL_SUCCESS;
+    cl_mem sub = clCreateSubBuffer(qkv1_.get(), CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION,
+                                   &region, &err);
+    cl_check(err, "clCreateSubBuffer(qkv)");
+    qkv1_parts_[size_t(i)] = ClMem(sub);
+  }
+}
+
+void ClPrefill::build_decode_steps() {
+  const ModelConfig& c = config_;
+  build_decode_qkv();
+  decode_steps_.push_back(embed_step());
+  if (c.embed_scale != 1.0f) decode_steps_.push_back(embed_scale_step());
+  const PrefillTuning att_tuning = attention_tuning();
+  const int n_q = c.n_embd_q(), n_kv = c.n_embd_kv();
+  for (int il = 0; il < c.n_layer; ++il) {
+    const DeviceWeights::Layer& w = w_.layers[size_t(il)];
+    const cl_ulong layer_off = cl_ulong(il) * cl_ulong(s_.n_ctx) * cl_ulong(n_kv);
+    // q, k, v = [Wq; Wk; Wv] rmsnorm(x) * attn_norm
+    const bool stacked = w.qkv.size() == 1;
+    for (size_t i = 0; i < w.qkv.size(); ++i) {
+      decode_steps_.push_back(matvec_step(w.qkv[i], x_, &w.attn_norm.q, false,
+                                          stacked ? qkv1_ : qkv1_parts_[i], "qkv"));
+    }
+    const QkvLayout in = stacked ? QkvLayout{&qkv1_, 0, n_q, n_q + n_kv}
+                                 : QkvLayout{&qkv1_, 0, split_k_at_, split_v_at_};
+    decode_steps_.push_back(head_step(il, layer_off, in));
+    decode_steps_.push_back(attention_step(il, layer_off, att_tuning));
+    add_decode_residual_steps(w.wo, att_, w.post_attn_norm, "wo", "post_attn_norm");
+    // h = act(Wg xn) * (Wu xn), xn = rmsnorm(x) * ffn_norm, in one launch
+    const KernelTuning& t = decode_programs_->tuning();
+    Step gate_up;
+    gate_up.kernel = decode_programs_->weight_kernel(w.ffn_gate.type, "ffn_gate_up");
+    gate_up.local0 = size_t(t.matvec_wg());
+    gate_up.global0 = ceil_div(size_t(c.n_ff), size_t(t.rows)) * gate_up.local0;
+    gate_up.local1 = 1;
+    gate_up.label = "ffn_gate_up";
+    bind_args(gate_up.kernel, {{"wq_gate", w.ffn_gate.q},
+                               {"ws_gate", w.ffn_gate.s},
+                               {"wq_up", w.ffn_up.q},
+                               {"ws_up", w.ffn_up.s},
+                               {"n_in", cl_int(c.n_embd)},
+                               {"n_rows", cl_int(c.n_ff)},
+                               {"x", x_},
+                               {"norm_w", w.ffn_norm.q},
+                               {"eps", c.rms_eps},
+                               {"act", cl_int(c.ffn_act == FfnActivation::GeluTanh ? 1 : 0)},
+                               {"h", g_}});
+    decode_steps_.push_back(std::move(gate_up));
+    add_decode_residual_steps(w.ffn_down, g_, w.post_ffn_norm, "ffn_down", "post_ffn_norm");
+  }
 }
 
 void ClPrefill::enqueue(Step& s, int n_tok, int pos0, int id_off, int row0) {
@@ -458,7 +589,11 @@ void ClPrefill::enqueue_chunk(int id_off, int n_tok, int pos0) {
 
 void ClPrefill::run(int n_tokens, int pos, const ClMem& last_x) {
   int n_chunk = 0;
-  for (int done = 0; done < n_tokens; done += n_chunk) {
+  if (n_tokens == 1 && !decode_steps_.empty()) {
+    for (Step& st : decode_steps_) enqueue(st, 1, pos, 0, 0);
+    n_chunk = 1;
+  }
+  for (int done = n_chunk; done < n_tokens; done += n_chunk) {
     n_chunk = std::min(chunk_, n_tokens - done);
     enqueue_chunk(done, n_chunk, pos + done);
   }

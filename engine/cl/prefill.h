@@ -30,11 +30,13 @@
 // (engine/cl/tuning.h), defaults per device type.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "engine/cl/decode_state.h"
+#include "engine/cl/programs.h"
 #include "engine/cl/runtime.h"
 #include "engine/cl/tuning.h"
 #include "engine/cl/weights.h"
@@ -45,12 +47,18 @@ namespace clchat {
 class ClPrefill {
  public:
   // `rt`, `w` and `s` must outlive this object. `build_options` are the
-  // engine's common ones (-cl-std=..., fast math).
+  // engine's common ones (-cl-std=..., fast math). With `decode_programs`
+  // (which must outlive it too), one-token runs take decode steps built
+  // from its matrix-vector kernels (other architectures' decode).
   ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeights& w, DecodeState& s,
-            int chunk, const std::string& build_options, const PrefillTuning& tuning);
+            int chunk, const std::string& build_options, const PrefillTuning& tuning,
+            ClPrograms* decode_programs = nullptr);
 
   int chunk() const { return chunk_; }
-  int launches_per_chunk() const { return int(steps_.size()); }
+  // Launches of a one-token run.
+  int launches_per_token() const {
+    return int(decode_steps_.empty() ? steps_.size() : decode_steps_.size());
+  }
   const PrefillTuning& tuning() const { return tuning_; }
 
   // Runs the token ids ids[0..n_tokens) at positions pos.. (the caller wrote
@@ -85,9 +93,23 @@ class ClPrefill {
                    int out_off, bool accumulate, const char* label);
   Step norm_step(const ClMem& x, const ClMem& g, const ClMem& out, const char* label,
                  bool accumulate = false);
+  // Where head_rows finds q, k and v: rows of ld floats, q at 0.
+  struct QkvLayout {
+    const ClMem* buffer;
+    int ld, k_at, v_at;
+  };
   Step elementwise_step(const char* name, size_t n, const char* label);
+  Step embed_scale_step();
   Step rope_step(int il, cl_ulong layer_off);
-  Step head_step(int il, cl_ulong layer_off);
+  Step head_step(int il, cl_ulong layer_off, const QkvLayout& in);
+  Step attention_step(int il, cl_ulong layer_off, const PrefillTuning& att_tuning);
+  Step matvec_step(const DeviceMatrix& w, const ClMem& x, const ClMem* norm_w, bool accumulate,
+                   const ClMem& out, const char* label);
+  void add_decode_residual_steps(const DeviceMatrix& w, const ClMem& in,
+                                 const DeviceMatrix& post_norm, const char* label,
+                                 const char* norm_label);
+  void build_decode_qkv();
+  void build_decode_steps();
   void add_residual_steps(const DeviceMatrix& w, const ClMem& in, int ld_in,
                           const DeviceMatrix& post_norm, const char* label, const char* norm_label);
   ClKernel weight_kernel(GgmlType type, const char* name);
@@ -124,6 +146,7 @@ class ClPrefill {
 
   const ModelConfig config_;
   ClRuntime& rt_;
+  ClPrograms* decode_programs_;  // null: no decode steps
   const DeviceWeights& w_;
   DecodeState& s_;
   int chunk_;
@@ -145,8 +168,12 @@ class ClPrefill {
   ClMem g_, u_;   // FFN gate / up, then h = silu(g) * u in g_ (chunk, n_ff)
   ClMem logits_;  // (chunk, n_vocab), allocated by the first run_logits
 
-  std::vector<Step> steps_;       // embed, then the layers in order
-  Step head_norm_, head_matmul_;  // final norm + lm_head for run_logits
+  std::vector<Step> steps_;              // embed, then the layers in order
+  std::vector<Step> decode_steps_;       // the same for one token, matrix-vector kernels
+  ClMem qkv1_;                           // one token's q, k, v (decode steps)
+  std::array<ClMem, 3> qkv1_parts_;      // sub-buffers of qkv1_ for separate Wq, Wk, Wv
+  int split_k_at_ = 0, split_v_at_ = 0;  // their offsets in qkv1_ (floats)
+  Step head_norm_, head_matmul_;         // final norm + lm_head for run_logits
 };
 
 }  // namespace clchat

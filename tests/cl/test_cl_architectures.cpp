@@ -5,7 +5,8 @@
 //     factors), Qwen 2 (q/k/v biases), Qwen 3 (q/k head norms) and Gemma 3
 //     (head size 64 with q twice as wide as the embedding, head norms,
 //     post-norms, GELU, a 5-position window on layers 0-4 of 6, the
-//     embedding scale), through decode steps and through prefill in chunks of
+//     embedding scale; once more as a Q4_K_M mix, whose Wv differs in type
+//     from Wq and Wk), through decode steps and through prefill in chunks of
 //     4 (the window crossing chunks);
 //   - kernels/prefill_ops.cl's head_rows, scale_rows and gelu_mul against
 //     float64 references (NaN-poisoned outputs);
@@ -59,6 +60,7 @@ struct ArchCase {
   int sliding_window;
   bool rope_freqs;
   GgmlType layer_type;
+  const char* mix = nullptr;  // a quant mix instead of layer_type (types differ within a layer)
 };
 void PrintTo(const ArchCase& c, std::ostream* os) { *os << c.name; }
 
@@ -79,6 +81,7 @@ SyntheticSpec spec_of(const ArchCase& c) {
   s.rope_freq_base = 10000.0f;
   s.layer_type = c.layer_type;
   s.embd_type = GgmlType::Q8_0;
+  if (c.mix) s.mix = quant_mix_from_name(c.mix);
   s.seed = 77;
   return s;
 }
@@ -89,6 +92,11 @@ TEST_P(ClArchitecture, DecodeAndPrefillLogitsMatchCpu) {
   const TempModel m(write_synthetic_model_tmp(spec_of(GetParam())));
   const ModelConfig& c = m.model.config;
   EXPECT_EQ(c.arch, GetParam().arch);
+  if (GetParam().mix) {
+    bool split = false;
+    for (const auto& l : m.model.tensors.layers) split = split || l.wq->type != l.wv->type;
+    ASSERT_TRUE(split) << "the mix should give some layer separate Q, K, V launches";
+  }
   const int n = 13;
   const auto tokens = some_tokens(n, c.n_vocab);
   CpuForward cpu(m.model, n);
@@ -123,7 +131,8 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(ArchCase{"llama3", "llama", 0, 0, true, GgmlType::Q4_0},
                     ArchCase{"qwen2", "qwen2", 0, 0, false, GgmlType::Q8_0},
                     ArchCase{"qwen3", "qwen3", 0, 0, false, GgmlType::Q5_1},
-                    ArchCase{"gemma3", "gemma3", 64, 5, false, GgmlType::Q5_0}),
+                    ArchCase{"gemma3", "gemma3", 64, 5, false, GgmlType::Q5_0},
+                    ArchCase{"gemma3_q4_k_m", "gemma3", 64, 5, false, GgmlType::Q5_0, "q4_k_m"}),
     [](const testing::TestParamInfo<ArchCase>& info) { return std::string(info.param.name); });
 
 // ---- head_rows, scale_rows, gelu_mul ------------------------------------------------
@@ -195,9 +204,10 @@ TEST(ClPrefillOps, HeadRowsMatchesReference) {
     cl_poison(kc, ref_k.size());
     cl_poison(vc, ref_v.size());
     const ClKernel k = ops_kernel("head_rows");
-    set_args(k, qkv_d, bias_d, cl_int(n_tok), cl_int(n_head), cl_int(n_head_kv), cl_int(hd), qn_d,
-             kn_d, eps, cl_int(n_rot), cl_int(style == RopeStyle::Neox ? 1 : 0), cs_d, cl_int(pos0),
-             q, kc, vc, cl_ulong(layer_off));
+    set_args(k, qkv_d, cl_int(n_qkv), cl_int(n_q), cl_int(n_q + n_kv), bias_d, cl_int(n_tok),
+             cl_int(n_head), cl_int(n_head_kv), cl_int(hd), qn_d, kn_d, eps, cl_int(n_rot),
+             cl_int(style == RopeStyle::Neox ? 1 : 0), cs_d, cl_int(pos0), q, kc, vc,
+             cl_ulong(layer_off));
     run_2d(k, size_t(n_head + 2 * n_head_kv) * 16, size_t(n_tok), 16);
     const auto got_q = cl_read(q, ref_q.size() + 16);
     EXPECT_LE(test::relative_error(std::span(got_q).first(ref_q.size()), ref_q), 1e-5);

@@ -234,7 +234,7 @@ std::vector<FfnCase> ffn_cases() {
 
 class ClFfnGateUp : public testing::TestWithParam<FfnCase> {};
 
-// h = silu(Wg xn) * (Wu xn), xn = rmsnorm(x) * g.
+// h = act(Wg xn) * (Wu xn), xn = rmsnorm(x) * g, act SiLU and GELU (tanh).
 TEST_P(ClFfnGateUp, MatchesReference) {
   const auto [shape, type] = GetParam();
   const uint32_t seed = uint32_t(shape.n_embd * 31 + shape.n_ff);
@@ -246,25 +246,32 @@ TEST_P(ClFfnGateUp, MatchesReference) {
   const auto xn = ref_rmsnorm(x, g);
   const auto ref_gate = ref_matvec(gate.values, xn, shape.n_embd, 0, shape.n_ff);
   const auto ref_up = ref_matvec(up.values, xn, shape.n_embd, 0, shape.n_ff);
-  std::vector<double> ref(static_cast<size_t>(shape.n_ff));
-  for (size_t r = 0; r < ref.size(); ++r) {
-    ref[r] = ref_gate[r] / (1.0 + std::exp(-ref_gate[r])) * ref_up[r];
-  }
-
   const ClMem x_dev = cl_buffer(x), g_dev = cl_buffer(g);
   const size_t n_out = size_t(shape.n_ff) + k_pad;
   const ClMem h = test::cl_test_runtime().alloc(n_out * 4);
-  for (const KernelTuning& t : test::matvec_tunings()) {
-    SCOPED_TRACE(test::describe(cl_programs(t).tuning()));
-    const ClKernel k = cl_programs(t).weight_kernel(type, "ffn_gate_up");
-    const size_t wg = size_t(t.matvec_wg());
-    cl_poison(h, n_out);
-    set_args(k, gate.dev.q, gate.dev.s, up.dev.q, up.dev.s, cl_int(shape.n_embd),
-             cl_int(shape.n_ff), x_dev, g_dev, k_eps, h);
-    cl_run(k, test::round_up(size_t(shape.n_ff), size_t(t.rows)) / t.rows * wg, wg);
-    const auto got = cl_read(h, n_out);
-    EXPECT_LE(test::relative_error(std::span(got).first(size_t(shape.n_ff)), ref), tolerance(type));
-    EXPECT_EQ(test::count_overwritten(got, size_t(shape.n_ff)), 0u) << "write past n_ff";
+  for (int act : {0, 1}) {
+    SCOPED_TRACE(act ? "gelu" : "silu");
+    std::vector<double> ref(static_cast<size_t>(shape.n_ff));
+    for (size_t r = 0; r < ref.size(); ++r) {
+      const double gv = ref_gate[r];
+      const double a =
+          act ? 0.5 * gv * (1.0 + std::tanh(0.7978845608028654 * (gv + 0.044715 * gv * gv * gv)))
+              : gv / (1.0 + std::exp(-gv));
+      ref[r] = a * ref_up[r];
+    }
+    for (const KernelTuning& t : test::matvec_tunings()) {
+      SCOPED_TRACE(test::describe(cl_programs(t).tuning()));
+      const ClKernel k = cl_programs(t).weight_kernel(type, "ffn_gate_up");
+      const size_t wg = size_t(t.matvec_wg());
+      cl_poison(h, n_out);
+      set_args(k, gate.dev.q, gate.dev.s, up.dev.q, up.dev.s, cl_int(shape.n_embd),
+               cl_int(shape.n_ff), x_dev, g_dev, k_eps, cl_int(act), h);
+      cl_run(k, test::round_up(size_t(shape.n_ff), size_t(t.rows)) / t.rows * wg, wg);
+      const auto got = cl_read(h, n_out);
+      EXPECT_LE(test::relative_error(std::span(got).first(size_t(shape.n_ff)), ref),
+                tolerance(type));
+      EXPECT_EQ(test::count_overwritten(got, size_t(shape.n_ff)), 0u) << "write past n_ff";
+    }
   }
 }
 

@@ -473,6 +473,37 @@ ClPrefill::Step ClPrefill::matvec_step(const DeviceMatrix& w, const ClMem& x, co
   return s;
 }
 
+// One position's attention over the cache (the decode plan's kernel, a
+// work-group per head): a window is the cache from its first position on
+// (att_base + first * n_embd_kv, set per step by enqueue()).
+ClPrefill::Step ClPrefill::decode_attention_step(int il, cl_ulong layer_off) {
+  const ModelConfig& c = config_;
+  const KernelTuning& t = decode_programs_->tuning();
+  Step att;
+  att.kernel = decode_programs_->attention_kernel();
+  att.local0 = size_t(t.att_wg);
+  att.global0 = size_t(c.n_head) * att.local0;
+  att.local1 = 1;
+  att.label = "attention";
+  att.att_base = layer_off;
+  att.att_window = c.is_swa(il) ? c.sliding_window : 0;
+  const KernelArgs args = {{"q", q_},
+                           {"k_cache", s_.k_cache},
+                           {"v_cache", s_.v_cache},
+                           {"layer_off", layer_off},
+                           {"n_pos", cl_int(1)},
+                           {"n_head", cl_int(c.n_head)},
+                           {"n_head_kv", cl_int(c.n_head_kv)},
+                           {"head_dim", cl_int(c.head_dim)},
+                           {"scores", s_.scores},
+                           {"scores_stride", cl_int(s_.n_ctx)},
+                           {"out", att_}};
+  args.bind(att.kernel);
+  att.arg_att_off = int(args.index("layer_off"));
+  att.arg_att_n = int(args.index("n_pos"));
+  return att;
+}
+
 // x += W in, or x += rmsnorm(W in) * post_norm, as matvec steps.
 void ClPrefill::add_decode_residual_steps(const DeviceMatrix& w, const ClMem& in,
                                           const DeviceMatrix& post_norm, const char* label,
@@ -516,7 +547,6 @@ void ClPrefill::build_decode_steps() {
   build_decode_qkv();
   decode_steps_.push_back(embed_step());
   if (c.embed_scale != 1.0f) decode_steps_.push_back(embed_scale_step());
-  const PrefillTuning att_tuning = attention_tuning();
   const int n_q = c.n_embd_q(), n_kv = c.n_embd_kv();
   for (int il = 0; il < c.n_layer; ++il) {
     const DeviceWeights::Layer& w = w_.layers[size_t(il)];
@@ -530,7 +560,7 @@ void ClPrefill::build_decode_steps() {
     const QkvLayout in = stacked ? QkvLayout{&qkv1_, 0, n_q, n_q + n_kv}
                                  : QkvLayout{&qkv1_, 0, split_k_at_, split_v_at_};
     decode_steps_.push_back(head_step(il, layer_off, in));
-    decode_steps_.push_back(attention_step(il, layer_off, att_tuning));
+    decode_steps_.push_back(decode_attention_step(il, layer_off));
     add_decode_residual_steps(w.wo, att_, w.post_attn_norm, "wo", "post_attn_norm");
     // h = act(Wg xn) * (Wu xn), xn = rmsnorm(x) * ffn_norm, in one launch
     const KernelTuning& t = decode_programs_->tuning();
@@ -561,6 +591,12 @@ void ClPrefill::enqueue(Step& s, int n_tok, int pos0, int id_off, int row0) {
   if (s.arg_pos0 >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_pos0), cl_int(pos0));
   if (s.arg_id_off >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_id_off), cl_int(id_off));
   if (s.arg_row0 >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_row0), cl_int(row0));
+  if (s.arg_att_n >= 0) {  // one position, pos0: the window's positions first..pos0
+    const int first = s.att_window > 0 ? std::max(0, pos0 + 1 - s.att_window) : 0;
+    const cl_ulong off = s.att_base + cl_ulong(first) * cl_ulong(config_.n_embd_kv());
+    set_arg(s.kernel.get(), cl_uint(s.arg_att_off), off);
+    set_arg(s.kernel.get(), cl_uint(s.arg_att_n), cl_int(pos0 + 1 - first));
+  }
   if (s.local0 == 0 || s.local1 == 0) {
     throw std::logic_error(std::string("prefill step ") + s.label + " has no local size");
   }

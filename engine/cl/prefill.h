@@ -82,6 +82,12 @@ class ClPrefill {
     int tokens_per_group = 1;  // global1 = ceil(n / tokens_per_group) * local1
     // Indices of the per-chunk arguments the kernel has (-1: none).
     int arg_n_tok = -1, arg_pos0 = -1, arg_id_off = -1, arg_row0 = -1;
+    // Decode attention (attention_decode over one position's window): the
+    // cache offset and position count set per step from the layer's base
+    // offset and window (0: none).
+    int arg_att_off = -1, arg_att_n = -1;
+    cl_ulong att_base = 0;
+    int att_window = 0;
     const char* label = "";
   };
 
@@ -103,6 +109,7 @@ class ClPrefill {
   Step rope_step(int il, cl_ulong layer_off);
   Step head_step(int il, cl_ulong layer_off, const QkvLayout& in);
   Step attention_step(int il, cl_ulong layer_off, const PrefillTuning& att_tuning);
+  Step decode_attention_step(int il, cl_ulong layer_off);
   Step matvec_step(const DeviceMatrix& w, const ClMem& x, const ClMem* norm_w, bool accumulate,
                    const ClMem& out, const char* label);
   void add_decode_residual_steps(const DeviceMatrix& w, const ClMem& in,

@@ -61,13 +61,13 @@ ClForward::ClForward(const Model& model, ClRuntime& rt, const ClForwardOptions& 
       state_(model.config, rt, n_ctx_),
       plan_(model.config, rt, programs_, weights_, state_),
       profiling_(rt.profiling()) {
-  plan_.set_profiling(profiling_);
   // Other architectures run every step on ClPrefill (decode: one token).
   if (options.prefill_chunk > 1 || general()) {
     prefill_ = std::make_unique<ClPrefill>(
         config_, rt_, weights_, state_, std::clamp(options.prefill_chunk, 1, n_ctx_),
         programs_.tuning().build_options, tuning_.prefill, general() ? &programs_ : nullptr);
   }
+  set_profiling(profiling_);
   if (!general()) start_persistent_decode();
 }
 
@@ -164,7 +164,7 @@ int32_t ClForward::prefill(std::span<const int32_t> tokens, int pos) {
     plan_.enqueue_head();
     const int32_t id = read_token();
     if (debug_) collect_debug(pos + int(tokens.size()) - 1);
-    if (profiling_) profile_ = plan_.take_profile();
+    if (profiling_) take_profile();
     return id;
   }
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -233,7 +233,7 @@ int32_t ClForward::plan_step(int32_t token, int pos) {
   }
   const int32_t id = read_token();
   if (debug_) collect_debug(pos);
-  if (profiling_) profile_ = plan_.take_profile();
+  if (profiling_) take_profile();
   return id;
 }
 
@@ -279,6 +279,20 @@ void ClForward::set_debug(bool on) {
 void ClForward::set_profiling(bool on) {
   profiling_ = on && rt_.profiling();
   plan_.set_profiling(profiling_);
+  if (prefill_ && general()) prefill_->set_decode_profiling(profiling_);
+}
+
+// The plan's launches, and for other architectures the decode steps' too.
+void ClForward::take_profile() {
+  profile_ = plan_.take_profile();
+  if (!general()) return;
+  const ProfileReport steps = prefill_->take_decode_profile();
+  for (size_t il = 0; il < steps.layer_us.size() && il < profile_.layer_us.size(); ++il) {
+    profile_.layer_us[il] += steps.layer_us[il];
+  }
+  for (const auto& [label, us] : steps.kernel_us) profile_.kernel_us[label] += us;
+  profile_.total_us += steps.total_us;
+  profile_.n_launches += steps.n_launches;
 }
 
 void ClForward::collect_debug(int pos) {

@@ -106,6 +106,7 @@ class ClForward final : public Backend {
   void feed_token(int32_t token);
   int32_t read_token();
   void collect_debug(int pos);
+  void take_profile();
   void start_persistent_decode();
 
   const ModelConfig config_;

@@ -551,6 +551,7 @@ void ClPrefill::build_decode_steps() {
   for (int il = 0; il < c.n_layer; ++il) {
     const DeviceWeights::Layer& w = w_.layers[size_t(il)];
     const cl_ulong layer_off = cl_ulong(il) * cl_ulong(s_.n_ctx) * cl_ulong(n_kv);
+    const size_t first_step = decode_steps_.size();
     // q, k, v = [Wq; Wk; Wv] rmsnorm(x) * attn_norm
     const bool stacked = w.qkv.size() == 1;
     for (size_t i = 0; i < w.qkv.size(); ++i) {
@@ -583,10 +584,28 @@ void ClPrefill::build_decode_steps() {
                                {"h", g_}});
     decode_steps_.push_back(std::move(gate_up));
     add_decode_residual_steps(w.ffn_down, g_, w.post_ffn_norm, "ffn_down", "post_ffn_norm");
+    for (size_t i = first_step; i < decode_steps_.size(); ++i) decode_steps_[i].layer = il;
   }
 }
 
-void ClPrefill::enqueue(Step& s, int n_tok, int pos0, int id_off, int row0) {
+ProfileReport ClPrefill::take_decode_profile() {
+  ProfileReport p;
+  p.layer_us.assign(size_t(config_.n_layer), 0.0);
+  for (const auto& [step, ev] : decode_events_) {
+    cl_ulong t0 = 0, t1 = 0;
+    clGetEventProfilingInfo(ev.get(), CL_PROFILING_COMMAND_START, sizeof t0, &t0, nullptr);
+    clGetEventProfilingInfo(ev.get(), CL_PROFILING_COMMAND_END, sizeof t1, &t1, nullptr);
+    const double us = double(t1 - t0) / 1000.0;
+    p.kernel_us[step->label] += us;
+    if (step->layer >= 0) p.layer_us[size_t(step->layer)] += us;
+    p.total_us += us;
+    ++p.n_launches;
+  }
+  decode_events_.clear();
+  return p;
+}
+
+cl_event ClPrefill::enqueue(Step& s, int n_tok, int pos0, int id_off, int row0, bool want_event) {
   if (s.arg_n_tok >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_n_tok), cl_int(n_tok));
   if (s.arg_pos0 >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_pos0), cl_int(pos0));
   if (s.arg_id_off >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_id_off), cl_int(id_off));
@@ -607,14 +626,16 @@ void ClPrefill::enqueue(Step& s, int n_tok, int pos0, int id_off, int row0) {
   cl_int err = fault::enqueue_error();  // CLCHAT_FAULT=enqueue, a test hook
   if (err == CL_SUCCESS) {
     err = clEnqueueNDRangeKernel(rt_.queue(), s.kernel.get(), 2, nullptr, global, local, 0, nullptr,
-                                 profile_ ? &ev : nullptr);
+                                 profile_ || want_event ? &ev : nullptr);
   }
-  if (ev) events_.emplace_back(s.label, ClEvent(ev));
+  if (ev && !want_event) events_.emplace_back(s.label, ClEvent(ev));
   if (err != CL_SUCCESS) {
+    if (ev && want_event) clReleaseEvent(ev);
     throw ClError(
         std::string("enqueueing prefill kernel ") + s.label + " failed: " + cl_error_name(err),
         err);
   }
+  return want_event ? ev : nullptr;
 }
 
 // One chunk: ids[id_off .. id_off + n_tok) at positions pos0.., all layers;
@@ -626,7 +647,10 @@ void ClPrefill::enqueue_chunk(int id_off, int n_tok, int pos0) {
 void ClPrefill::run(int n_tokens, int pos, const ClMem& last_x) {
   int n_chunk = 0;
   if (n_tokens == 1 && !decode_steps_.empty()) {
-    for (Step& st : decode_steps_) enqueue(st, 1, pos, 0, 0);
+    for (Step& st : decode_steps_) {
+      cl_event ev = enqueue(st, 1, pos, 0, 0, decode_profiling_);
+      if (ev) decode_events_.emplace_back(&st, ClEvent(ev));
+    }
     n_chunk = 1;
   }
   for (int done = n_chunk; done < n_tokens; done += n_chunk) {

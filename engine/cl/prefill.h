@@ -40,6 +40,7 @@
 #include "engine/cl/runtime.h"
 #include "engine/cl/tuning.h"
 #include "engine/cl/weights.h"
+#include "engine/forward_reports.h"
 #include "engine/model/model.h"
 
 namespace clchat {
@@ -55,6 +56,11 @@ class ClPrefill {
             ClPrograms* decode_programs = nullptr);
 
   int chunk() const { return chunk_; }
+  // Device time of each decode step (one-token runs) per kernel label and
+  // per layer, collected while on (needs a profiling queue); take_profile()
+  // returns what the runs since the last call took.
+  void set_decode_profiling(bool on) { decode_profiling_ = on && rt_.profiling(); }
+  ProfileReport take_decode_profile();
   // Launches of a one-token run.
   int launches_per_token() const {
     return int(decode_steps_.empty() ? steps_.size() : decode_steps_.size());
@@ -88,6 +94,7 @@ class ClPrefill {
     int arg_att_off = -1, arg_att_n = -1;
     cl_ulong att_base = 0;
     int att_window = 0;
+    int layer = -1;  // decode steps: the layer it belongs to (profile), -1: none
     const char* label = "";
   };
 
@@ -148,7 +155,8 @@ class ClPrefill {
 
  private:
   ClKernel kernel(const std::string& stem, const std::string& defines, const char* name);
-  void enqueue(Step& s, int n_tok, int pos0, int id_off, int row0);
+  // Returns the launch's event (the caller's to release) when want_event.
+  cl_event enqueue(Step& s, int n_tok, int pos0, int id_off, int row0, bool want_event = false);
   void enqueue_chunk(int id_off, int n_tok, int pos0);
 
   const ModelConfig config_;
@@ -163,6 +171,8 @@ class ClPrefill {
   std::vector<std::pair<std::string, ClProgram>> programs_;  // by stem + defines
   std::vector<std::pair<GgmlType, bool>> mma_checked_;       // self-test results
   bool profile_ = false;  // PrefillTuning::profile on a profiling queue
+  bool decode_profiling_ = false;
+  std::vector<std::pair<const Step*, ClEvent>> decode_events_;
   std::vector<std::pair<std::string, ClEvent>> events_;
   void report_profile(int n_tokens);
 

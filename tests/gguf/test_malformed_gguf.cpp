@@ -628,15 +628,25 @@ TEST(MalformedModel, OutOfRangeAndInconsistentHyperParameters) {
   }
 }
 
+// An architecture clchat does not know: one line naming it and the known ones.
 TEST(MalformedModel, OtherArchitectures) {
   TempDir dir;
-  for (const char* arch : {"gpt2", "falcon", "llama2", "LLAMA", "qwen2"}) {
+  for (const char* arch : {"gpt2", "falcon", "llama2", "LLAMA", "phi3"}) {
     TinyModel m = base_model();
     m.set_metadata("general.architecture", GgufValue::str(arch));
     expect_rejected(dir, std::string("arch-") + arch, m,
                     {std::string("unsupported architecture '") + arch +
-                     "' (clchat runs llama-architecture models)"});
+                     "' (clchat runs llama, qwen2, qwen3, gemma3)"});
   }
+}
+
+// A known family's file without its keys (the llama model's keys under
+// "qwen2."): the first missing key is named.
+TEST(MalformedModel, KnownArchitectureWithoutItsKeys) {
+  TempDir dir;
+  TinyModel m = base_model();
+  m.set_metadata("general.architecture", GgufValue::str("qwen2"));
+  expect_rejected(dir, "arch-qwen2-keys", m, {"qwen2.embedding_length"});
 }
 
 TEST(MalformedModel, MissingTensors) {

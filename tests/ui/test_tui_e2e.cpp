@@ -94,7 +94,8 @@ TEST(Tui, SaveWritesFilesThatLoadRestores) {
   ASSERT_TRUE(t.wait_for(
       [](const std::string& s) { return s.find("Lily had a red ball") == std::string::npos; },
       "/clear to empty the transcript"));
-  t.type("/load " + base.string() + ".json");
+  // The name /save was given, as it was given: /save wrote saved.md and saved.json.
+  t.type("/load " + base.string());
   ASSERT_TRUE(t.wait_text("› Lily had a red ball"));
   // The restored conversation continues: the model answers the next turn.
   t.type("Then what?");

@@ -33,8 +33,9 @@ std::string shared_file(const std::string& relative) {
 
 std::string gemma3_model() {
   const char* models_env = std::getenv("CLCHAT_MODELS_DIR");
-  for (const std::string dir : {std::string(models_env ? models_env : ""), shared_dir() + "/models",
-                                std::string(CLCHAT_SOURCE_DIR) + "/assets/models"}) {
+  for (const std::string& dir :
+       {std::string(models_env ? models_env : ""), shared_dir() + "/models",
+        std::string(CLCHAT_SOURCE_DIR) + "/assets/models"}) {
     if (dir.empty()) continue;
     const std::string path = dir + "/gemma-3-270m-q4_k_m.gguf";
     if (std::filesystem::is_regular_file(path)) return path;

@@ -84,7 +84,6 @@ class ChatLoop {
             state_, [this](Command c) { engine_.post(std::move(c)); },
             [this] { engine_.cancel(); }) {
     state_.sampling = o.engine.sampling;
-    state_.panel_wanted = o.config.ui.panel && screen_.cols() >= o.config.ui.panel_min_columns;
     state_.key_panel = o.config.keys.toggle_panel;
     state_.key_debug = o.config.keys.toggle_debug;
     // Always set: a folder that cannot be made is a failed autosave, said on
@@ -170,8 +169,13 @@ class ChatLoop {
     const int width = screen_.cols();
     const auto input = layout_input(editor_.display_prompt(), editor_.text(), editor_.cursor(),
                                     std::max(2, width));
-    return compute_layout(screen_.rows(), width, state_.panel_wanted, opt_.config.ui.panel_width,
+    return compute_layout(screen_.rows(), width, panel_wanted_now(), opt_.config.ui.panel_width,
                           static_cast<int>(input.lines.size()));
+  }
+
+  bool panel_wanted_now() const {
+    const auto& ui = opt_.config.ui;
+    return panel_wanted(state_.panel_choice, ui.panel, ui.panel_min_columns, screen_.cols());
   }
 
   void draw() {
@@ -262,8 +266,8 @@ class ChatLoop {
   void handle_special(const Key& k, int h) {
     const auto& keys = opt_.config.keys;
     if (k.code == KEY_F(keys.toggle_panel)) {
-      state_.panel_wanted = !state_.panel_wanted;
-      if (state_.panel_wanted && !layout().panel_shown) {
+      state_.panel_choice = !panel_wanted_now();
+      if (*state_.panel_choice && !layout().panel_shown) {
         controller_.set_hint("the terminal is too narrow for the panel", Style::Warning);
       }
       return;

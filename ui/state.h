@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "engine/messages.h"
@@ -37,7 +38,9 @@ struct State {
   // Ctrl-C during a reply. The engine clears its cancel flag when a turn
   // starts, so a cancel that raced ahead of the turn is repeated on each token.
   bool cancel_requested = false;
-  bool panel_wanted = true;
+  // F2's choice, which sticks; none: the panel shows when the terminal is
+  // wide enough, decided again on every resize (panel_wanted in layout.h).
+  std::optional<bool> panel_choice;
   bool debug = false;
   bool quit = false;
   bool stats_requested = false;      // /stats: print the next final Stats

@@ -154,6 +154,15 @@ TEST(UiLayout, MultiLineInputGrowsUpToALimit) {
   EXPECT_GE(l.transcript.h, 3);
 }
 
+// Decided at every size unless F2 chose (the choice sticks).
+TEST(UiLayout, PanelWantedFollowsTheWidthUntilF2Chooses) {
+  EXPECT_TRUE(ui::panel_wanted(std::nullopt, true, 100, 120));
+  EXPECT_FALSE(ui::panel_wanted(std::nullopt, true, 100, 80));
+  EXPECT_FALSE(ui::panel_wanted(std::nullopt, false, 100, 200));
+  EXPECT_TRUE(ui::panel_wanted(true, true, 100, 80));
+  EXPECT_FALSE(ui::panel_wanted(false, true, 100, 200));
+}
+
 TEST(UiLayout, TooSmall) {
   EXPECT_TRUE(ui::compute_layout(7, 80, true, 38, 1).too_small);
   EXPECT_TRUE(ui::compute_layout(24, 29, true, 38, 1).too_small);

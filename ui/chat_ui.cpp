@@ -120,6 +120,7 @@ class ChatLoop {
         controller_.on_event(e);
         dirty_ = true;
       }
+      take_input_back();
       if (!state_.hint.empty() && std::chrono::steady_clock::now() >= state_.hint_until) {
         state_.hint.clear();
         dirty_ = true;
@@ -215,6 +216,16 @@ class ChatLoop {
       return;
     }
     controller_.on_submit(line.text, line.starts_with_paste);
+    take_input_back();
+  }
+
+  // A refused line goes back into the input line; when something new has
+  // been typed there meanwhile, the refused one is in the history (Up).
+  void take_input_back() {
+    if (!state_.input_back) return;
+    if (editor_.empty())
+      editor_.set_text(state_.input_back->text, state_.input_back->starts_with_paste);
+    state_.input_back.reset();
   }
 
   void handle_key(const Key& k) {

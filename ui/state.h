@@ -23,6 +23,13 @@ struct SessionInfo {
   int n_ctx = 0;
 };
 
+// A submitted line the controller refused or the engine did not keep, to be
+// put back into the input line: nothing typed is lost.
+struct ReturnedInput {
+  std::string text;
+  bool starts_with_paste = false;
+};
+
 struct State {
   Transcript transcript;
   PerfState perf;
@@ -45,6 +52,8 @@ struct State {
   bool quit = false;
   bool stats_requested = false;      // /stats: print the next final Stats
   int key_panel = 2, key_debug = 3;  // function key numbers, for the hints
+
+  std::optional<ReturnedInput> input_back;  // taken by the chat screen
 
   // The transient line above the input ("saved …", "unknown command …").
   std::string hint;

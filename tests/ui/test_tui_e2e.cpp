@@ -126,11 +126,7 @@ TEST(Tui, ResizeRedrawsAndTooSmallIsSaid) {
   ASSERT_TRUE(t.wait_for(
       [](const std::string& s) {
         // 24 lines, the status bar last, and no line wider than 80 columns.
-        std::vector<std::string> lines;
-        size_t start = 0;
-        for (size_t nl; (nl = s.find('\n', start)) != std::string::npos; start = nl + 1) {
-          lines.push_back(s.substr(start, nl - start));
-        }
+        const auto lines = clchat::test::screen_lines(s);
         return lines.size() == 24 && lines.back().find(" clchat │") == 0;
       },
       "a redraw at 80x24"));

@@ -61,6 +61,18 @@ TEST(UiController, BusyWhileGenerating) {
   h.c.on_submit("two", false);
   EXPECT_EQ(h.posted.size(), 1u);
   EXPECT_NE(h.state.hint.find("wait for the reply"), std::string::npos);
+  // Not lost: it goes back into the input line.
+  ASSERT_TRUE(h.state.input_back.has_value());
+  EXPECT_EQ(h.state.input_back->text, "two");
+}
+
+TEST(UiController, RefusedTurnComesBackIntoTheInputLine) {
+  Harness h;
+  h.c.on_submit("a very long question", false);
+  h.c.on_event(ev::TurnFinished{ev::FinishReason::ContextFull, ""});
+  ASSERT_TRUE(h.state.input_back.has_value());
+  EXPECT_EQ(h.state.input_back->text, "a very long question");
+  EXPECT_TRUE(h.state.conversation.turns.empty());
 }
 
 TEST(UiController, CtrlCStopsAndKeepsTheReplyMarked) {

@@ -1,8 +1,11 @@
 // `clchat info -m MODEL [--json]`: what a model file holds.
+#include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "app/commands.h"
 #include "common/utf8.h"
@@ -13,6 +16,14 @@
 namespace clchat::app {
 
 namespace {
+
+// A float32 as the shortest decimal that reads back as it (1e-05, not the
+// double 9.999999747378752e-06 that widening it gives).
+double shortest(float x) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+}
 
 nlohmann::ordered_json describe(const Model& model) {
   const ModelConfig& c = model.config;
@@ -35,8 +46,8 @@ nlohmann::ordered_json describe(const Model& model) {
   j["n_vocab"] = c.n_vocab;
   j["n_ctx_train"] = c.n_ctx_train;
   j["n_rot"] = c.n_rot;
-  j["rope_freq_base"] = c.rope_freq_base;
-  j["rms_eps"] = c.rms_eps;
+  j["rope_freq_base"] = shortest(c.rope_freq_base);
+  j["rms_eps"] = shortest(c.rms_eps);
   j["tied_embeddings"] = c.tied_embeddings;
   j["weight_type"] = describe_weight_type(model);
   nlohmann::ordered_json layer_types = nlohmann::ordered_json::object();

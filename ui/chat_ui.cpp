@@ -84,7 +84,6 @@ class ChatLoop {
             state_, [this](Command c) { engine_.post(std::move(c)); },
             [this] { engine_.cancel(); }) {
     state_.sampling = o.engine.sampling;
-    state_.panel_wanted = o.config.ui.panel && screen_.cols() >= o.config.ui.panel_min_columns;
     state_.key_panel = o.config.keys.toggle_panel;
     state_.key_debug = o.config.keys.toggle_debug;
     // Always set: a folder that cannot be made is a failed autosave, said on
@@ -121,6 +120,7 @@ class ChatLoop {
         controller_.on_event(e);
         dirty_ = true;
       }
+      take_input_back();
       if (!state_.hint.empty() && std::chrono::steady_clock::now() >= state_.hint_until) {
         state_.hint.clear();
         dirty_ = true;
@@ -170,8 +170,13 @@ class ChatLoop {
     const int width = screen_.cols();
     const auto input = layout_input(editor_.display_prompt(), editor_.text(), editor_.cursor(),
                                     std::max(2, width));
-    return compute_layout(screen_.rows(), width, state_.panel_wanted, opt_.config.ui.panel_width,
+    return compute_layout(screen_.rows(), width, panel_wanted_now(), opt_.config.ui.panel_width,
                           static_cast<int>(input.lines.size()));
+  }
+
+  bool panel_wanted_now() const {
+    const auto& ui = opt_.config.ui;
+    return panel_wanted(state_.panel_choice, ui.panel, ui.panel_min_columns, screen_.cols());
   }
 
   void draw() {
@@ -211,6 +216,16 @@ class ChatLoop {
       return;
     }
     controller_.on_submit(line.text, line.starts_with_paste);
+    take_input_back();
+  }
+
+  // A refused line goes back into the input line; when something new has
+  // been typed there meanwhile, the refused one is in the history (Up).
+  void take_input_back() {
+    if (!state_.input_back) return;
+    if (editor_.empty())
+      editor_.set_text(state_.input_back->text, state_.input_back->starts_with_paste);
+    state_.input_back.reset();
   }
 
   void handle_key(const Key& k) {
@@ -262,8 +277,8 @@ class ChatLoop {
   void handle_special(const Key& k, int h) {
     const auto& keys = opt_.config.keys;
     if (k.code == KEY_F(keys.toggle_panel)) {
-      state_.panel_wanted = !state_.panel_wanted;
-      if (state_.panel_wanted && !layout().panel_shown) {
+      state_.panel_choice = !panel_wanted_now();
+      if (*state_.panel_choice && !layout().panel_shown) {
         controller_.set_hint("the terminal is too narrow for the panel", Style::Warning);
       }
       return;

@@ -104,7 +104,10 @@ void Controller::finish_turn(const ev::TurnFinished& f) {
   } else if (!kept) {
     note = "not kept: " + std::string(finish_reason_name(f.reason));
     if (!s_.conversation.turns.empty() && s_.conversation.turns.back().role == Role::User) {
+      // Back into the input line, to be shortened or sent again.
+      s_.input_back = ReturnedInput{s_.conversation.turns.back().text, false};
       s_.conversation.turns.pop_back();
+      set_hint("the message is back in the input line", Style::Warning, std::chrono::seconds(10));
     }
   } else {
     s_.conversation.turns.push_back({Role::Assistant, f.reply, cancelled});
@@ -138,11 +141,15 @@ void Controller::autosave() {
 
 bool Controller::busy(const char* what) {
   if (!s_.generating) return false;
-  set_hint(std::string("wait for the reply (or Ctrl-C) before ") + what, Style::Warning);
+  set_hint(std::string("wait for the reply (or Ctrl-C) before ") + what +
+               "; the line is kept in the input",
+           Style::Warning);
+  s_.input_back = submitted_;
   return true;
 }
 
 void Controller::on_submit(const std::string& line, bool starts_with_paste) {
+  submitted_ = {line, starts_with_paste};
   std::visit([&](const auto& input) { on_command(input); }, parse_input(line, starts_with_paste));
 }
 

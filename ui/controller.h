@@ -41,6 +41,7 @@ class Controller {
   State& s_;
   Post post_;
   Cancel cancel_;
+  ReturnedInput submitted_;  // the line on_submit is handling
   // The reply /regen took out of the conversation; put back if the engine
   // does not keep the regenerated one (it keeps the old reply then).
   std::optional<SavedTurn> regen_removed_;

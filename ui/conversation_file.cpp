@@ -169,8 +169,13 @@ SavePaths save_paths(const std::string& arg) {
 }
 
 std::filesystem::path load_path(const std::string& arg) {
+  // The JSON file /save ARG wrote: ARG, ARG.md and ARG.json all name it, as in
+  // save_paths(). A file named exactly ARG (an autosave, a renamed copy) wins.
   std::filesystem::path p = arg;
-  if (p.extension() == ".md") p.replace_extension(".json");
+  if (p.extension() == ".md") return p.replace_extension(".json");
+  std::error_code ec;
+  if (p.extension() == ".json" || std::filesystem::is_regular_file(p, ec)) return p;
+  p += ".json";
   return p;
 }
 

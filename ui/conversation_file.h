@@ -52,7 +52,8 @@ struct SavePaths {
 };
 SavePaths save_paths(const std::string& arg);
 
-// /load ARG: a .md path loads its .json sibling.
+// /load ARG: the JSON file that /save ARG wrote (ARG.json for a bare ARG, the
+// .json sibling of a .md path); an existing file named ARG is read as it is.
 std::filesystem::path load_path(const std::string& arg);
 
 std::filesystem::path autosave_dir();

@@ -5,6 +5,10 @@
 
 namespace clchat::ui {
 
+bool panel_wanted(const std::optional<bool>& choice, bool panel, int panel_min_columns, int cols) {
+  return choice.value_or(panel && cols >= panel_min_columns);
+}
+
 Layout compute_layout(int rows, int cols, bool panel_wanted, int panel_width, int input_lines) {
   Layout l;
   l.rows = rows;

@@ -42,6 +42,26 @@ int insert_newline_cmd(int, int) {
 
 constexpr int k_history_max = 1000;
 
+// The history file holds one entry per line, so a multi-line entry is
+// written with this byte for each newline (sanitize_input() keeps it out of
+// typed text) and read back with newlines.
+constexpr char k_file_newline = '\x1e';
+
+std::string with(std::string text, char from, char to) {
+  std::replace(text.begin(), text.end(), from, to);
+  return text;
+}
+
+// After read_history(): the file's encoded newlines back to newlines.
+void decode_history() {
+  for (int i = 0; i < history_length; ++i) {
+    HIST_ENTRY* e = history_get(history_base + i);
+    if (!e || !std::strchr(e->line, k_file_newline)) continue;
+    const std::string line = with(e->line, k_file_newline, '\n');
+    if (HIST_ENTRY* old = replace_history_entry(i, line.c_str(), e->data)) free_history_entry(old);
+  }
+}
+
 }  // namespace
 
 LineEditor::LineEditor(std::string prompt, std::filesystem::path history_file)
@@ -69,7 +89,7 @@ LineEditor::LineEditor(std::string prompt, std::filesystem::path history_file)
   rl_bind_keyseq("\\e\\n", insert_newline_cmd);
   using_history();
   stifle_history(k_history_max);
-  if (!history_file_.empty()) read_history(history_file_.c_str());
+  if (!history_file_.empty() && read_history(history_file_.c_str()) == 0) decode_history();
   install();
 }
 
@@ -91,26 +111,37 @@ void LineEditor::on_line(char* line) {
   } else {
     s.text = sanitize_input(line);
     s.starts_with_paste = self->pasted_at_start_;
-    // One history entry per line in the file: multi-line messages stay out.
-    if (*line && !std::strchr(line, '\n')) {
-      HIST_ENTRY* last =
-          history_length > 0 ? history_get(history_base + history_length - 1) : nullptr;
-      if (!last || std::strcmp(last->line, line) != 0) {
-        add_history(line);
-        if (!self->history_file_.empty()) {
-          // Append now, so a killed terminal loses nothing.
-          if (append_history(1, self->history_file_.c_str()) != 0) {
-            write_history(self->history_file_.c_str());
-          }
-          history_truncate_file(self->history_file_.c_str(), k_history_max);
-        }
-      }
-    }
+    if (*line) self->remember(line);
     std::free(line);
   }
   self->pasted_at_start_ = false;
   self->submitted_.push_back(std::move(s));
   self->dirty = true;
+}
+
+// Every sent line is a history entry (multi-line and pasted ones too), written
+// to the file at once, so a killed terminal loses nothing.
+void LineEditor::remember(const char* line) {
+  HIST_ENTRY* last = history_length > 0 ? history_get(history_base + history_length - 1) : nullptr;
+  if (last && std::strcmp(last->line, line) == 0) return;
+  const bool multi_line = std::strchr(line, '\n') != nullptr;
+  // append_history writes the entry as it is: encoded while it is written.
+  add_history(multi_line ? with(line, '\n', k_file_newline).c_str() : line);
+  if (!history_file_.empty()) {
+    if (append_history(1, history_file_.c_str()) != 0) write_history(history_file_.c_str());
+    history_truncate_file(history_file_.c_str(), k_history_max);
+  }
+  if (multi_line) {
+    HIST_ENTRY* old = replace_history_entry(history_length - 1, line, nullptr);
+    if (old) free_history_entry(old);
+  }
+}
+
+void LineEditor::set_text(const std::string& text, bool starts_with_paste) {
+  rl_replace_line(text.c_str(), 0);
+  rl_point = rl_end;
+  pasted_at_start_ = starts_with_paste;
+  dirty = true;
 }
 
 void LineEditor::feed(std::string_view bytes) {

@@ -5,6 +5,7 @@
 // terminal) and rl_redisplay_function only marks the screen dirty; the chat
 // screen then draws rl_display_prompt, rl_line_buffer and rl_point itself.
 // That keeps emacs editing, history (Up/Down), Ctrl-R search and ~/.inputrc.
+// Every sent line goes to the history, multi-line and pasted ones too.
 //
 // readline is a process-wide singleton, and so is LineEditor.
 #pragma once
@@ -40,6 +41,8 @@ class LineEditor {
   void insert_newline();
   // Drops the current line (Ctrl-C when idle) and any search in progress.
   void clear_line();
+  // Replaces the line (a refused message put back), the cursor at its end.
+  void set_text(const std::string& text, bool starts_with_paste);
 
   std::optional<Submitted> take_submitted();
 
@@ -52,6 +55,7 @@ class LineEditor {
 
  private:
   static void on_line(char* line);
+  void remember(const char* line);
   void scrub_line();
   void install();
 

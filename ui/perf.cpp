@@ -79,11 +79,22 @@ void add_speed_section(const PerfState& p, int width, bool unicode, std::vector<
   out.push_back(row("device", fit_width(p.device, std::max(1, width - 9)), width));
 }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  if (v.size() % 2) return *mid;
+  return (*mid + *std::max_element(v.begin(), mid)) / 2;
+}
+
 void add_layer_section(const PerfState& p, int width, int room, bool unicode,
                        std::vector<StyledLine>& out) {
-  const auto& ms = p.layers.layer_ms;
-  out.push_back(
-      row("Layers (ms)", ms.empty() ? "waiting" : format("total %.3f", p.layers.total_ms), width));
+  const ev::LayerTimings layers = p.layer_median();
+  const auto& ms = layers.layer_ms;
+  // "Layers ms, median of 9" (of the sampled tokens so far, up to 9).
+  const std::string title = "Layers ms, median of " + std::to_string(p.layer_samples.size());
+  out.push_back(row(ms.empty() ? "Layers (ms)" : title,
+                    ms.empty() ? "waiting" : format("total %.3f", layers.total_ms), width));
   out.back().spans[0].style = Style::Title;
   if (ms.empty()) return;
   const double max_ms = std::max(1e-9, *std::max_element(ms.begin(), ms.end()));
@@ -135,6 +146,31 @@ void add_debug_section(const PerfState& p, int width, int room, std::vector<Styl
 }
 
 }  // namespace
+
+void PerfState::on_layers(const ev::LayerTimings& t) {
+  // A different layer count (another model) starts again.
+  if (!layer_samples.empty() && layer_samples.back().layer_ms.size() != t.layer_ms.size()) {
+    layer_samples.clear();
+  }
+  layer_samples.push_back(t);
+  while (layer_samples.size() > k_layer_window) layer_samples.pop_front();
+}
+
+ev::LayerTimings PerfState::layer_median() const {
+  ev::LayerTimings m;
+  if (layer_samples.empty()) return m;
+  m = layer_samples.back();
+  std::vector<double> v;
+  for (size_t il = 0; il < m.layer_ms.size(); ++il) {
+    v.clear();
+    for (const auto& t : layer_samples) v.push_back(t.layer_ms[il]);
+    m.layer_ms[il] = median(v);
+  }
+  v.clear();
+  for (const auto& t : layer_samples) v.push_back(t.total_ms);
+  m.total_ms = median(v);
+  return m;
+}
 
 void PerfState::on_stats(const ev::Stats& s) {
   stats = s;

@@ -17,17 +17,22 @@ namespace clchat::ui {
 
 struct PerfState {
   static constexpr size_t k_history = 120;  // sparkline samples kept
+  // Layer bars show the median of this many sampled tokens, so one token
+  // preempted on a busy CPU does not make a few layers look 100x slower.
+  static constexpr size_t k_layer_window = 9;
 
   std::string device;
   int n_layer = 0;
   ev::Stats stats;
   bool have_stats = false;
-  std::deque<double> decode_history;  // decode tok/s, one per live Stats event
-  ev::LayerTimings layers;
+  std::deque<double> decode_history;           // decode tok/s, one per live Stats event
+  std::deque<ev::LayerTimings> layer_samples;  // the last k_layer_window
   std::optional<ev::DebugStats> debug;
 
   void on_stats(const ev::Stats& s);
-  void on_layers(const ev::LayerTimings& t) { layers = t; }
+  void on_layers(const ev::LayerTimings& t);
+  // Per layer (and total) the median of layer_samples; empty before any.
+  ev::LayerTimings layer_median() const;
   void on_debug(const ev::DebugStats& d) { debug = d; }
 };
 

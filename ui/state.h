@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "engine/messages.h"
@@ -22,6 +23,13 @@ struct SessionInfo {
   int n_ctx = 0;
 };
 
+// A submitted line the controller refused or the engine did not keep, to be
+// put back into the input line: nothing typed is lost.
+struct ReturnedInput {
+  std::string text;
+  bool starts_with_paste = false;
+};
+
 struct State {
   Transcript transcript;
   PerfState perf;
@@ -37,11 +45,15 @@ struct State {
   // Ctrl-C during a reply. The engine clears its cancel flag when a turn
   // starts, so a cancel that raced ahead of the turn is repeated on each token.
   bool cancel_requested = false;
-  bool panel_wanted = true;
+  // F2's choice, which sticks; none: the panel shows when the terminal is
+  // wide enough, decided again on every resize (panel_wanted in layout.h).
+  std::optional<bool> panel_choice;
   bool debug = false;
   bool quit = false;
   bool stats_requested = false;      // /stats: print the next final Stats
   int key_panel = 2, key_debug = 3;  // function key numbers, for the hints
+
+  std::optional<ReturnedInput> input_back;  // taken by the chat screen
 
   // The transient line above the input ("saved …", "unknown command …").
   std::string hint;

@@ -72,12 +72,30 @@ void Transcript::finish_reply(std::string_view footnote) {
   changed_last();
 }
 
+void Transcript::add_before_turns(EntryKind kind, std::string_view text) {
+  const auto first_turn = std::find_if(entries_.begin(), entries_.end(), [](const Entry& e) {
+    return e.kind == EntryKind::User || e.kind == EntryKind::Assistant;
+  });
+  if (first_turn == entries_.end()) return add(kind, text);
+  entries_.insert(first_turn, {kind, sanitize_for_display(text), false, {}});
+  wrapped_.emplace_back();
+  rewrap_all();
+}
+
 void Transcript::drop_last_reply() {
   for (size_t i = entries_.size(); i-- > 0;) {
     if (entries_[i].kind == EntryKind::Assistant) {
       entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i));
-      wrapped_.erase(wrapped_.begin() + static_cast<std::ptrdiff_t>(i));
-      rewrap_all();  // the separator line of the next entry may change
+      // Notes after the reply (/help's list, a hint) move above its question,
+      // so the new reply streams in right under the question.
+      const auto question = std::find_if(entries_.rbegin(), entries_.rend(),
+                                         [](const Entry& e) { return e.kind == EntryKind::User; });
+      if (question != entries_.rend()) {
+        const auto q = std::prev(question.base());
+        std::rotate(q, q + 1, entries_.end());
+      }
+      wrapped_.resize(entries_.size());
+      rewrap_all();  // the separator lines change
       return;
     }
     if (entries_[i].kind == EntryKind::User) return;  // no reply after the last question

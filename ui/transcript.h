@@ -28,11 +28,15 @@ struct Entry {
 class Transcript {
  public:
   void add(EntryKind kind, std::string_view text);
+  // Adds above the first question, if there is one (the model's banner, when
+  // a message was typed while the model loaded).
+  void add_before_turns(EntryKind kind, std::string_view text);
   // Appends to the last entry when it is a streaming reply, else starts one.
   void append_reply(std::string_view piece);
   // Marks the streaming reply done; `footnote` non-empty adds a dimmed note.
   void finish_reply(std::string_view footnote);
-  // Removes the last assistant entry (for /regen).
+  // Removes the last assistant entry (for /regen) and moves the entries
+  // after it above its question, where the regenerated reply follows.
   void drop_last_reply();
   void clear();
   const std::vector<Entry>& entries() const { return entries_; }

@@ -94,7 +94,8 @@ TEST(Tui, SaveWritesFilesThatLoadRestores) {
   ASSERT_TRUE(t.wait_for(
       [](const std::string& s) { return s.find("Lily had a red ball") == std::string::npos; },
       "/clear to empty the transcript"));
-  t.type("/load " + base.string() + ".json");
+  // The name /save was given, as it was given: /save wrote saved.md and saved.json.
+  t.type("/load " + base.string());
   ASSERT_TRUE(t.wait_text("› Lily had a red ball"));
   // The restored conversation continues: the model answers the next turn.
   t.type("Then what?");
@@ -125,11 +126,7 @@ TEST(Tui, ResizeRedrawsAndTooSmallIsSaid) {
   ASSERT_TRUE(t.wait_for(
       [](const std::string& s) {
         // 24 lines, the status bar last, and no line wider than 80 columns.
-        std::vector<std::string> lines;
-        size_t start = 0;
-        for (size_t nl; (nl = s.find('\n', start)) != std::string::npos; start = nl + 1) {
-          lines.push_back(s.substr(start, nl - start));
-        }
+        const auto lines = clchat::test::screen_lines(s);
         return lines.size() == 24 && lines.back().find(" clchat │") == 0;
       },
       "a redraw at 80x24"));
@@ -138,6 +135,28 @@ TEST(Tui, ResizeRedrawsAndTooSmallIsSaid) {
   t.tmux("resize-window -t t -x 110 -y 30");
   ASSERT_TRUE(t.wait_text("F2 panel"));
   EXPECT_EQ(t.screen().find("terminal too"), std::string::npos);
+}
+
+// The panel follows the width at every resize (100 columns or more), until
+// F2 chooses: that choice sticks.
+TEST(Tui, PanelIsDecidedOnEveryResize) {
+  TmuxSession t(80, 30);
+  ASSERT_TRUE(t.wait_ready());
+  EXPECT_EQ(t.screen().find("Performance"), std::string::npos);
+  t.tmux("resize-window -t t -x 200 -y 30");
+  ASSERT_TRUE(t.wait_text("Performance"));
+  t.tmux("resize-window -t t -x 80 -y 30");
+  ASSERT_TRUE(
+      t.wait_for([](const std::string& s) { return s.find("Performance") == std::string::npos; },
+                 "no panel at 80 columns"));
+  t.keys("F2");  // the user wants it even at 80 columns
+  ASSERT_TRUE(t.wait_text("Performance"));
+  t.tmux("resize-window -t t -x 90 -y 30");
+  ASSERT_TRUE(t.wait_for(
+      [](const std::string& s) {
+        return s.find("│ Performance") != s.npos && s.find("F2 panel") != s.npos;
+      },
+      "the panel kept at 90 columns"));
 }
 
 TEST(Tui, PastedSlashLineIsAMessage) {

@@ -61,6 +61,18 @@ TEST(UiController, BusyWhileGenerating) {
   h.c.on_submit("two", false);
   EXPECT_EQ(h.posted.size(), 1u);
   EXPECT_NE(h.state.hint.find("wait for the reply"), std::string::npos);
+  // Not lost: it goes back into the input line.
+  ASSERT_TRUE(h.state.input_back.has_value());
+  EXPECT_EQ(h.state.input_back->text, "two");
+}
+
+TEST(UiController, RefusedTurnComesBackIntoTheInputLine) {
+  Harness h;
+  h.c.on_submit("a very long question", false);
+  h.c.on_event(ev::TurnFinished{ev::FinishReason::ContextFull, ""});
+  ASSERT_TRUE(h.state.input_back.has_value());
+  EXPECT_EQ(h.state.input_back->text, "a very long question");
+  EXPECT_TRUE(h.state.conversation.turns.empty());
 }
 
 TEST(UiController, CtrlCStopsAndKeepsTheReplyMarked) {
@@ -152,6 +164,7 @@ TEST(UiController, SaveThenLoadRestores) {
 
   Harness other;
   other.c.on_submit("/load " + (h.dir / "chat.md").string(), false);
+  ASSERT_FALSE(other.posted.empty()) << other.state.hint;
   const auto& load = std::get<cmd::LoadConversation>(other.posted.back());
   EXPECT_EQ(load.system, "Be nice.");
   ASSERT_EQ(load.turns.size(), 4u);
@@ -159,6 +172,21 @@ TEST(UiController, SaveThenLoadRestores) {
   EXPECT_EQ(load.turns[3].role, clchat::Role::Assistant);
   EXPECT_TRUE(other.state.conversation.turns[3].stopped);
   EXPECT_EQ(other.state.transcript.entries().back().footnote, "stopped");
+}
+
+// /load takes the same argument /save took: "/save chat" then "/load chat".
+TEST(UiController, LoadAcceptsTheNameSaveWasGiven) {
+  Harness h;
+  h.c.on_submit("q1", false);
+  h.reply("a1");
+  h.c.on_submit("/save " + (h.dir / "chat").string(), false);
+  Harness other;
+  other.c.on_submit("/load " + (h.dir / "chat").string(), false);
+  ASSERT_FALSE(other.posted.empty()) << other.state.hint;
+  const auto& load = std::get<cmd::LoadConversation>(other.posted.back());
+  ASSERT_EQ(load.turns.size(), 2u);
+  EXPECT_EQ(load.turns[1].text, "a1");
+  EXPECT_NE(other.state.hint.find("chat.json"), std::string::npos) << other.state.hint;
 }
 
 TEST(UiController, LoadOfABadFileIsAHint) {
@@ -255,6 +283,8 @@ TEST(UiConversationFile, JsonRoundTripAndPaths) {
   EXPECT_EQ(ui::save_paths("x/chat.json").markdown, "x/chat.md");
   EXPECT_EQ(ui::save_paths("chat").json, "chat.json");
   EXPECT_EQ(ui::load_path("a.md"), "a.json");
+  EXPECT_EQ(ui::load_path("a"), "a.json");  // no file "a": /save a wrote a.json
+  EXPECT_EQ(ui::load_path("a.json"), "a.json");
   EXPECT_THROW(ui::from_json("not json"), ui::ConversationFileError);
   EXPECT_THROW(
       ui::from_json(R"({"format":"clchat-conversation","turns":[{"role":"tool","text":""}]})"),

@@ -65,6 +65,27 @@ TEST(UiPanel, ShowsSpeedsCacheDeviceAndOneBarPerLayer) {
   EXPECT_TRUE(find_line(lines, " L5 ").empty());
 }
 
+// One preempted token (layers 2 and 3 at 40 ms) among normal ones does not
+// move the bars: they show the median of the last samples, and say so.
+TEST(UiPanel, LayerBarsShowTheMedianOfRecentSamples) {
+  ui::PerfState p = sample_perf(5);
+  clchat::ev::LayerTimings slow;
+  slow.layer_ms = {0.01, 0.02, 40, 40, 0.05};
+  slow.total_ms = 80;
+  p.on_layers(slow);
+  clchat::ev::LayerTimings normal;
+  normal.layer_ms = {0.01, 0.02, 0.03, 0.04, 0.05};
+  normal.total_ms = 0.5;
+  p.on_layers(normal);
+  const auto lines = ui::build_panel(p, false, 38, 30, true);
+  EXPECT_NE(find_line(lines, " L2 ").find("0.030"), std::string::npos) << find_line(lines, " L2 ");
+  EXPECT_NE(find_line(lines, " L4 ").find("0.050"), std::string::npos);
+  EXPECT_NE(find_line(lines, " Layers ms, median of 3").find("total 0.500"), std::string::npos)
+      << find_line(lines, " Layers");
+  for (int i = 0; i < 20; ++i) p.on_layers(normal);
+  EXPECT_EQ(p.layer_samples.size(), ui::PerfState::k_layer_window);
+}
+
 TEST(UiPanel, ManyLayersAreCutWithACount) {
   const auto lines = ui::build_panel(sample_perf(30), false, 38, 20, true);
   ASSERT_EQ(lines.size(), 20u);
@@ -131,6 +152,15 @@ TEST(UiLayout, MultiLineInputGrowsUpToALimit) {
   EXPECT_EQ(ui::compute_layout(24, 80, false, 38, 50).input.h, ui::k_max_input_lines);
   const auto l = ui::compute_layout(8, 80, false, 38, 50);
   EXPECT_GE(l.transcript.h, 3);
+}
+
+// Decided at every size unless F2 chose (the choice sticks).
+TEST(UiLayout, PanelWantedFollowsTheWidthUntilF2Chooses) {
+  EXPECT_TRUE(ui::panel_wanted(std::nullopt, true, 100, 120));
+  EXPECT_FALSE(ui::panel_wanted(std::nullopt, true, 100, 80));
+  EXPECT_FALSE(ui::panel_wanted(std::nullopt, false, 100, 200));
+  EXPECT_TRUE(ui::panel_wanted(true, true, 100, 80));
+  EXPECT_FALSE(ui::panel_wanted(false, true, 100, 200));
 }
 
 TEST(UiLayout, TooSmall) {

@@ -111,6 +111,35 @@ TEST(UiTranscript, DropLastReplyForRegen) {
   EXPECT_EQ(t.entries()[0].kind, ui::EntryKind::User);
 }
 
+// /regen after /help: the new reply goes right under its question, /help's
+// list above it.
+TEST(UiTranscript, RegeneratedReplyFollowsItsQuestion) {
+  ui::Transcript t;
+  t.set_width(20);
+  t.add(ui::EntryKind::User, "q");
+  t.append_reply("a");
+  t.finish_reply("");
+  t.add(ui::EntryKind::Info, "/help list");
+  t.drop_last_reply();
+  t.append_reply("b");
+  t.finish_reply("");
+  ASSERT_EQ(t.entries().size(), 3u);
+  EXPECT_EQ(t.entries()[0].text, "/help list");
+  EXPECT_EQ(t.entries()[1].text, "q");
+  EXPECT_EQ(t.entries()[2].text, "b");
+}
+
+// A message typed while the model loads stays below the model's banner.
+TEST(UiTranscript, BannerGoesAboveTheFirstQuestion) {
+  ui::Transcript t;
+  t.add(ui::EntryKind::Info, "log problem");
+  t.add(ui::EntryKind::User, "early question");
+  t.add_before_turns(ui::EntryKind::Info, "banner");
+  ASSERT_EQ(t.entries().size(), 3u);
+  EXPECT_EQ(t.entries()[1].text, "banner");
+  EXPECT_EQ(t.entries()[2].text, "early question");
+}
+
 TEST(UiTranscript, LeadingWhitespaceOfAReplyIsDropped) {
   ui::Transcript t;
   t.append_reply(" ");

@@ -1,5 +1,6 @@
 // A chat screen in a real terminal for the end-to-end tests: tmux runs clchat
-// on stories260K (PoCL, --device cpu) under `sh -c "clchat ...; echo
+// on stories260K (or `model`, a file under the shared folder), greedy
+// (--temp 0) unless `greedy` is false, on PoCL (--device cpu) under `sh -c "clchat ...; echo
 // CLCHAT_EXIT=$?; sleep 600"`, the tests type with send-keys and read the
 // screen with capture-pane. Each session has its own tmux server and a
 // temporary HOME/XDG tree, so nothing touches the user's files. Waits poll the
@@ -20,6 +21,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/test_support.h"
 
@@ -31,23 +33,35 @@ inline std::string quote(const std::string& s) {
   return out + "'";
 }
 
+// The rows of a captured screen.
+inline std::vector<std::string> screen_lines(const std::string& screen) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  for (size_t nl; (nl = screen.find('\n', start)) != std::string::npos; start = nl + 1) {
+    lines.push_back(screen.substr(start, nl - start));
+  }
+  return lines;
+}
+
 class TmuxSession {
  public:
   // `prepare` runs on the temporary HOME before clchat starts.
   TmuxSession(int cols, int rows, const std::string& extra_args = "",
-              const std::function<void(const std::filesystem::path&)>& prepare = {}) {
+              const std::function<void(const std::filesystem::path&)>& prepare = {},
+              const std::string& model_file = "models/stories260K.gguf", bool greedy = true) {
     static int counter = 0;
     socket_ = "clchat-tui-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
     dir_ = std::filesystem::temp_directory_path() / socket_;
     std::filesystem::create_directories(dir_);
     if (prepare) prepare(dir_);
-    const std::string model = clchat::test::shared_file("models/stories260K.gguf");
+    const std::string model = clchat::test::shared_file(model_file);
     const std::string d = dir_.string();
     const std::string env = "env -i PATH=/usr/bin:/bin HOME=" + d + " XDG_STATE_HOME=" + d +
                             "/state XDG_CONFIG_HOME=" + d + "/config XDG_CACHE_HOME=" + d +
                             "/cache LANG=C.UTF-8 TERM=tmux-256color";
     const std::string cmd = env + " " + quote(CLCHAT_BINARY) + " -m " + quote(model) +
-                            " --device cpu " + extra_args + "; echo CLCHAT_EXIT=$?; sleep 600";
+                            " --device cpu " + (greedy ? "--temp 0 " : "") + extra_args +
+                            "; echo CLCHAT_EXIT=$?; sleep 600";
     tmux("-f /dev/null new-session -d -x " + std::to_string(cols) + " -y " + std::to_string(rows) +
          " -s t " + quote(cmd));
   }
@@ -94,6 +108,8 @@ class TmuxSession {
   }
   // The status bar names the model once the engine is ready (stories260K: "llama").
   bool wait_ready() const { return wait_text("clchat │ llama │"); }
+  // Any model: its banner is in the transcript.
+  bool wait_banner() const { return wait_text("/help lists the commands"); }
 
   // The pid of clchat: the child of the pane's shell named clchat, or -1.
   pid_t clchat_pid() const {

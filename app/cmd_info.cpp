@@ -47,7 +47,23 @@ nlohmann::ordered_json describe(const Model& model) {
   j["n_ctx_train"] = c.n_ctx_train;
   j["n_rot"] = c.n_rot;
   j["rope_freq_base"] = shortest(c.rope_freq_base);
+  j["rope_style"] = c.rope_style == RopeStyle::Neox ? "neox" : "adjacent";
+  j["rope_freq_scale"] = shortest(c.rope_freq_scale);
+  j["rope_freq_factors"] = c.rope_freq_factors;
+  j["sliding_window"] = c.sliding_window;
+  int n_swa = 0;
+  for (int il = 0; il < c.n_layer; ++il) n_swa += c.is_swa(il) ? 1 : 0;
+  j["sliding_window_layers"] = n_swa;
+  j["rope_freq_base_swa"] = shortest(c.rope_freq_base_swa);
   j["rms_eps"] = shortest(c.rms_eps);
+  // The graph's options (architecture.h), by name.
+  nlohmann::ordered_json graph = nlohmann::ordered_json::array();
+  if (c.embed_scale != 1.0f) graph.push_back("embedding scale");
+  if (c.qkv_bias) graph.push_back("q/k/v biases");
+  if (c.qk_norm) graph.push_back("q/k head norms");
+  if (c.post_norms) graph.push_back("post-norms");
+  graph.push_back(c.ffn_act == FfnActivation::GeluTanh ? "GELU" : "SiLU");
+  j["graph"] = graph;
   j["tied_embeddings"] = c.tied_embeddings;
   j["weight_type"] = describe_weight_type(model);
   nlohmann::ordered_json layer_types = nlohmann::ordered_json::object();
@@ -78,7 +94,19 @@ void print_text(const nlohmann::ordered_json& j) {
               s("n_head_kv").c_str(), s("head_dim").c_str());
   std::printf("ffn:           %s\n", s("n_ff").c_str());
   std::printf("context:       %s\n", s("n_ctx_train").c_str());
-  std::printf("rope:          %s dims, base %s\n", s("n_rot").c_str(), s("rope_freq_base").c_str());
+  std::string rope = s("n_rot") + " dims, " + j["rope_style"].get<std::string>() + " pairs, base " +
+                     s("rope_freq_base");
+  if (j["rope_freq_scale"].get<double>() != 1.0) rope += ", position scale " + s("rope_freq_scale");
+  if (j["rope_freq_factors"].get<bool>()) rope += ", frequency factors";
+  std::printf("rope:          %s\n", rope.c_str());
+  if (j["sliding_window"].get<int>() > 0) {
+    std::printf("window:        %s positions on %s of %s layers (rope base %s there)\n",
+                s("sliding_window").c_str(), s("sliding_window_layers").c_str(),
+                s("n_layer").c_str(), s("rope_freq_base_swa").c_str());
+  }
+  std::string graph;
+  for (const auto& g : j["graph"]) graph += (graph.empty() ? "" : ", ") + g.get<std::string>();
+  std::printf("graph:         %s\n", graph.c_str());
   std::printf("rms eps:       %s\n", s("rms_eps").c_str());
   std::printf("vocab:         %s (%s tokenizer%s%s)\n", s("n_vocab").c_str(),
               j["tokenizer"].get<std::string>().c_str(),

@@ -70,10 +70,6 @@ ModelConfig read_model_config(const GgufFile& file) {
                     : c.n_head;
   c.n_ff = get("feed_forward_length", k_max_ff);
   c.n_ctx_train = file.has(p + "context_length") ? get("context_length", k_max_ctx) : 2048;
-  if (c.n_head % c.n_head_kv != 0) {
-    file.fail(std::to_string(c.n_head) + " query heads are not a multiple of " +
-              std::to_string(c.n_head_kv) + " KV heads");
-  }
   if (file.has(p + "attention.key_length")) {
     c.head_dim = get("attention.key_length", k_max_embd);
     const int v_len =
@@ -88,6 +84,10 @@ ModelConfig read_model_config(const GgufFile& file) {
                 std::to_string(c.n_head) + " heads");
     }
     c.head_dim = c.n_embd / c.n_head;
+  }
+  if (c.n_head % c.n_head_kv != 0) {
+    file.fail(std::to_string(c.n_head) + " query heads are not a multiple of " +
+              std::to_string(c.n_head_kv) + " KV heads");
   }
   if (uint64_t(c.n_head) * uint64_t(c.head_dim) > k_max_embd) {
     file.fail("attention of " + std::to_string(c.n_head) + " heads of " +

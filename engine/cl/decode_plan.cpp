@@ -52,6 +52,20 @@ std::vector<KernelArg> qkv_rope_args(const ModelConfig& c, const DeviceMatrix& m
 
 }  // namespace
 
+KernelArgs matvec_args(const DeviceMatrix& m, const ClMem& x, const ClMem* norm_w, float eps,
+                       bool accumulate, const ClMem& out) {
+  static const ClMem k_none;
+  return {{"wq", m.q},
+          {"ws", m.s},
+          {"n_in", cl_int(m.n_in)},
+          {"n_rows", cl_int(m.rows)},
+          {"x", x},
+          {"norm_w", norm_w ? *norm_w : k_none},
+          {"eps", eps},
+          {"accumulate", cl_int(accumulate ? 1 : 0)},
+          {"out", out}};
+}
+
 DecodePlan::DecodePlan(const ModelConfig& c, const ClRuntime& rt, ClPrograms& programs,
                        const DeviceWeights& w, DecodeState& s)
     : config_(c), rt_(rt), programs_(programs), w_(w), s_(s) {
@@ -79,16 +93,7 @@ DecodePlan::Launch DecodePlan::matvec_launch(const DeviceMatrix& m, const ClMem&
                                              const char* label, int layer) {
   const KernelTuning& tune = programs_.tuning();
   Launch l{programs_.weight_kernel(m.type, "matvec"), 0, size_t(tune.matvec_wg()), label, layer};
-  static const ClMem k_none;
-  bind_args(l.kernel, {{"wq", m.q},
-                       {"ws", m.s},
-                       {"n_in", cl_int(m.n_in)},
-                       {"n_rows", cl_int(m.rows)},
-                       {"x", x},
-                       {"norm_w", norm_w ? *norm_w : k_none},
-                       {"eps", config_.rms_eps},
-                       {"accumulate", cl_int(accumulate ? 1 : 0)},
-                       {"out", out}});
+  matvec_args(m, x, norm_w, config_.rms_eps, accumulate, out).bind(l.kernel);
   l.global = round_up(size_t(m.rows), size_t(tune.rows)) / size_t(tune.rows) * l.local;
   return l;
 }

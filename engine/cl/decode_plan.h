@@ -33,6 +33,11 @@
 
 namespace clchat {
 
+// The arguments of the matvec kernels (matvec.cl, matvec_cpu.cl):
+// out (+)= m @ (x, or rmsnorm(x) * norm_w when norm_w is given).
+KernelArgs matvec_args(const DeviceMatrix& m, const ClMem& x, const ClMem* norm_w, float eps,
+                       bool accumulate, const ClMem& out);
+
 class DecodePlan {
  public:
   // `rt`, `w` and `s` must outlive the plan.

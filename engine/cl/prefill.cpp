@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "engine/cl/decode_plan.h"
 #include "engine/cl/fault_injection.h"
 #include "engine/cl/programs.h"
 #include "engine/gguf/quant.h"
@@ -454,22 +455,13 @@ ClPrefill::Step ClPrefill::attention_step(int il, cl_ulong layer_off,
 ClPrefill::Step ClPrefill::matvec_step(const DeviceMatrix& w, const ClMem& x, const ClMem* norm_w,
                                        bool accumulate, const ClMem& out, const char* label) {
   const KernelTuning& t = decode_programs_->tuning();
-  static const ClMem k_none;
   Step s;
   s.kernel = decode_programs_->weight_kernel(w.type, "matvec");
   s.local0 = size_t(t.matvec_wg());
   s.global0 = ceil_div(size_t(w.rows), size_t(t.rows)) * s.local0;
   s.local1 = 1;
   s.label = label;
-  bind_args(s.kernel, {{"wq", w.q},
-                       {"ws", w.s},
-                       {"n_in", cl_int(w.n_in)},
-                       {"n_rows", cl_int(w.rows)},
-                       {"x", x},
-                       {"norm_w", norm_w ? *norm_w : k_none},
-                       {"eps", config_.rms_eps},
-                       {"accumulate", cl_int(accumulate ? 1 : 0)},
-                       {"out", out}});
+  matvec_args(w, x, norm_w, config_.rms_eps, accumulate, out).bind(s.kernel);
   return s;
 }
 

@@ -252,4 +252,24 @@ inline size_t count_overwritten(const std::vector<float>& v, size_t begin) {
   return n;
 }
 
+// A KV cache written by a kernel against `ref`, whose NaN entries mark the
+// places the kernel must leave alone (the buffer was NaN-poisoned): the
+// written entries within `tol` (relative), none of the others touched.
+inline void expect_cache_matches(const ClMem& cache, const std::vector<double>& ref, double tol) {
+  const std::vector<float> got = cl_read(cache, ref.size());
+  std::vector<float> got_set;
+  std::vector<double> want;
+  size_t stray = 0;
+  for (size_t e = 0; e < got.size(); ++e) {
+    if (std::isnan(ref[e])) {
+      stray += !std::isnan(got[e]);
+    } else {
+      got_set.push_back(got[e]);
+      want.push_back(ref[e]);
+    }
+  }
+  EXPECT_LE(relative_error(got_set, want), tol);
+  EXPECT_EQ(stray, 0u) << "cache written outside the chunk's positions";
+}
+
 }  // namespace clchat::test

@@ -7,6 +7,10 @@
 //   llama   adjacent  SiLU   rope_freqs.weight (Llama 3.1+) when present
 //   qwen2   NeoX      SiLU   q/k/v biases
 //   qwen3   NeoX      SiLU   q/k head norms
+//   phi3    NeoX      SiLU   fused attn_qkv and gate-and-up ffn_up (split
+//                            into views by the loader, any family may have
+//                            them); its sliding-window key is ignored, as
+//                            llama.cpp does
 //   gemma3  NeoX      GELU   embeddings x sqrt(n_embd); q/k head norms;
 //                            post-attention and post-FFN norms; a sliding
 //                            window on 5 of every 6 layers, with RoPE base
@@ -33,11 +37,12 @@ struct ArchitectureTraits {
   // (0: every layer).
   int swa_period;
   float rope_freq_base_swa;  // RoPE base of the sliding-window layers
+  bool uses_window;          // whether attention.sliding_window applies
 };
 
 // The family named `arch`, or null.
 const ArchitectureTraits* find_architecture(std::string_view arch);
-// "llama, qwen2, qwen3, gemma3".
+// "llama, qwen2, qwen3, phi3, gemma3".
 std::string known_architectures();
 
 }  // namespace clchat

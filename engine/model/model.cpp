@@ -45,6 +45,24 @@ const GgufTensor* require_tensor(const GgufFile& file, const std::string& name,
   return t;
 }
 
+// Rows [row0, row0 + rows) of t (a matrix: its rows are contiguous in the
+// file) as a tensor of its own, named `name`.
+std::shared_ptr<const GgufTensor> row_view(const GgufFile& file, const GgufTensor& t, uint64_t row0,
+                                           uint64_t rows, const std::string& name) {
+  const std::optional<uint64_t> row_bytes = ggml_row_bytes(t.type, t.dims[0]);
+  if (!row_bytes || t.dims.size() != 2 || row0 + rows > t.dims[1]) {
+    file.fail("tensor '" + t.name + "' cannot be split into its parts");
+  }
+  auto v = std::make_shared<GgufTensor>(t);
+  v->name = name;
+  v->dims = {t.dims[0], rows};
+  v->offset = t.offset + row0 * *row_bytes;
+  v->n_elements = t.dims[0] * rows;
+  v->n_bytes = rows * *row_bytes;
+  v->data = t.data + row0 * *row_bytes;
+  return v;
+}
+
 }  // namespace
 
 ModelConfig read_model_config(const GgufFile& file) {
@@ -122,7 +140,7 @@ ModelConfig read_model_config(const GgufFile& file) {
     file.fail("rope frequency base must be positive and finite, RMS epsilon in (0, 1)");
   }
   if (traits->embed_scale_sqrt) c.embed_scale = float(std::sqrt(double(c.n_embd)));
-  if (file.has(p + "attention.sliding_window")) {
+  if (traits->uses_window && file.has(p + "attention.sliding_window")) {
     c.sliding_window = get("attention.sliding_window", k_max_ctx);
     const int period = traits->swa_period;
     for (int il = 0; il < c.n_layer; ++il) {
@@ -130,6 +148,10 @@ ModelConfig read_model_config(const GgufFile& file) {
     }
   }
   c.rope_freq_factors = file.find_tensor("rope_freqs.weight") != nullptr;
+  if (file.find_tensor("rope_factors_long.weight") ||
+      file.find_tensor("rope_factors_short.weight")) {
+    file.fail("long-context RoPE factors (rope_factors_long/short, Phi-3 128k) are not supported");
+  }
   const GgufTensor* embd = file.find_tensor("token_embd.weight");
   if (!embd) file.fail("missing tensor 'token_embd.weight'");
   if (embd->dims.size() != 2) file.fail("tensor 'token_embd.weight' is not a matrix");
@@ -168,13 +190,35 @@ ModelTensors find_model_tensors(const GgufFile& file, const ModelConfig& c) {
     const std::string b = "blk." + std::to_string(il) + ".";
     LayerTensors l{};
     l.attn_norm = require_tensor(file, b + "attn_norm.weight", {embd});
-    l.wq = require_tensor(file, b + "attn_q.weight", {embd, nq});
-    l.wk = require_tensor(file, b + "attn_k.weight", {embd, kv});
-    l.wv = require_tensor(file, b + "attn_v.weight", {embd, kv});
+    auto view = [&](const GgufTensor* fused, uint64_t row0, uint64_t rows, const char* part) {
+      t.views.push_back(row_view(file, *fused, row0, rows, fused->name + "[" + part + "]"));
+      return t.views.back().get();
+    };
+    // Q, K and V: three tensors, or one fused attn_qkv [n_embd, n_embd_q + 2 n_embd_kv]
+    // (Phi-3) whose row ranges serve as the three.
+    if (file.find_tensor(b + "attn_qkv.weight")) {
+      const GgufTensor* qkv = require_tensor(file, b + "attn_qkv.weight", {embd, nq + 2 * kv});
+      l.wq = view(qkv, 0, nq, "q");
+      l.wk = view(qkv, nq, kv, "k");
+      l.wv = view(qkv, nq + kv, kv, "v");
+    } else {
+      l.wq = require_tensor(file, b + "attn_q.weight", {embd, nq});
+      l.wk = require_tensor(file, b + "attn_k.weight", {embd, kv});
+      l.wv = require_tensor(file, b + "attn_v.weight", {embd, kv});
+    }
     l.wo = require_tensor(file, b + "attn_output.weight", {nq, embd});
     l.ffn_norm = require_tensor(file, b + "ffn_norm.weight", {embd});
-    l.ffn_gate = require_tensor(file, b + "ffn_gate.weight", {embd, ff});
-    l.ffn_up = require_tensor(file, b + "ffn_up.weight", {embd, ff});
+    // Gate and up: two tensors, or (no ffn_gate) one ffn_up [n_embd, 2 n_ff]
+    // with the gate's rows first (Phi-3; llama.cpp's SwiGLU split).
+    if (!file.find_tensor(b + "ffn_gate.weight") && file.find_tensor(b + "ffn_up.weight") &&
+        file.find_tensor(b + "ffn_up.weight")->dims == std::vector<uint64_t>{embd, 2 * ff}) {
+      const GgufTensor* up = file.find_tensor(b + "ffn_up.weight");
+      l.ffn_gate = view(up, 0, ff, "gate");
+      l.ffn_up = view(up, ff, ff, "up");
+    } else {
+      l.ffn_gate = require_tensor(file, b + "ffn_gate.weight", {embd, ff});
+      l.ffn_up = require_tensor(file, b + "ffn_up.weight", {embd, ff});
+    }
     l.ffn_down = require_tensor(file, b + "ffn_down.weight", {ff, embd});
     for (const GgufTensor* norm : {l.attn_norm, l.ffn_norm}) {
       if (norm->type != GgmlType::F32) file.fail("tensor '" + norm->name + "' must be F32");

@@ -92,6 +92,9 @@ struct LayerTensors {
 };
 
 struct ModelTensors {
+  // Row ranges of fused tensors (Phi-3's attn_qkv and gate-and-up ffn_up)
+  // that the layers point at as if they were tensors of their own.
+  std::vector<std::shared_ptr<const GgufTensor>> views;
   const GgufTensor* token_embd;            // [n_embd, n_vocab]
   const GgufTensor* output_norm;           // [n_embd]
   const GgufTensor* output;                // [n_embd, n_vocab]; == token_embd when tied

@@ -97,6 +97,7 @@ constexpr Preset k_presets[] = {
     {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 0, 8192, 128256, 131072, 500000.0f, 0, true},
     {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 0, 4864, 151936, 32768, 1000000.0f, 0, false},
     {"gemma3-270m", "gemma3", 640, 18, 4, 1, 256, 2048, 262144, 32768, 1000000.0f, 512, false},
+    {"phi-3-mini", "phi3", 3072, 32, 32, 32, 0, 8192, 32064, 4096, 10000.0f, 0, false},
 };
 
 }  // namespace
@@ -187,6 +188,7 @@ GgufWriter make_synthetic_model(const SyntheticSpec& s, const GgufFile* vocab_fr
   Rng rng{s.seed};
   const uint64_t embd = uint64_t(s.n_embd), ff = uint64_t(s.n_ff), hd = uint64_t(head_dim);
   const uint64_t nq = hd * uint64_t(s.n_head), kv = hd * uint64_t(s.n_head_kv);
+  const bool fused = s.arch == "phi3";  // the layout its converter writes
   auto matrix = [&](const std::string& name, int il, uint64_t n_in, uint64_t rows, float std) {
     add_matrix(w, rng, name, type_of(name, n_in, il), n_in, rows, std);
   };
@@ -204,9 +206,13 @@ GgufWriter make_synthetic_model(const SyntheticSpec& s, const GgufFile* vocab_fr
   for (int il = 0; il < s.n_layer; ++il) {
     const std::string b = "blk." + std::to_string(il) + ".";
     add_norm(w, rng, b + "attn_norm.weight", embd);
-    matrix(b + "attn_q.weight", il, embd, nq, std_in);
-    matrix(b + "attn_k.weight", il, embd, kv, std_in);
-    matrix(b + "attn_v.weight", il, embd, kv, std_in);
+    if (fused) {  // Phi-3: [Wq; Wk; Wv] as one tensor
+      matrix(b + "attn_qkv.weight", il, embd, nq + 2 * kv, std_in);
+    } else {
+      matrix(b + "attn_q.weight", il, embd, nq, std_in);
+      matrix(b + "attn_k.weight", il, embd, kv, std_in);
+      matrix(b + "attn_v.weight", il, embd, kv, std_in);
+    }
     matrix(b + "attn_output.weight", il, nq, embd, 1.0f / std::sqrt(float(nq)));
     if (traits->qkv_bias) {
       add_bias(w, rng, b + "attn_q.bias", nq);
@@ -222,8 +228,12 @@ GgufWriter make_synthetic_model(const SyntheticSpec& s, const GgufFile* vocab_fr
       add_norm(w, rng, b + "post_ffw_norm.weight", embd);
     }
     add_norm(w, rng, b + "ffn_norm.weight", embd);
-    matrix(b + "ffn_gate.weight", il, embd, ff, std_in);
-    matrix(b + "ffn_up.weight", il, embd, ff, std_in);
+    if (fused) {  // Phi-3: [Wgate; Wup] as one ffn_up
+      matrix(b + "ffn_up.weight", il, embd, 2 * ff, std_in);
+    } else {
+      matrix(b + "ffn_gate.weight", il, embd, ff, std_in);
+      matrix(b + "ffn_up.weight", il, embd, ff, std_in);
+    }
     matrix(b + "ffn_down.weight", il, ff, embd, std_ff);
   }
   return w;

@@ -51,8 +51,9 @@ struct SyntheticSpec {
 // heads, FFN 8192, vocab 128256, Llama 3's RoPE frequency factors),
 // "qwen2.5-0.5b" (qwen2: 896 x 24, 14 / 2 heads, FFN 4864, vocab 151936,
 // q/k/v biases), "gemma3-270m" (gemma3: 640 x 18, 4 / 1 heads of 256, FFN
-// 2048, vocab 262144, window 512). Throws std::invalid_argument naming the
-// known ones.
+// 2048, vocab 262144, window 512), "phi-3-mini" (phi3: 3072 x 32, 32 / 32
+// heads, FFN 8192, vocab 32064, fused attn_qkv and gate-and-up). Throws
+// std::invalid_argument naming the known ones.
 SyntheticSpec synthetic_preset(std::string_view name);
 // "smollm2-135m, smollm2-360m, ..." for help texts and errors.
 const std::string& synthetic_preset_names();

@@ -2,7 +2,8 @@
 // (PoCL unless CLCHAT_TEST_DEVICE says otherwise), each against the CPU
 // reference (CpuForward, ||delta|| / ||ref|| <= 1e-3 at every position):
 //   - small synthetic models of each family's shape: Llama 3 (RoPE frequency
-//     factors), Qwen 2 (q/k/v biases), Qwen 3 (q/k head norms) and Gemma 3
+//     factors), Qwen 2 (q/k/v biases), Qwen 3 (q/k head norms), Phi-3 (fused
+//     attn_qkv and gate-and-up ffn_up, read as row views) and Gemma 3
 //     (head size 64 with q twice as wide as the embedding, head norms,
 //     post-norms, GELU, a 5-position window on layers 0-4 of 6, the
 //     embedding scale; once more as a Q4_K_M mix, whose Wv differs in type
@@ -131,6 +132,7 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(ArchCase{"llama3", "llama", 0, 0, true, GgmlType::Q4_0},
                     ArchCase{"qwen2", "qwen2", 0, 0, false, GgmlType::Q8_0},
                     ArchCase{"qwen3", "qwen3", 0, 0, false, GgmlType::Q5_1},
+                    ArchCase{"phi3", "phi3", 0, 0, false, GgmlType::Q4_1},
                     ArchCase{"gemma3", "gemma3", 64, 5, false, GgmlType::Q5_0},
                     ArchCase{"gemma3_q4_k_m", "gemma3", 64, 5, false, GgmlType::Q5_0, "q4_k_m"}),
     [](const testing::TestParamInfo<ArchCase>& info) { return std::string(info.param.name); });

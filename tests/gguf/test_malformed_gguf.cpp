@@ -631,12 +631,12 @@ TEST(MalformedModel, OutOfRangeAndInconsistentHyperParameters) {
 // An architecture clchat does not know: one line naming it and the known ones.
 TEST(MalformedModel, OtherArchitectures) {
   TempDir dir;
-  for (const char* arch : {"gpt2", "falcon", "llama2", "LLAMA", "phi3"}) {
+  for (const char* arch : {"gpt2", "falcon", "llama2", "LLAMA", "phi2"}) {
     TinyModel m = base_model();
     m.set_metadata("general.architecture", GgufValue::str(arch));
     expect_rejected(dir, std::string("arch-") + arch, m,
                     {std::string("unsupported architecture '") + arch +
-                     "' (clchat runs llama, qwen2, qwen3, gemma3)"});
+                     "' (clchat runs llama, qwen2, qwen3, phi3, gemma3)"});
   }
 }
 

@@ -4,9 +4,12 @@
 // file may leave out.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "engine/model/model.h"
+#include "engine/model/synthetic.h"
 #include "tests/gguf_fixtures.h"
 #include "tests/test_support.h"
 
@@ -257,6 +260,51 @@ TEST(ModelLoadDefaults, GgufV2AndCustomAlignmentLoad) {
   EXPECT_EQ(m.file->alignment(), 128u);
   EXPECT_EQ(m.config.n_embd, 64);
   expect_tensors_wired(m);
+}
+
+}  // namespace
+}  // namespace clchat
+
+namespace clchat {
+namespace {
+
+// Phi-3's fused attn_qkv and gate-and-up ffn_up are read as row views: each
+// view's bytes are its rows of the fused tensor (q, k, v in that order; the
+// gate's rows before the up's, as Hugging Face's Phi3MLP chunks gate_up_proj).
+TEST(ModelLoad, FusedTensorsAreSplitIntoRowViews) {
+  SyntheticSpec s;
+  s.arch = "phi3";
+  s.n_embd = 64;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.n_ff = 96;
+  s.n_vocab = 64;
+  s.layer_type = GgmlType::Q8_0;
+  const std::string path = write_synthetic_model_tmp(s);
+  const Model m = load_model(path);
+  std::remove(path.c_str());
+  const GgufFile& f = *m.file;
+  const LayerTensors& l = m.tensors.layers[1];
+  const GgufTensor* qkv = f.find_tensor("blk.1.attn_qkv.weight");
+  const GgufTensor* up = f.find_tensor("blk.1.ffn_up.weight");
+  ASSERT_TRUE(qkv && up);
+  EXPECT_EQ(f.find_tensor("blk.1.attn_q.weight"), nullptr);
+  EXPECT_EQ(f.find_tensor("blk.1.ffn_gate.weight"), nullptr);
+  const std::vector<uint8_t> fused_qkv = f.tensor_bytes(*qkv), fused_up = f.tensor_bytes(*up);
+  const size_t row = fused_qkv.size() / qkv->dims[1];  // bytes per row of 64 values
+  auto expect_rows = [&](const GgufTensor* view, const std::vector<uint8_t>& fused, size_t row0,
+                         uint64_t rows) {
+    SCOPED_TRACE(view->name);
+    EXPECT_EQ(view->dims, (std::vector<uint64_t>{64, rows}));
+    const std::vector<uint8_t> got = f.tensor_bytes(*view);
+    ASSERT_EQ(got.size(), rows * row);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), fused.begin() + long(row0 * row)));
+  };
+  expect_rows(l.wq, fused_qkv, 0, 64);
+  expect_rows(l.wk, fused_qkv, 64, 32);
+  expect_rows(l.wv, fused_qkv, 96, 32);
+  expect_rows(l.ffn_gate, fused_up, 0, 96);
+  expect_rows(l.ffn_up, fused_up, 96, 96);
 }
 
 }  // namespace

@@ -33,6 +33,14 @@ struct ProfileReport {
   std::map<std::string, double> kernel_us;  // per kernel name, summed over the token
   double total_us = 0;
   int n_launches = 0;
+
+  // One launch of `label` in layer `layer` (-1: none) that took `us`.
+  void add(const std::string& label, int layer, double us) {
+    kernel_us[label] += us;
+    if (layer >= 0 && size_t(layer) < layer_us.size()) layer_us[size_t(layer)] += us;
+    total_us += us;
+    ++n_launches;
+  }
 };
 
 }  // namespace clchat

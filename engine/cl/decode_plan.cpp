@@ -312,16 +312,7 @@ void DecodePlan::set_debug(bool on) {
 ProfileReport DecodePlan::take_profile() {
   ProfileReport p;
   p.layer_us.assign(size_t(config_.n_layer), 0.0);
-  for (const auto& [l, ev] : events_) {
-    cl_ulong start = 0, end = 0;
-    clGetEventProfilingInfo(ev.get(), CL_PROFILING_COMMAND_START, sizeof(start), &start, nullptr);
-    clGetEventProfilingInfo(ev.get(), CL_PROFILING_COMMAND_END, sizeof(end), &end, nullptr);
-    const double us = double(end - start) / 1000.0;
-    p.kernel_us[l->label] += us;
-    if (l->layer >= 0) p.layer_us[size_t(l->layer)] += us;
-    p.total_us += us;
-    ++p.n_launches;
-  }
+  for (const auto& [l, ev] : events_) p.add(l->label, l->layer, event_device_us(ev));
   events_.clear();
   return p;
 }

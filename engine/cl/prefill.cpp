@@ -583,16 +583,8 @@ void ClPrefill::build_decode_steps() {
 ProfileReport ClPrefill::take_decode_profile() {
   ProfileReport p;
   p.layer_us.assign(size_t(config_.n_layer), 0.0);
-  for (const auto& [step, ev] : decode_events_) {
-    cl_ulong t0 = 0, t1 = 0;
-    clGetEventProfilingInfo(ev.get(), CL_PROFILING_COMMAND_START, sizeof t0, &t0, nullptr);
-    clGetEventProfilingInfo(ev.get(), CL_PROFILING_COMMAND_END, sizeof t1, &t1, nullptr);
-    const double us = double(t1 - t0) / 1000.0;
-    p.kernel_us[step->label] += us;
-    if (step->layer >= 0) p.layer_us[size_t(step->layer)] += us;
-    p.total_us += us;
-    ++p.n_launches;
-  }
+  for (const auto& [step, ev] : decode_events_)
+    p.add(step->label, step->layer, event_device_us(ev));
   decode_events_.clear();
   return p;
 }
@@ -664,10 +656,7 @@ void ClPrefill::report_profile(int n_tokens) {
   std::vector<std::pair<std::string, double>> sums;
   double total = 0;
   for (const auto& [label, ev] : events_) {
-    cl_ulong t0 = 0, t1 = 0;
-    clGetEventProfilingInfo(ev.get(), CL_PROFILING_COMMAND_START, sizeof t0, &t0, nullptr);
-    clGetEventProfilingInfo(ev.get(), CL_PROFILING_COMMAND_END, sizeof t1, &t1, nullptr);
-    const double us = double(t1 - t0) / 1e3;
+    const double us = event_device_us(ev);
     auto it =
         std::find_if(sums.begin(), sums.end(), [&](const auto& p) { return p.first == label; });
     if (it == sums.end()) {

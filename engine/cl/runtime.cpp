@@ -375,6 +375,13 @@ ClKernel ClRuntime::create_kernel(const ClProgram& program, const char* name) co
   return k;
 }
 
+double event_device_us(const ClEvent& ev) {
+  cl_ulong start = 0, end = 0;
+  clGetEventProfilingInfo(ev.get(), CL_PROFILING_COMMAND_START, sizeof start, &start, nullptr);
+  clGetEventProfilingInfo(ev.get(), CL_PROFILING_COMMAND_END, sizeof end, &end, nullptr);
+  return double(end - start) / 1000.0;
+}
+
 ClMem ClRuntime::alloc(size_t bytes, bool host_readable) const {
   cl_int err = fault::alloc_error();
   const cl_mem_flags flags = CL_MEM_READ_WRITE | (host_readable ? CL_MEM_ALLOC_HOST_PTR : 0);

@@ -82,6 +82,9 @@ using ClMem = ClHandle<cl_mem, clReleaseMemObject>;
 using ClKernel = ClHandle<cl_kernel, clReleaseKernel>;
 using ClProgram = ClHandle<cl_program, clReleaseProgram>;
 using ClEvent = ClHandle<cl_event, clReleaseEvent>;
+
+// A finished command's device time from its profiling info, in microseconds.
+double event_device_us(const ClEvent& ev);
 using ClQueue = ClHandle<cl_command_queue, clReleaseCommandQueue>;
 using ClContextHandle = ClHandle<cl_context, clReleaseContext>;
 

@@ -280,18 +280,23 @@ ClPrefill::Step ClPrefill::embed_step() {
 void ClPrefill::build_steps() {
   steps_.clear();
   steps_.push_back(embed_step());
-  if (config_.embed_scale != 1.0f) {  // x *= sqrt(n_embd) (Gemma)
-    Step scale = elementwise_step("scale_rows", size_t(config_.n_embd), "embed_scale");
-    const KernelArgs args = {
-        {"x", x_}, {"s", config_.embed_scale}, {"n", cl_int(config_.n_embd)}, {"n_tok", cl_int(0)}};
-    args.bind(scale.kernel);
-    scale.arg_n_tok = int(args.index("n_tok"));
-    steps_.push_back(std::move(scale));
-  }
+  if (config_.embed_scale != 1.0f) steps_.push_back(embed_scale_step());
   const PrefillTuning att_tuning = attention_tuning();
   for (int il = 0; il < config_.n_layer; ++il) add_layer_steps(il, att_tuning);
   // final norm of rows row0.. and lm_head, for run_logits (logits_ set later)
   head_norm_ = norm_step(x_, w_.output_norm.q, xn_, "output_norm");
+}
+
+// g = act(g) * u, act the model's (SiLU or GELU)
+ClPrefill::Step ClPrefill::activation_step() {
+  const ModelConfig& c = config_;
+  const bool gelu = c.ffn_act == FfnActivation::GeluTanh;
+  Step act = elementwise_step(gelu ? "gelu_mul" : "silu_mul", size_t(c.n_ff),
+                              gelu ? "gelu_mul" : "silu_mul");
+  const KernelArgs args = {{"g", g_}, {"u", u_}, {"n", cl_int(c.n_ff)}, {"n_tok", cl_int(0)}};
+  args.bind(act.kernel);
+  act.arg_n_tok = int(args.index("n_tok"));
+  return act;
 }
 
 // x *= sqrt(n_embd) (Gemma)
@@ -364,6 +369,7 @@ ClPrefill::Step ClPrefill::head_step(int il, cl_ulong layer_off, const QkvLayout
                            {"neox", cl_int(c.rope_style == RopeStyle::Neox ? 1 : 0)},
                            {"rope_cs", w_.rope_table(il)},
                            {"pos0", cl_int(0)},
+                           {"q_scale", c.q_scale()},
                            {"q", q_},
                            {"k_cache", s_.k_cache},
                            {"v_cache", s_.v_cache},
@@ -410,13 +416,7 @@ void ClPrefill::add_layer_steps(int il, const PrefillTuning& att_tuning) {
   steps_.push_back(norm_step(x_, w.ffn_norm.q, xn_, "ffn_norm"));
   steps_.push_back(matmul_step(w.ffn_gate, xn_, c.n_embd, g_, c.n_ff, 0, false, "ffn_gate"));
   steps_.push_back(matmul_step(w.ffn_up, xn_, c.n_embd, u_, c.n_ff, 0, false, "ffn_up"));
-  const bool gelu = c.ffn_act == FfnActivation::GeluTanh;
-  Step act = elementwise_step(gelu ? "gelu_mul" : "silu_mul", size_t(c.n_ff),
-                              gelu ? "gelu_mul" : "silu_mul");
-  const KernelArgs act_args = {{"g", g_}, {"u", u_}, {"n", cl_int(c.n_ff)}, {"n_tok", cl_int(0)}};
-  act_args.bind(act.kernel);
-  act.arg_n_tok = int(act_args.index("n_tok"));
-  steps_.push_back(std::move(act));
+  steps_.push_back(activation_step());
   // x += Wd h (post-norm'ed when the model has post-norms)
   add_residual_steps(w.ffn_down, g_, c.n_ff, w.post_ffn_norm, "ffn_down", "post_ffn_norm");
 }
@@ -555,7 +555,16 @@ void ClPrefill::build_decode_steps() {
     decode_steps_.push_back(head_step(il, layer_off, in));
     decode_steps_.push_back(decode_attention_step(il, layer_off));
     add_decode_residual_steps(w.wo, att_, w.post_attn_norm, "wo", "post_attn_norm");
-    // h = act(Wg xn) * (Wu xn), xn = rmsnorm(x) * ffn_norm, in one launch
+    // h = act(Wg xn) * (Wu xn), xn = rmsnorm(x) * ffn_norm: in one launch
+    // when gate and up share a type, else two and the activation.
+    if (w.ffn_gate.type != w.ffn_up.type) {
+      decode_steps_.push_back(matvec_step(w.ffn_gate, x_, &w.ffn_norm.q, false, g_, "ffn_gate"));
+      decode_steps_.push_back(matvec_step(w.ffn_up, x_, &w.ffn_norm.q, false, u_, "ffn_up"));
+      decode_steps_.push_back(activation_step());
+      add_decode_residual_steps(w.ffn_down, g_, w.post_ffn_norm, "ffn_down", "post_ffn_norm");
+      for (size_t i = first_step; i < decode_steps_.size(); ++i) decode_steps_[i].layer = il;
+      continue;
+    }
     const KernelTuning& t = decode_programs_->tuning();
     Step gate_up;
     gate_up.kernel = decode_programs_->weight_kernel(w.ffn_gate.type, "ffn_gate_up");
@@ -630,22 +639,26 @@ void ClPrefill::enqueue_chunk(int id_off, int n_tok, int pos0) {
 
 void ClPrefill::run(int n_tokens, int pos, const ClMem& last_x) {
   int n_chunk = 0;
-  if (n_tokens == 1 && !decode_steps_.empty()) {
-    for (Step& st : decode_steps_) {
-      cl_event ev = enqueue(st, 1, pos, 0, 0, decode_profiling_);
-      if (ev) decode_events_.emplace_back(&st, ClEvent(ev));
+  const bool one_by_one = n_tokens == 1 || chunk_ == 1;
+  if (one_by_one && !decode_steps_.empty()) {  // decode steps, token by token
+    for (int t = 0; t < n_tokens; ++t) {
+      for (Step& st : decode_steps_) {
+        cl_event ev = enqueue(st, 1, pos + t, t, 0, decode_profiling_);
+        if (ev) decode_events_.emplace_back(&st, ClEvent(ev));
+      }
     }
     n_chunk = 1;
-  }
-  for (int done = n_chunk; done < n_tokens; done += n_chunk) {
-    n_chunk = std::min(chunk_, n_tokens - done);
-    enqueue_chunk(done, n_chunk, pos + done);
+  } else {
+    for (int done = 0; done < n_tokens; done += n_chunk) {
+      n_chunk = std::min(chunk_, n_tokens - done);
+      enqueue_chunk(done, n_chunk, pos + done);
+    }
+    if (profile_) report_profile(n_tokens);
   }
   const size_t row_bytes = size_t(config_.n_embd) * 4;
   cl_check(clEnqueueCopyBuffer(rt_.queue(), x_.get(), last_x.get(), size_t(n_chunk - 1) * row_bytes,
                                0, row_bytes, 0, nullptr, nullptr),
            "clEnqueueCopyBuffer(prefill last hidden state)");
-  if (profile_) report_profile(n_tokens);
 }
 
 // Device time per step label over the runs so far, to stderr (tuning aid:
@@ -680,7 +693,13 @@ void ClPrefill::run_logits(int n_tokens, int pos, int first_out, std::vector<flo
                             " outside 0.." + std::to_string(n_tokens - 1));
   }
   if (!logits_) {
-    logits_ = rt_.alloc(size_t(chunk_) * size_t(c.n_vocab) * 4);
+    // At most 128 MiB of logits at a time (Gemma's 262,144-token vocabulary
+    // would take 512 MiB for a chunk of 512): the lm_head runs on the
+    // wanted rows in groups of head_rows_.
+    const size_t row_bytes = size_t(c.n_vocab) * 4;
+    const size_t cap = std::min<size_t>(128u << 20, rt_.device().max_alloc_bytes);
+    head_rows_ = int(std::clamp<size_t>(cap / row_bytes, 1, size_t(chunk_)));
+    logits_ = rt_.alloc(size_t(head_rows_) * row_bytes);
     head_matmul_ = matmul_step(w_.head(), xn_, c.n_embd, logits_, c.n_vocab, 0, false, "lm_head");
   }
   const size_t row_floats = size_t(c.n_vocab);
@@ -690,16 +709,16 @@ void ClPrefill::run_logits(int n_tokens, int pos, int first_out, std::vector<flo
     n_chunk = std::min(chunk_, n_tokens - done);
     enqueue_chunk(done, n_chunk, pos + done);
     // rows of this chunk that are wanted: [row0, n_chunk)
-    const int row0 = std::max(0, first_out - done);
-    if (row0 >= n_chunk) continue;
-    const int n_rows = n_chunk - row0;
-    enqueue(head_norm_, n_rows, 0, 0, row0);  // xn[0..n_rows) = norm(x[row0..])
-    enqueue(head_matmul_, n_rows, 0, 0, 0);
-    const size_t dst_row = size_t(done + row0 - first_out);
-    cl_check(
-        clEnqueueReadBuffer(rt_.queue(), logits_.get(), CL_TRUE, 0, size_t(n_rows) * row_floats * 4,
-                            out.data() + dst_row * row_floats, 0, nullptr, nullptr),
-        "clEnqueueReadBuffer(prefill logits)");
+    for (int row0 = std::max(0, first_out - done); row0 < n_chunk; row0 += head_rows_) {
+      const int n_rows = std::min(head_rows_, n_chunk - row0);
+      enqueue(head_norm_, n_rows, 0, 0, row0);  // xn[0..n_rows) = norm(x[row0..])
+      enqueue(head_matmul_, n_rows, 0, 0, 0);
+      const size_t dst_row = size_t(done + row0 - first_out);
+      cl_check(clEnqueueReadBuffer(rt_.queue(), logits_.get(), CL_TRUE, 0,
+                                   size_t(n_rows) * row_floats * 4,
+                                   out.data() + dst_row * row_floats, 0, nullptr, nullptr),
+               "clEnqueueReadBuffer(prefill logits)");
+    }
   }
 }
 

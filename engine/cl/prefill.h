@@ -9,11 +9,10 @@
 //   silu_mul -> matmul Wd (+= residual)
 // That is 9 launches per layer (11 when Wq, Wk, Wv differ in type) + 1.
 // Other architectures (ModelConfig::plain_llama() false) take the general
-// steps: scale_rows after the embedding, head_rows (biases, q/k head norms,
-// NeoX or adjacent RoPE, the layer's RoPE table) for rope_kv_rows, the
-// layer's window in attention_prefill, gelu_mul for silu_mul, and Wo and Wd
-// into scratch followed by a post-norm added to the residual. ClForward runs
-// their decode steps here too, one token at a time.
+// steps (a few more launches per layer): scale_rows after the embedding, head_rows (biases, q/k
+// head norms, NeoX or adjacent RoPE, the layer's RoPE table) for rope_kv_rows, the layer's window
+// in attention_prefill, gelu_mul for silu_mul, and Wo and Wd into scratch followed by a post-norm
+// added to the residual. ClForward runs their decode steps here too, one token at a time.
 //
 // It reads the weights (DeviceWeights) and the token ids and fills the KV
 // cache of the decode state (DecodeState), both ClForward's, which must
@@ -59,7 +58,10 @@ class ClPrefill {
   // Device time of each decode step (one-token runs) per kernel label and
   // per layer, collected while on (needs a profiling queue); take_profile()
   // returns what the runs since the last call took.
-  void set_decode_profiling(bool on) { decode_profiling_ = on && rt_.profiling(); }
+  void set_decode_profiling(bool on) {
+    decode_profiling_ = on && rt_.profiling();
+    if (!decode_profiling_) decode_events_.clear();
+  }
   ProfileReport take_decode_profile();
   // Launches of a one-token run.
   int launches_per_token() const {
@@ -113,6 +115,7 @@ class ClPrefill {
   };
   Step elementwise_step(const char* name, size_t n, const char* label);
   Step embed_scale_step();
+  Step activation_step();
   Step rope_step(int il, cl_ulong layer_off);
   Step head_step(int il, cl_ulong layer_off, const QkvLayout& in);
   Step attention_step(int il, cl_ulong layer_off, const PrefillTuning& att_tuning);
@@ -177,13 +180,14 @@ class ClPrefill {
   void report_profile(int n_tokens);
 
   // Scratch, token-major, chunk_ rows each.
-  ClMem x_;       // residual stream (chunk, n_embd)
-  ClMem xn_;      // normed input (chunk, n_embd)
-  ClMem qkv_;     // (chunk, n_embd + 2 n_embd_kv)
-  ClMem q_;       // roped queries (chunk, n_embd)
-  ClMem att_;     // attention output (chunk, n_embd)
-  ClMem g_, u_;   // FFN gate / up, then h = silu(g) * u in g_ (chunk, n_ff)
-  ClMem logits_;  // (chunk, n_vocab), allocated by the first run_logits
+  ClMem x_;            // residual stream (chunk, n_embd)
+  ClMem xn_;           // normed input (chunk, n_embd)
+  ClMem qkv_;          // (chunk, n_embd_q + 2 n_embd_kv)
+  ClMem q_;            // roped queries (chunk, n_embd_q)
+  ClMem att_;          // attention output (chunk, n_embd_q)
+  ClMem g_, u_;        // FFN gate / up, then h = silu(g) * u in g_ (chunk, n_ff)
+  ClMem logits_;       // (head_rows_, n_vocab), allocated by the first run_logits
+  int head_rows_ = 0;  // positions per lm_head launch in run_logits
 
   std::vector<Step> steps_;              // embed, then the layers in order
   std::vector<Step> decode_steps_;       // the same for one token, matrix-vector kernels

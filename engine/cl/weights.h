@@ -56,9 +56,9 @@ struct DeviceWeights {
   struct Layer {
     DeviceMatrix attn_norm;  // (1, n_embd) F32
     std::vector<DeviceMatrix>
-        qkv;                // [Wq; Wk; Wv] stacked (n_embd + 2 n_embd_kv, n_embd) when
-                            // one type, else Wq (n_embd, n_embd), Wk, Wv (n_embd_kv, n_embd)
-    DeviceMatrix wo;        // (n_embd, n_embd)
+        qkv;                // [Wq; Wk; Wv] stacked (n_embd_q + 2 n_embd_kv, n_embd) when
+                            // one type, else Wq (n_embd_q, n_embd), Wk, Wv (n_embd_kv, n_embd)
+    DeviceMatrix wo;        // (n_embd, n_embd_q)
     DeviceMatrix ffn_norm;  // (1, n_embd) F32
     DeviceMatrix ffn_gate, ffn_up;  // (n_ff, n_embd), one type
     DeviceMatrix ffn_down;          // (n_embd, n_ff)

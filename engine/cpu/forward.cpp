@@ -93,7 +93,8 @@ void CpuForward::attention(int il, int pos) {
 
   const int first = c.is_swa(il) ? std::max(0, pos - c.sliding_window + 1) : 0;
   const int group = c.n_head / c.n_head_kv;
-  const double scale = 1.0 / std::sqrt(double(c.head_dim));
+  const double scale =
+      c.attn_scale > 0.0f ? double(c.attn_scale) : 1.0 / std::sqrt(double(c.head_dim));
   for (int h = 0; h < c.n_head; ++h) {
     const float* q = q_.data() + h * c.head_dim;
     const int kvh = h / group;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -102,6 +103,11 @@ ModelConfig read_model_config(const GgufFile& file) {
                 std::to_string(c.n_head) + " heads");
     }
     c.head_dim = c.n_embd / c.n_head;
+    if (file.has(p + "attention.value_length") &&
+        get("attention.value_length", k_max_embd) != c.head_dim) {
+      file.fail("attention value length differs from the head size " + std::to_string(c.head_dim) +
+                " (not supported)");
+    }
   }
   if (c.n_head % c.n_head_kv != 0) {
     file.fail(std::to_string(c.n_head) + " query heads are not a multiple of " +
@@ -124,15 +130,19 @@ ModelConfig read_model_config(const GgufFile& file) {
   c.qkv_bias = traits->qkv_bias;
   c.rope_freq_base = float(file.opt_float(p + "rope.freq_base").value_or(10000.0));
   c.rope_freq_base_swa = traits->rope_freq_base_swa;
-  // Linear position scaling (Gemma 3 4B+: factor 8 on its global layers);
-  // other scaling types change more than positions.
-  if (const auto type = file.opt_string(p + "rope.scaling.type"); type && *type != "none") {
-    if (*type != "linear") file.fail("rope scaling type '" + *type + "' is not supported");
-    const double factor = file.opt_float(p + "rope.scaling.factor").value_or(1.0);
-    if (!(factor >= 1.0 && factor <= 1024.0)) {
+  // Linear position scaling (Gemma 3 4B+: factor 8 on its global layers;
+  // older llama conversions: rope.scale_linear). As llama.cpp, a factor
+  // without a type is linear; Llama 3's own type lives in rope_freqs.weight;
+  // other types change more than positions and are refused.
+  const std::string scaling = file.opt_string(p + "rope.scaling.type").value_or("linear");
+  if (scaling != "none" && scaling != "llama3") {
+    if (scaling != "linear") file.fail("rope scaling type '" + scaling + "' is not supported");
+    const double factor = file.opt_float(p + "rope.scaling.factor")
+                              .value_or(file.opt_float(p + "rope.scale_linear").value_or(1.0));
+    if (factor != 0.0 && !(factor >= 1.0 && factor <= 1024.0)) {  // 0: none, as llama.cpp reads it
       file.fail("rope scaling factor " + std::to_string(factor) + " is out of range (1..1024)");
     }
-    c.rope_freq_scale = float(1.0 / factor);
+    if (factor != 0.0) c.rope_freq_scale = float(1.0 / factor);
   }
   c.rms_eps = float(file.opt_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
   if (!(c.rope_freq_base > 0.0f) || !std::isfinite(c.rope_freq_base) || !(c.rms_eps > 0.0f) ||
@@ -140,7 +150,14 @@ ModelConfig read_model_config(const GgufFile& file) {
     file.fail("rope frequency base must be positive and finite, RMS epsilon in (0, 1)");
   }
   if (traits->embed_scale_sqrt) c.embed_scale = float(std::sqrt(double(c.n_embd)));
-  if (traits->uses_window && file.has(p + "attention.sliding_window")) {
+  // Attention scale 1/sqrt(head size), except Gemma 3 27B (62 layers), which
+  // llama.cpp scales by 1/sqrt(n_embd / n_head) (its query_pre_attn_scalar).
+  c.attn_scale = float(1.0 / std::sqrt(double(c.head_dim)));
+  if (c.arch == "gemma3" && c.n_layer == 62) {
+    c.attn_scale = float(1.0 / std::sqrt(double(c.n_embd) / double(c.n_head)));
+  }
+  // A window of 0 is no window, as llama.cpp reads it.
+  if (traits->uses_window && file.opt_uint(p + "attention.sliding_window").value_or(0) > 0) {
     c.sliding_window = get("attention.sliding_window", k_max_ctx);
     const int period = traits->swa_period;
     for (int il = 0; il < c.n_layer; ++il) {
@@ -181,7 +198,17 @@ ModelTensors find_model_tensors(const GgufFile& file, const ModelConfig& c) {
     if (v->type != GgmlType::F32) file.fail("tensor '" + name + "' must be F32");
     return v;
   };
-  if (c.rope_freq_factors) t.rope_freqs = require_f32("rope_freqs.weight", {uint64_t(c.n_rot / 2)});
+  if (c.rope_freq_factors) {
+    t.rope_freqs = require_f32("rope_freqs.weight", {uint64_t(c.n_rot / 2)});
+    const std::vector<uint8_t> bytes = file.tensor_bytes(*t.rope_freqs);
+    for (size_t i = 0; i < bytes.size() / 4; ++i) {
+      float f = 0;
+      std::memcpy(&f, bytes.data() + 4 * i, 4);
+      if (!(f > 0.0f) || !std::isfinite(f)) {
+        file.fail("rope_freqs.weight holds a factor that is not finite and positive");
+      }
+    }
+  }
   t.token_embd = require_tensor(file, "token_embd.weight", {embd, uint64_t(c.n_vocab)});
   t.output_norm = require_tensor(file, "output_norm.weight", {embd});
   t.output = c.tied_embeddings ? t.token_embd

@@ -6,6 +6,7 @@
 // them. The forward passes read the ModelConfig fields, never the family name.
 #pragma once
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <utility>
@@ -42,6 +43,7 @@ struct ModelConfig {
   bool rope_freq_factors = false;  // rope_freqs.weight divides each pair's frequency (Llama 3.1+)
   float rms_eps = 1e-5f;
   float embed_scale = 1.0f;  // x = token_embd[id] * embed_scale (Gemma: sqrt(n_embd))
+  float attn_scale = 0.0f;   // q.k scale: 1/sqrt(head_dim) (set by the loader; Gemma 3 27B differs)
   bool qk_norm = false;      // RMSNorm of each q and k head (attn_q_norm, attn_k_norm)
   bool post_norms = false;   // RMSNorm of the attention's and the FFN's output before the residual
   bool qkv_bias = false;     // attn_q/k/v.bias added after the projections (Qwen 2)
@@ -53,6 +55,14 @@ struct ModelConfig {
   bool tied_embeddings = false;  // no output.weight: the lm_head is token_embd
 
   int n_embd_q() const { return n_head * head_dim; }
+  // The kernels scale q.k by 1/sqrt(head_dim); a model that wants another
+  // scale has q multiplied by q_scale() first (head_rows).
+  bool custom_attn_scale() const {
+    return attn_scale != 0.0f && std::abs(attn_scale * std::sqrt(float(head_dim)) - 1.0f) > 1e-6f;
+  }
+  float q_scale() const {
+    return attn_scale == 0.0f ? 1.0f : attn_scale * std::sqrt(float(head_dim));
+  }
   int n_embd_kv() const { return n_head_kv * head_dim; }
   bool is_swa(int il) const { return swa_layer.empty() ? false : bool(swa_layer[size_t(il)]); }
   // Layer il's RoPE base and position scale.
@@ -62,11 +72,11 @@ struct ModelConfig {
   // (its scale and frequency factors live in the RoPE table), SiLU, q as
   // wide as the embedding, none of the other options above. The decode
   // plan's fused kernels and the persistent decode kernels take only these;
-  // every model runs on the general path (ClPrefill's kernels).
+  // every other model runs on the general path (ClPrefill's kernels).
   bool plain_llama() const {
     return rope_style == RopeStyle::Adjacent && ffn_act == FfnActivation::Silu &&
            n_embd_q() == n_embd && embed_scale == 1.0f && !qk_norm && !post_norms && !qkv_bias &&
-           sliding_window == 0;
+           sliding_window == 0 && !custom_attn_scale();
   }
 };
 

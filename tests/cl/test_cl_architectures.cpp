@@ -166,7 +166,7 @@ TEST(ClPrefillOps, HeadRowsMatchesReference) {
   const int n_head = 3, n_head_kv = 1, hd = 40, n_rot = 24, n_tok = 4, pos0 = 5, n_ctx = 12;
   const int n_q = n_head * hd, n_kv = n_head_kv * hd, n_qkv = n_q + 2 * n_kv;
   const size_t layer_off = size_t(n_ctx) * n_kv;
-  const float eps = 1e-6f, base = 1000.0f;
+  const float eps = 1e-6f, base = 1000.0f, q_scale = 0.75f;
   const auto qkv = test::random_floats(size_t(n_tok) * n_qkv, 21, -2.0f, 2.0f);
   const auto bias = test::random_floats(size_t(n_qkv), 22);
   const auto qn = test::random_floats(size_t(hd), 23, 0.5f, 1.5f);
@@ -191,7 +191,7 @@ TEST(ClPrefillOps, HeadRowsMatchesReference) {
       cpu::rmsnorm(&row[size_t(n_q)], &row[size_t(n_q)], kn.data(), hd, eps);
       cpu::rope(row.data(), n_head, hd, pos0 + t, rp);
       cpu::rope(row.data() + n_q, n_head_kv, hd, pos0 + t, rp);
-      ref_q.insert(ref_q.end(), row.begin(), row.begin() + n_q);
+      for (int i = 0; i < n_q; ++i) ref_q.push_back(double(row[size_t(i)]) * q_scale);
       for (int i = 0; i < n_kv; ++i) {
         ref_k[layer_off + size_t(pos0 + t) * n_kv + i] = row[size_t(n_q + i)];
         ref_v[layer_off + size_t(pos0 + t) * n_kv + i] = row[size_t(n_q + n_kv + i)];
@@ -208,7 +208,7 @@ TEST(ClPrefillOps, HeadRowsMatchesReference) {
     const ClKernel k = ops_kernel("head_rows");
     set_args(k, qkv_d, cl_int(n_qkv), cl_int(n_q), cl_int(n_q + n_kv), bias_d, cl_int(n_tok),
              cl_int(n_head), cl_int(n_head_kv), cl_int(hd), qn_d, kn_d, eps, cl_int(n_rot),
-             cl_int(style == RopeStyle::Neox ? 1 : 0), cs_d, cl_int(pos0), q, kc, vc,
+             cl_int(style == RopeStyle::Neox ? 1 : 0), cs_d, cl_int(pos0), q_scale, q, kc, vc,
              cl_ulong(layer_off));
     run_2d(k, size_t(n_head + 2 * n_head_kv) * 16, size_t(n_tok), 16);
     const auto got_q = cl_read(q, ref_q.size() + 16);

@@ -198,6 +198,36 @@ TEST(ModelLoadDefaults, OptionalKeysFallBackToDocumentedDefaults) {
   EXPECT_EQ(m.config.rms_eps, 1e-5f);
 }
 
+// RoPE position scaling as llama.cpp reads it: rope.scaling.type linear with
+// its factor, a factor without a type (linear), the older rope.scale_linear,
+// factor 0 (none); another type is refused. A scaled model is still the llama
+// graph (the scale lives in the RoPE table).
+TEST(ModelLoadDefaults, RopeScalingKeys) {
+  TempDir dir;
+  struct Case {
+    const char* type;  // null: no type key
+    const char* factor_key;
+    float factor;
+    float scale;  // expected rope_freq_scale
+  };
+  for (const Case& k : {Case{"linear", "llama.rope.scaling.factor", 4.0f, 0.25f},
+                        Case{nullptr, "llama.rope.scaling.factor", 8.0f, 0.125f},
+                        Case{nullptr, "llama.rope.scale_linear", 2.0f, 0.5f},
+                        Case{"linear", "llama.rope.scaling.factor", 0.0f, 1.0f},
+                        Case{"none", "llama.rope.scaling.factor", 4.0f, 1.0f}}) {
+    SCOPED_TRACE(std::string(k.type ? k.type : "(no type)") + " " + k.factor_key);
+    TinyModel tm = test::make_tiny_model(TinyModelSpec{});
+    if (k.type) tm.set_metadata("llama.rope.scaling.type", GgufValue::str(k.type));
+    tm.set_metadata(k.factor_key, GgufValue::f32(k.factor));
+    const Model m = load_model(tm.write(dir.file("scaled.gguf")));
+    EXPECT_EQ(m.config.rope_freq_scale, k.scale);
+    EXPECT_TRUE(m.config.plain_llama());
+  }
+  TinyModel yarn = test::make_tiny_model(TinyModelSpec{});
+  yarn.set_metadata("llama.rope.scaling.type", GgufValue::str("yarn"));
+  EXPECT_THROW(load_model(yarn.write(dir.file("yarn.gguf"))), GgufError);
+}
+
 TEST(ModelLoadDefaults, PartialRopeAndWiderIntegerTypes) {
   TempDir dir;
   TinyModelSpec spec;

@@ -26,6 +26,14 @@ double number_after(const std::string& screen, const std::string& label) {
 
 }  // namespace
 
+// A first start (each session has an empty kernel cache) says what it is
+// doing while it compiles, not only "loading…".
+TEST(Tui, FirstStartSaysWhatItCompiles) {
+  TmuxSession t(120, 30);
+  ASSERT_TRUE(t.wait_text("loading: compiling kernels "));
+  ASSERT_TRUE(t.wait_ready());
+}
+
 TEST(Tui, ReplyStreamsAndPanelShowsSpeedAndOneBarPerLayer) {
   TmuxSession t(120, 40, "-n 64");
   ASSERT_TRUE(t.wait_ready());

@@ -40,8 +40,17 @@ EngineOptions engine_options_from(const config::Config& c) {
   o.sampling.min_p = static_cast<float>(s.min_p);
   o.sampling.repeat_penalty = static_cast<float>(s.repeat_penalty);
   o.sampling.repeat_last_n = s.repeat_last_n;
+  o.sampling.frequency_penalty = static_cast<float>(s.frequency_penalty);
+  o.sampling.presence_penalty = static_cast<float>(s.presence_penalty);
   o.sampling.seed = seed_or_random(s.seed);
   o.sampling.max_tokens = s.max_tokens;
+  // The model's recommendation, for the keys the file leaves out (the
+  // sampling flags take theirs back: add_chat_options).
+  const auto unset = [&](const config::NumberRule& r) { return !s.keys_in_file.count(r.key); };
+  namespace rules = config::rules;
+  o.model_sampling = {unset(rules::temperature),    unset(rules::top_k),
+                      unset(rules::top_p),          unset(rules::min_p),
+                      unset(rules::repeat_penalty), unset(rules::repeat_last_n)};
   return o;
 }
 

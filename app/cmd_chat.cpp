@@ -1,18 +1,18 @@
 // Line-mode chat over the engine thread, and the choice of front end. Line
-// mode posts each non-empty stdin line as a user turn, streams the reply to
-// stdout (leading white space dropped, a newline after it) and waits for
-// TurnFinished before reading the next line. Ctrl-C during a reply cancels
-// it (the partial reply stays in the conversation); at the prompt it quits.
+// mode reads stdin line by line (app/line_commands.h): a message is posted as
+// a user turn, its reply streamed to stdout (leading white space dropped, a
+// newline after it) before the next line is read; a /command is run as on
+// the chat screen. Ctrl-C during a reply cancels it (the partial reply stays
+// in the conversation); at the prompt it quits.
 #include "app/cmd_chat.h"
 
-#include <atomic>
-#include <csignal>
 #include <filesystem>
 #include <iostream>
 #include <stdexcept>
 #include <string>
 
 #include "app/commands.h"
+#include "app/line_commands.h"
 #include "engine/chat/template.h"
 #include "engine/cl/build_error.h"
 #include "engine/cl/object_counts.h"
@@ -22,40 +22,21 @@ namespace clchat::app {
 
 namespace {
 
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) { g_interrupted = true; }
-
-// SIGINT cancels the reply while this lives; the default (quit) otherwise.
-class CancelOnSigint {
- public:
-  CancelOnSigint() {
-    g_interrupted = false;
-    struct sigaction sa {};
-    sa.sa_handler = on_sigint;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_);
-  }
-  ~CancelOnSigint() { sigaction(SIGINT, &old_, nullptr); }
-  CancelOnSigint(const CancelOnSigint&) = delete;
-  CancelOnSigint& operator=(const CancelOnSigint&) = delete;
-
- private:
-  struct sigaction old_ {};
-};
-
 // Waits for Ready; prints notices. Throws the message when loading failed:
 // UsageError for a malformed model file, std::runtime_error otherwise.
-void wait_ready(Engine& engine, std::FILE* err, bool verbose) {
+ev::Ready wait_ready(Engine& engine, std::FILE* err, bool verbose) {
   Event e;
   for (;;) {
     if (!engine.wait(e, std::chrono::milliseconds(200))) continue;
     if (auto* r = std::get_if<ev::Ready>(&e)) {
       if (verbose) {
+        // Backend::name() names the device too ("opencl (pthread-...)"): once is enough.
+        const std::string backend = r->backend.substr(0, r->backend.find(" ("));
         std::fprintf(err, "[%s %s | %s | %s | ctx %d | template %s]\n", r->model_name.c_str(),
-                     r->quant.c_str(), r->backend.c_str(), r->device_name.c_str(), r->n_ctx,
+                     r->quant.c_str(), backend.c_str(), r->device_name.c_str(), r->n_ctx,
                      r->chat_template.c_str());
       }
-      return;
+      return *r;
     }
     if (auto* f = std::get_if<ev::LoadFailed>(&e)) {
       // A malformed model file is bad input (exit 2), like a missing one.
@@ -75,46 +56,6 @@ void wait_ready(Engine& engine, std::FILE* err, bool verbose) {
 void print_cl_object_counts(std::FILE* err, const char* when) {
   std::fprintf(err, "[cl objects %s%s]\n", when,
                format_cl_object_counts(cl_object_counts()).c_str());
-}
-
-// Streams one reply until TurnFinished. Returns false when the turn failed
-// (its error is printed).
-bool print_reply(Engine& engine, std::FILE* out, std::FILE* err, bool verbose) {
-  CancelOnSigint sigint;
-  bool started = false;  // a non-space character has been printed
-  bool failed = false;
-  ev::Stats stats;
-  Event e;
-  for (;;) {
-    if (g_interrupted.exchange(false)) engine.cancel();
-    if (!engine.wait(e, std::chrono::milliseconds(100))) continue;
-    if (auto* t = std::get_if<ev::TokenText>(&e)) {
-      std::string_view piece = t->piece;
-      if (!started) {
-        const size_t at = piece.find_first_not_of(" \t\r\n");
-        piece = at == std::string_view::npos ? std::string_view() : piece.substr(at);
-        started = !piece.empty();
-      }
-      // (An empty view's data() may be null, which fwrite must not get.)
-      if (!piece.empty()) std::fwrite(piece.data(), 1, piece.size(), out);
-      std::fflush(out);
-    } else if (auto* s = std::get_if<ev::Stats>(&e)) {
-      if (!s->live) stats = *s;
-    } else if (auto* x = std::get_if<ev::Error>(&e)) {
-      std::fprintf(err, "clchat: %s\n", x->message.c_str());
-      failed = true;
-    } else if (auto* n = std::get_if<ev::Notice>(&e)) {
-      std::fprintf(err, "clchat: %s\n", n->message.c_str());
-    } else if (auto* c = std::get_if<ev::ContextTrimmed>(&e)) {
-      std::fprintf(err, "clchat: context full: dropped the %d oldest turns (%d tokens)\n",
-                   c->turns_dropped, c->tokens_dropped);
-    } else if (std::holds_alternative<ev::TurnFinished>(e)) {
-      std::fputs("\n", out);
-      std::fflush(out);
-      if (verbose) std::fprintf(err, "%s\n", format_stats_line(stats).c_str());
-      return !failed;
-    }
-  }
 }
 
 }  // namespace
@@ -138,25 +79,41 @@ void add_chat_options(CLI::App& app, ChatOptions& o) {
       ->check(CLI::Range(0, 1 << 24));
   app.add_option("--system", e.system_prompt, "System prompt (default: the template's)");
   add_chat_template_option(app, e.chat_template);
-  // A sampling flag, checked by its config key's rule.
+  // A sampling flag, checked by its config key's rule; given, it wins over
+  // the model's recommendation (`from_model`).
   const auto number = [&app](const char* flag, auto& value, const char* help,
-                             const config::NumberRule& rule) {
-    app.add_option(flag, value, help)->capture_default_str()->check(rule_validator(rule));
+                             const config::NumberRule& rule, bool* from_model) {
+    auto* o = app.add_option(flag, value, help)->capture_default_str()->check(rule_validator(rule));
+    if (from_model) o->each([from_model](const std::string&) { *from_model = false; });
   };
-  number("--temp", s.temperature, "Temperature; 0 = greedy on the device",
-         config::rules::temperature);
-  number("--top-k", s.top_k, "Top-k (0: off)", config::rules::top_k);
-  number("--top-p", s.top_p, "Top-p (1: off)", config::rules::top_p);
-  number("--min-p", s.min_p, "Min-p (0: off)", config::rules::min_p);
-  number("--repeat-penalty", s.repeat_penalty, "Repeat penalty (1: off)",
-         config::rules::repeat_penalty);
-  add_seed_option(app, s.seed, "Sampling seed");
-  number("-n,--max-tokens", s.max_tokens, "Reply length limit", config::rules::max_tokens);
+  SamplingFields& m = e.model_sampling;
+  namespace rules = config::rules;
+  number("--temp", s.temperature,
+         "Temperature; 0 = greedy on the device (default: the model's recommendation, else 0.8)",
+         rules::temperature, &m.temperature);
+  number("--top-k", s.top_k, "Top-k (0: off)", rules::top_k, &m.top_k);
+  number("--top-p", s.top_p, "Top-p (1: off)", rules::top_p, &m.top_p);
+  number("--min-p", s.min_p, "Min-p (0: off)", rules::min_p, &m.min_p);
+  number("--repeat-penalty", s.repeat_penalty, "Repeat penalty (1: off)", rules::repeat_penalty,
+         &m.repeat_penalty);
+  number("--repeat-last-n", s.repeat_last_n, "Tokens the penalties look back over",
+         rules::repeat_last_n, &m.repeat_last_n);
+  number("--frequency-penalty", s.frequency_penalty, "Frequency penalty (0: off)",
+         rules::frequency_penalty, nullptr);
+  number("--presence-penalty", s.presence_penalty, "Presence penalty (0: off)",
+         rules::presence_penalty, nullptr);
+  add_seed_option(app, s.seed, "Sampling seed (default: a new one each session)");
+  number("-n,--max-tokens", s.max_tokens, "Reply length limit", rules::max_tokens, nullptr);
   app.add_option("--backend", e.backend, "reference (CPU) or opencl")
       ->capture_default_str()
       ->check(CLI::IsMember({"reference", "opencl"}));
   add_engine_flags(app, e.switches);
   app.add_flag("--verbose", o.verbose, "A statistics line on stderr after every reply");
+  app.footer(
+      "Line mode (stdin or stdout not a terminal): each line is a message, its reply one line on "
+      "stdout. Lines starting with / are the chat screen's commands (/help, /set KEY VALUE, "
+      "/set greedy, /show, /stats, /system, /clear, /regen, /save, /load, /quit); what they show "
+      "and any error go to stderr. Start a line with // to send a message beginning with /.");
   app.add_flag("--cl-object-counts", o.cl_object_counts,
                "Line mode: live OpenCL objects by kind on stderr after every reply and at exit");
 }
@@ -170,13 +127,22 @@ int run_line_chat(const ChatOptions& options, std::istream& in, std::FILE* out, 
   bool turns_failed = false;  // exit status 1, after the remaining lines
   {
     Engine engine(engine_options);
-    wait_ready(engine, err, options.verbose);
+    const ev::Ready ready = wait_ready(engine, err, options.verbose);
+    LineChat chat{engine,
+                  out,
+                  err,
+                  options.verbose,
+                  ready,
+                  ready.sampling,
+                  ready.from_model,
+                  {ready.model_name, ready.system_prompt, {}},
+                  {},
+                  false};
     std::string line;
-    while (std::getline(in, line)) {
+    while (!chat.quit && std::getline(in, line)) {
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (line.find_first_not_of(" \t") == std::string::npos) continue;
-      engine.post(cmd::SubmitTurn{line});
-      if (!print_reply(engine, out, err, options.verbose)) turns_failed = true;
+      if (!handle_line(chat, line)) turns_failed = true;
       // After TurnFinished the engine thread is idle until the next turn.
       if (options.cl_object_counts) print_cl_object_counts(err, "");
     }

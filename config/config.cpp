@@ -114,6 +114,8 @@ class TableReader {
     return TableReader(v, prefix_ + key + ".", file_);
   }
 
+  const std::set<std::string>& keys_read() const { return taken_; }
+
   // Every key of the table must have been read.
   void finish() const {
     if (!table_) return;
@@ -177,8 +179,11 @@ void read_sampling(TableReader r, Sampling& s) {
   r.read(rules::min_p, s.min_p);
   r.read(rules::repeat_penalty, s.repeat_penalty);
   r.read(rules::repeat_last_n, s.repeat_last_n);
+  r.read(rules::frequency_penalty, s.frequency_penalty);
+  r.read(rules::presence_penalty, s.presence_penalty);
   r.read(rules::seed, s.seed);
   r.read(rules::max_tokens, s.max_tokens);
+  s.keys_in_file = r.keys_read();
   r.finish();
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -20,15 +21,23 @@ class ConfigError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The chat's sampling defaults (config/default.toml says where each comes
+// from). A model whose GGUF recommends values (general.sampling.*) replaces
+// these for every key the file does not set.
 struct Sampling {
-  double temperature = 0.0;     // 0 = greedy (on the device, fastest)
+  double temperature = 0.8;     // 0 = greedy (on the device, fastest)
   int top_k = 40;               // 0 = off
   double top_p = 0.95;          // 1 = off
   double min_p = 0.05;          // 0 = off
-  double repeat_penalty = 1.0;  // 1 = off
+  double repeat_penalty = 1.1;  // 1 = off
   int repeat_last_n = 64;
-  int64_t seed = 0;  // -1 = a new random seed per run
+  double frequency_penalty = 0.0;  // 0 = off
+  double presence_penalty = 0.0;   // 0 = off
+  int64_t seed = -1;               // -1 = a new random seed per run
   int max_tokens = 512;
+  // The keys this file set (NumberRule::key names): the model's
+  // recommendation does not replace them.
+  std::set<std::string> keys_in_file;
 };
 
 // Colour names: default, black, red, green, yellow, blue, magenta, cyan, white.

@@ -24,6 +24,8 @@ inline constexpr NumberRule top_p{"top_p", 0, 1, false};
 inline constexpr NumberRule min_p{"min_p", 0, 1, false};
 inline constexpr NumberRule repeat_penalty{"repeat_penalty", 0, 100, false};
 inline constexpr NumberRule repeat_last_n{"repeat_last_n", 0, 1 << 20, true};
+inline constexpr NumberRule frequency_penalty{"frequency_penalty", -2, 2, false};
+inline constexpr NumberRule presence_penalty{"presence_penalty", -2, 2, false};
 // -1: a new random seed per run.
 inline constexpr NumberRule seed{"seed", -1, 9223372036854775807.0L, true};
 inline constexpr NumberRule max_tokens{"max_tokens", 1, 1 << 24, true};

@@ -3,9 +3,12 @@
 #include "engine/engine_worker.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 #include <type_traits>
 
+#include "common/utf8.h"
+#include "engine/chat/model_sampling.h"
 #include "engine/cl/device_fit.h"
 #include "engine/cl/forward.h"
 
@@ -23,6 +26,33 @@ constexpr int k_live_stats_every = 8;
 // model's context" means at most this many positions there.
 constexpr int k_reference_max_ctx = 8192;
 
+// A candidate token as the reply would show it: its bytes (" the", not the
+// vocabulary's "Ġthe"), each byte that is not UTF-8 on its own as \xNN (a
+// piece of a character); a control token by its name ("<|im_end|>").
+std::string display_token(const Tokenizer& t, int32_t id) {
+  if (t.is_control(id)) return t.token_text(id);
+  const std::string bytes = t.token_to_bytes(id);
+  std::string out;
+  for (size_t i = 0; i < bytes.size();) {
+    const Utf8Char c = decode_utf8_char(bytes, i);
+    if (c.length > 0) {
+      out.append(bytes, i, size_t(c.length));
+      i += size_t(c.length);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02X", unsigned(uint8_t(bytes[i])));
+      out += hex;
+      ++i;
+    }
+  }
+  return out;
+}
+
+Model load_model_said(const std::string& path, EventSink& sink) {
+  sink.emit(ev::Loading{"reading the model file"});
+  return load_model(path);
+}
+
 }  // namespace
 
 Worker::Worker(const EngineOptions& options, EventSink& sink,
@@ -30,7 +60,7 @@ Worker::Worker(const EngineOptions& options, EventSink& sink,
     : options_(options),
       sink_(sink),
       cancelled_upto_(cancelled_upto),
-      model_(load_model(options.model_path)) {
+      model_(load_model_said(options.model_path, sink)) {
   tokenizer_ = Tokenizer::from_gguf(*model_.file);
   std::string note;
   ChatTemplate chat_template = ChatTemplate::from_gguf(*model_.file, options.chat_template, &note);
@@ -54,14 +84,24 @@ Worker::Worker(const EngineOptions& options, EventSink& sink,
     device_name = device.name;
     try {
       check_model_fits(model_, device);
+      sink_.emit(ev::Loading{"opening " + device.name});
       runtime_ =
           std::make_unique<ClRuntime>(device, options.profiling, options.switches.kernel_cache);
+      // Compiling takes seconds on a first start (PoCL: 9-15 s); each program
+      // is said as it begins, self-tests run between them.
+      runtime_->on_build = [this, n = 0](const std::string& name, bool cached) mutable {
+        ++n;
+        sink_.emit(ev::Loading{(cached ? "loading compiled kernels " : "compiling kernels ") +
+                               std::to_string(n) + ": " + name +
+                               (cached ? "" : " (kept for the next start)")});
+      };
       // ClForward caps the cache at what the device memory allows.
       auto forward = std::make_unique<ClForward>(
           model_, *runtime_,
           ClForwardOptions{n_ctx_wanted, std::max(options.prefill_chunk, 1),
                            Tuning::for_device(device, options.switches)});
       prefill_chunk = forward->prefill_chunk();
+      runtime_->on_build = nullptr;
       backend_ = std::move(forward);
     } catch (...) {
       rethrow_with_device_hint(device);
@@ -76,7 +116,10 @@ Worker::Worker(const EngineOptions& options, EventSink& sink,
   }
   session_ = std::make_unique<ChatSession>(*backend_, *tokenizer_, std::move(chat_template),
                                            options.system_prompt);
-  session_->set_sampling(options.sampling);
+  SamplingParams sampling = options.sampling;
+  const SamplingFields from_model =
+      apply_model_sampling(*model_.file, options.model_sampling, sampling);
+  session_->set_sampling(sampling);
   session_->set_prefill_chunk(options.prefill_chunk);
 
   ev::Ready ready;
@@ -89,10 +132,29 @@ Worker::Worker(const EngineOptions& options, EventSink& sink,
   ready.backend = backend_->name();
   ready.chat_template = std::string(session_->chat_template().name());
   ready.system_prompt = session_->system_prompt();
+  describe_model(ready);
+  ready.sampling = sampling;
+  ready.from_model = from_model;
   sink_.emit(std::move(ready));
 }
 
 Worker::~Worker() = default;
+
+void Worker::describe_model(ev::Ready& r) const {
+  const ModelConfig& c = model_.config;
+  r.architecture = c.arch;
+  r.file_bytes = model_.file->file_size();
+  for (const GgufTensor& t : model_.file->tensors()) r.n_params += t.n_elements;
+  r.n_ctx_train = c.n_ctx_train;
+  r.n_embd = c.n_embd;
+  r.n_head = c.n_head;
+  r.n_head_kv = c.n_head_kv;
+  r.n_vocab = c.n_vocab;
+  for (const auto& [type, count] : layer_weight_types(model_)) {
+    r.weight_types += (r.weight_types.empty() ? "" : ", ") + std::string(ggml_type_name(type)) +
+                      " ×" + std::to_string(count);
+  }
+}
 
 void Worker::handle(const Command& command, uint64_t turn) {
   std::visit(
@@ -156,7 +218,7 @@ void Worker::emit_debug() {
   if (!r) return;
   ev::DebugStats d;
   d.report = *r;
-  for (const auto& [id, p] : r->top) d.top.emplace_back(tokenizer_->token_text(id), p);
+  for (const auto& [id, p] : r->top) d.top.emplace_back(display_token(*tokenizer_, id), p);
   sink_.emit(std::move(d));
 }
 
@@ -165,6 +227,7 @@ TurnHooks Worker::hooks(uint64_t turn) {
   h.cancelled = [this, turn] { return turn <= cancelled_upto_.load(); };
   h.on_text = [this](std::string_view piece) { sink_.emit(ev::TokenText{std::string(piece)}); };
   h.on_trim = [this](int turns, int tokens) { sink_.emit(ev::ContextTrimmed{turns, tokens}); };
+  h.on_prefill = [this](int done, int total) { sink_.emit(ev::PrefillProgress{done, total}); };
   h.before_step = [this](int step) {
     if (profiling_ && step % k_profile_every == 0) backend_->set_profiling(true);
   };

@@ -36,6 +36,8 @@ class Worker {
   void run_turn(bool regenerate, const std::string& text, uint64_t turn);
   TurnHooks hooks(uint64_t turn);
   ev::Stats stats(const TurnResult& r, bool live) const;
+  // The model's facts for /show (architecture, size, types).
+  void describe_model(ev::Ready& ready) const;
   void emit_layer_timings();
   void emit_debug();
 

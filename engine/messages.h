@@ -16,20 +16,37 @@
 
 namespace clchat {
 
-// How the next token is chosen. temperature 0 with no repeat penalty keeps the
+// How the next token is chosen. temperature 0 with no penalty keeps the
 // greedy argmax on the device (the fast path: 4 bytes read back per token);
 // anything else reads the logits back and picks on the host (sampler.h).
+// These defaults are greedy so that `run`, `bench` and the tests are
+// reproducible; the chat's own defaults are config/default.toml's [sampling].
 struct SamplingParams {
   float temperature = 0.0f;     // 0 = greedy on the device
   int top_k = 40;               // <= 0: off
   float top_p = 0.95f;          // >= 1: off
   float min_p = 0.05f;          // <= 0: off
   float repeat_penalty = 1.0f;  // 1 = off
-  int repeat_last_n = 64;       // tokens the penalty looks back over
+  int repeat_last_n = 64;       // tokens the penalties look back over
+  float frequency_penalty = 0;  // minus this times a recent token's count; 0 = off
+  float presence_penalty = 0;   // minus this once for a recent token; 0 = off
   uint64_t seed = 0;            // std::mt19937_64 seed: same seed, same output
   int max_tokens = 512;         // reply length limit
 
   bool greedy() const { return temperature <= 0.0f; }
+  // Any penalty on: the logits change before the choice, even a greedy one.
+  bool penalized() const {
+    return repeat_last_n != 0 && ((repeat_penalty != 1.0f && repeat_penalty > 0.0f) ||
+                                  frequency_penalty != 0.0f || presence_penalty != 0.0f);
+  }
+};
+
+// Which sampling fields the model's own recommendation (its GGUF
+// general.sampling.* keys) may set, or did set: a field the user chose (a
+// flag, the config file) is never replaced.
+struct SamplingFields {
+  bool temperature = false, top_k = false, top_p = false, min_p = false, repeat_penalty = false,
+       repeat_last_n = false;
 };
 
 // The OpenCL engine's switches for a user whose device misbehaves or who
@@ -53,7 +70,11 @@ struct EngineOptions {
   std::string chat_template;       // "" = from the model; else a style name
   std::string system_prompt;       // "" = the template's default, if it has one
   SamplingParams sampling;
-  int prefill_chunk = 512;  // tokens per prefill call
+  // The fields of `sampling` that the model's general.sampling.* keys
+  // replace when it has them (the chat: the ones the user did not choose);
+  // all false (run, bench, tests): the model's recommendation is not used.
+  SamplingFields model_sampling;
+  int prefill_chunk = 512;  // most tokens per prefill call (the chat sizes its chunks by time)
   bool profiling = false;   // LayerTimings events (needs a profiling queue)
   EngineSwitches switches;  // OpenCL backend only
 };
@@ -111,12 +132,32 @@ struct Ready {
   std::string chat_template;  // style name in use ("chatml", "plain", ...)
   std::string system_prompt;  // in use (may be the template's default)
   int prefill_chunk = 1;      // tokens per batched prefill on the device (1: none)
+  // For /show.
+  std::string architecture;  // general.architecture
+  uint64_t n_params = 0;     // weights, all tensors
+  uint64_t file_bytes = 0;
+  int n_ctx_train = 0;
+  int n_embd = 0, n_head = 0, n_head_kv = 0, n_vocab = 0;
+  std::string weight_types;   // the layer matrices' types, most common first
+  SamplingParams sampling;    // in use at the start
+  SamplingFields from_model;  // which of them the model recommended
+};
+// Where a turn's prompt processing is: `done` of `total` tokens are in the
+// cache (sent after each prefill chunk of a long prompt).
+struct PrefillProgress {
+  int done = 0;
+  int total = 0;
 };
 // Loading failed; the engine thread has ended. Later commands are ignored.
 struct LoadFailed {
   std::string message;
   bool bad_file = false;  // the model file is malformed (GgufError), not e.g. a device failure
   std::string build_log;  // an OpenCL program failed to build: the compiler's whole log
+};
+// While loading, what the engine is doing ("reading the model file",
+// "compiling kernels 3: matvec_cpu"), for a first start that compiles.
+struct Loading {
+  std::string stage;
 };
 // A command failed; the engine keeps running.
 struct Error {
@@ -167,9 +208,9 @@ struct ContextTrimmed {
 };
 }  // namespace ev
 
-using Event =
-    std::variant<ev::Ready, ev::LoadFailed, ev::Error, ev::Notice, ev::TokenText, ev::TurnFinished,
-                 ev::Stats, ev::LayerTimings, ev::DebugStats, ev::ContextTrimmed>;
+using Event = std::variant<ev::Ready, ev::LoadFailed, ev::Error, ev::Notice, ev::TokenText,
+                           ev::TurnFinished, ev::Stats, ev::LayerTimings, ev::DebugStats,
+                           ev::ContextTrimmed, ev::PrefillProgress, ev::Loading>;
 
 inline const char* finish_reason_name(ev::FinishReason reason) {
   switch (reason) {

@@ -22,10 +22,12 @@ int fuzz_commands(const uint8_t* data, size_t size) {
   if (const auto* set = std::get_if<ui::command::Set>(&input)) {
     require(std::isfinite(set->value), "/set accepted a value that is not finite");
     SamplingParams p;
-    ui::apply_set(p, *set);
+    SamplingFields from_model;
+    ui::apply_set(p, *set, from_model);
     require(p.top_k >= 0 && p.repeat_last_n >= 0 && p.max_tokens >= 1, "/set out of range");
     require(std::isfinite(p.temperature) && std::isfinite(p.top_p), "/set gave a non-finite");
     ui::sampling_summary(p);
+    ui::set_values(p);
   }
   if (const auto* invalid = std::get_if<ui::command::Invalid>(&input)) {
     require(!invalid->hint.empty(), "an invalid command without a hint");

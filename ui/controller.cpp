@@ -7,6 +7,7 @@
 
 #include "config/xdg.h"
 #include "ui/commands.h"
+#include "ui/show.h"
 
 namespace clchat::ui {
 
@@ -41,27 +42,39 @@ void Controller::on_event(const Event& event) {
       [&](const auto& e) {
         using T = std::decay_t<decltype(e)>;
         if constexpr (std::is_same_v<T, ev::Ready>) {
-          s_.session = {true,          false,     e.model_name, e.quant,
-                        e.device_name, e.backend, e.n_layer,    e.n_ctx};
+          s_.session = {true,      false,     e.model_name, e.quant, e.device_name,
+                        e.backend, e.n_layer, e.n_ctx,      e,       {}};
+          // The engine's sampling (the model's recommendation included),
+          // unless a /set before Ready has already replaced it there.
+          if (!s_.sampling_set) {
+            s_.sampling = e.sampling;
+            s_.sampling_from_model = e.from_model;
+          }
           s_.perf.device = e.device_name;
           s_.perf.n_layer = e.n_layer;
           s_.perf.stats.cache_capacity = e.n_ctx;
           s_.conversation.model = e.model_name;
           if (s_.conversation.turns.empty()) s_.conversation.system = e.system_prompt;
-          s_.transcript.add(EntryKind::Info, e.model_name + " (" + e.quant + ", " +
-                                                 std::to_string(e.n_layer) + " layers, " +
-                                                 std::to_string(e.n_ctx) + " context) on " +
-                                                 e.device_name + " · /help lists the commands");
+          s_.transcript.add_before_turns(
+              EntryKind::Info, e.model_name + " (" + e.quant + ", " + std::to_string(e.n_layer) +
+                                   " layers, " + std::to_string(e.n_ctx) + " context) on " +
+                                   e.device_name + " · /help lists the commands");
         } else if constexpr (std::is_same_v<T, ev::LoadFailed>) {
           s_.session.failed = true;
           s_.generating = false;
           s_.transcript.add(EntryKind::Error, "cannot load the model: " + e.message);
           set_hint("the model did not load; /quit leaves", Style::Warning, std::chrono::hours(1));
+        } else if constexpr (std::is_same_v<T, ev::Loading>) {
+          s_.session.stage = e.stage;
         } else if constexpr (std::is_same_v<T, ev::Error>) {
           s_.transcript.add(EntryKind::Error, e.message);
         } else if constexpr (std::is_same_v<T, ev::Notice>) {
           s_.transcript.add(EntryKind::Info, e.message);
+        } else if constexpr (std::is_same_v<T, ev::PrefillProgress>) {
+          s_.prefill = e;
+          if (s_.cancel_requested) cancel_();
         } else if constexpr (std::is_same_v<T, ev::TokenText>) {
+          s_.prefill = {};
           s_.transcript.append_reply(e.piece);
           if (s_.cancel_requested) cancel_();
         } else if constexpr (std::is_same_v<T, ev::TurnFinished>) {
@@ -88,6 +101,7 @@ void Controller::on_event(const Event& event) {
 void Controller::finish_turn(const ev::TurnFinished& f) {
   s_.generating = false;
   s_.cancel_requested = false;
+  s_.prefill = {};
   const bool cancelled = f.reason == ev::FinishReason::Cancelled;
   std::string note;
   if (cancelled) note = "stopped";
@@ -215,16 +229,24 @@ void Controller::on_command(const auto& c) {
       set_hint(e.what(), Style::Warning);
     }
   } else if constexpr (std::is_same_v<T, command::Set>) {
-    apply_set(s_.sampling, c);
+    apply_set(s_.sampling, c, s_.sampling_from_model);
+    s_.sampling_set = true;
     post_(cmd::SetSampling{s_.sampling});
     set_hint("sampling: " + sampling_summary(s_.sampling));
   } else if constexpr (std::is_same_v<T, command::SetGreedy>) {
     s_.sampling.temperature = 0;
+    s_.sampling_from_model.temperature = false;
+    s_.sampling_set = true;
     post_(cmd::SetSampling{s_.sampling});
     set_hint("sampling: greedy");
   } else if constexpr (std::is_same_v<T, command::Stats>) {
     s_.stats_requested = true;
     post_(cmd::QueryStats{});
+  } else if constexpr (std::is_same_v<T, command::Show>) {
+    if (!s_.session.ready) return set_hint("the model is still loading", Style::Warning);
+    s_.transcript.add(EntryKind::Info,
+                      join_lines(show_lines(s_.session.facts, s_.conversation.system, s_.sampling,
+                                            s_.sampling_from_model)));
   } else if constexpr (std::is_same_v<T, command::Debug>) {
     if (s_.debug != c.on) toggle_debug();
   } else if constexpr (std::is_same_v<T, command::Quit>) {
@@ -257,7 +279,7 @@ bool Controller::on_interrupt(std::chrono::steady_clock::time_point now) {
   if (s_.generating) {
     s_.cancel_requested = true;
     cancel_();
-    set_hint("stopping…", Style::Warning, std::chrono::seconds(2));
+    s_.hint.clear();  // the hint line says "stopping…" until the turn ends
     return false;
   }
   if (now - s_.last_interrupt < std::chrono::seconds(2)) {

@@ -21,6 +21,8 @@ struct SessionInfo {
   std::string model, quant, device, backend;
   int n_layer = 0;
   int n_ctx = 0;
+  ev::Ready facts;    // everything the engine said when it was ready (/show)
+  std::string stage;  // while loading: what the engine is doing
 };
 
 // A submitted line the controller refused or the engine did not keep, to be
@@ -35,6 +37,9 @@ struct State {
   PerfState perf;
   SessionInfo session;
   SamplingParams sampling;
+  // The settings still at the model's recommendation (general.sampling.*).
+  SamplingFields sampling_from_model;
+  bool sampling_set = false;       // a /set came before the engine was ready
   Conversation conversation;       // what /save and the autosave write
   std::filesystem::path autosave;  // this conversation's autosave file ("" = off)
   // Why the last autosave failed ("" = it worked); the status bar says so
@@ -42,6 +47,8 @@ struct State {
   std::string autosave_error;
 
   bool generating = false;
+  // The running turn's prompt processing (total 0: none reported yet).
+  ev::PrefillProgress prefill;
   // Ctrl-C during a reply. The engine clears its cancel flag when a turn
   // starts, so a cancel that raced ahead of the turn is repeated on each token.
   bool cancel_requested = false;

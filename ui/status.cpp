@@ -1,11 +1,21 @@
 // Status bar and hint line (see status.h). The status bar drops its least
-// useful parts first when narrow: key hints, then sampling, then device.
+// useful parts first when narrow: key hints, then the device (the panel and
+// /show name it), then the sampling label ("temp 0.80": /show has the rest).
 #include "ui/status.h"
 
 #include "ui/commands.h"
 #include "ui/text.h"
 
 namespace clchat::ui {
+
+namespace {
+
+// "prompt 640/2,132 tokens"
+std::string prefill_text(const ev::PrefillProgress& p) {
+  return "prompt " + with_thousands(p.done) + "/" + with_thousands(p.total) + " tokens";
+}
+
+}  // namespace
 
 StyledLine build_status_line(const State& s, int width) {
   std::string left = " clchat";
@@ -14,12 +24,12 @@ StyledLine build_status_line(const State& s, int width) {
   } else if (s.session.failed) {
     left += " │ no model";
   } else {
-    left += " │ loading…";
+    left += s.session.stage.empty() ? " │ loading…" : " │ loading: " + s.session.stage + "…";
   }
   // A failing autosave stays in view until it works again.
   if (!s.autosave_error.empty()) left += " │ AUTOSAVE FAILED";
   const std::string device = s.session.device.empty() ? "" : " │ " + s.session.device;
-  const std::string sampling = " │ " + sampling_summary(s.sampling);
+  const std::string sampling = " │ " + sampling_label(s.sampling);
   const std::string keys = "F" + std::to_string(s.key_panel) + " panel  F" +
                            std::to_string(s.key_debug) + " debug" + (s.debug ? "*" : "") +
                            "  /help ";
@@ -27,8 +37,8 @@ StyledLine build_status_line(const State& s, int width) {
   const auto compose = [&] {
     return left + (with_device ? device : "") + (with_sampling ? sampling : "");
   };
-  if (display_width(compose()) > width) with_sampling = false;
   if (display_width(compose()) > width) with_device = false;
+  if (display_width(compose()) > width) with_sampling = false;
   std::string text = compose();
   const int gap = width - display_width(text) - display_width(keys);
   if (gap >= 1) text += std::string(static_cast<size_t>(gap), ' ') + keys;
@@ -43,6 +53,12 @@ StyledLine build_hint_line(const State& s, int width, bool unicode,
   if (!s.hint.empty() && now < s.hint_until) {
     message = s.hint;
     style = s.hint_style;
+  } else if (s.generating && s.cancel_requested) {
+    message = s.prefill.total > 0 ? "stopping… (" + prefill_text(s.prefill) + ")" : "stopping…";
+    style = Style::Warning;
+  } else if (s.generating && s.prefill.total > 0) {
+    message = prefill_text(s.prefill) + " · Ctrl-C stops";
+    style = Style::Accent;
   } else if (s.generating) {
     message = "generating… Ctrl-C stops";
     style = Style::Accent;

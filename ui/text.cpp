@@ -244,4 +244,39 @@ std::string sanitize_input(std::string_view text) {
   return out;
 }
 
+std::vector<std::string> wrap_columns(std::string_view text, int width) {
+  std::vector<std::string> out;
+  for (size_t start = 0;;) {
+    const size_t nl = text.find('\n', start);
+    const std::string_view row =
+        text.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start);
+    const size_t first = row.find_first_not_of(' ');
+    const size_t gap = first == std::string_view::npos ? first : row.find("  ", first);
+    const size_t value = gap == std::string_view::npos ? gap : row.find_first_not_of(' ', gap);
+    const int column = value == std::string_view::npos ? 0 : display_width(row.substr(0, value));
+    if (column > 0 && column <= width / 2) {
+      const auto body = wrap_text(row.substr(value), width - column);
+      out.push_back(std::string(row.substr(0, value)) + body[0]);
+      for (size_t i = 1; i < body.size(); ++i) {
+        out.push_back(std::string(static_cast<size_t>(column), ' ') + body[i]);
+      }
+    } else {
+      const auto lines = wrap_text(row, width);
+      out.insert(out.end(), lines.begin(), lines.end());
+    }
+    if (nl == std::string_view::npos) return out;
+    start = nl + 1;
+  }
+}
+
+std::string with_thousands(long long n) {
+  const std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out = n < 0 ? "-" : "";
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
 }  // namespace clchat::ui

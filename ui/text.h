@@ -34,6 +34,11 @@ std::string pad_width(std::string_view s, int columns);
 // Always at least one line (possibly empty).
 std::vector<std::string> wrap_text(std::string_view text, int width);
 
+// wrap_text() for two-column rows ("/help      this list"): a paragraph with
+// a run of 2+ spaces after its first word(s) wraps its second column under
+// itself, when that column starts in the left half of the width.
+std::vector<std::string> wrap_columns(std::string_view text, int width);
+
 // Tabs to spaces (4-column stops) and other C0 controls except '\n' dropped,
 // so what is wrapped is what is drawn.
 std::string sanitize_for_display(std::string_view text);
@@ -44,5 +49,8 @@ std::string sanitize_for_display(std::string_view text);
 // '\n' and '\t', DEL, C1 U+0080..U+009F), so no escape sequence or raw
 // control byte reaches the prompt, the screen or the model.
 std::string sanitize_input(std::string_view text);
+
+// 2132 -> "2,132".
+std::string with_thousands(long long n);
 
 }  // namespace clchat::ui

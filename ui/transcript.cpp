@@ -133,7 +133,9 @@ void Transcript::rewrap(size_t index) {
   auto& out = wrapped_[index];
   out.clear();
   if (index > 0) out.emplace_back();  // one blank line between entries
-  const auto lines = wrap_text(e.text, width_ - k_gutter);
+  // Notes (/help, /show) are two-column rows: keep the columns when wrapped.
+  const auto lines = e.kind == EntryKind::Info ? wrap_columns(e.text, width_ - k_gutter)
+                                               : wrap_text(e.text, width_ - k_gutter);
   for (size_t i = 0; i < lines.size(); ++i) {
     StyledLine line;
     line.add(i == 0 ? look.first : "  ", i == 0 ? look.style : Style::Normal);

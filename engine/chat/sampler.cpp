@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "engine/cpu/ops.h"
@@ -20,6 +21,16 @@ void apply_repeat_penalty(std::span<float> logits, std::span<const int32_t> rece
     float& l = logits[size_t(id)];
     l = l > 0 ? l / penalty : l * penalty;
   }
+}
+
+void apply_frequency_presence(std::span<float> logits, std::span<const int32_t> recent,
+                              float frequency, float presence) {
+  if (frequency == 0.0f && presence == 0.0f) return;
+  std::unordered_map<int32_t, int> count;
+  for (int32_t id : recent) {
+    if (id >= 0 && size_t(id) < logits.size()) ++count[id];
+  }
+  for (const auto& [id, c] : count) logits[size_t(id)] -= float(c) * frequency + presence;
 }
 
 std::vector<Candidate> sorted_candidates(std::span<const float> logits) {
@@ -82,8 +93,9 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   if (params_.repeat_last_n > 0 && recent.size() > size_t(params_.repeat_last_n)) {
     recent = recent.last(size_t(params_.repeat_last_n));
   }
-  apply_repeat_penalty(scratch_, params_.repeat_last_n != 0 ? recent : std::span<const int32_t>{},
-                       params_.repeat_penalty);
+  if (params_.repeat_last_n == 0) recent = {};
+  apply_repeat_penalty(scratch_, recent, params_.repeat_penalty);
+  apply_frequency_presence(scratch_, recent, params_.frequency_penalty, params_.presence_penalty);
   if (params_.greedy()) return argmax(scratch_);
 
   std::vector<Candidate> c = sorted_candidates(scratch_);

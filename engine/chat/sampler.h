@@ -1,4 +1,5 @@
-// Token selection from logits read back to the host: repeat penalty, top-k,
+// Token selection from logits read back to the host: repeat, frequency and
+// presence penalties, top-k,
 // temperature, top-p (nucleus) and min-p, then a draw from a seeded
 // std::mt19937_64, so the same seed and the same logits give the same tokens.
 //
@@ -7,7 +8,7 @@
 // host equivalent, used when the logits are on the host anyway.
 //
 // Order of the chain (as llama.cpp's default sampler chain orders the same
-// steps): penalty -> top-k -> softmax at the temperature -> top-p -> min-p ->
+// steps): penalties -> top-k -> softmax at the temperature -> top-p -> min-p ->
 // renormalise -> draw. Each filter keeps at least one candidate.
 #pragma once
 
@@ -34,6 +35,11 @@ int32_t argmax(std::span<const float> logits);
 // divided by `penalty` when positive and multiplied by it when negative.
 // Each distinct id is penalised once however often it occurs.
 void apply_repeat_penalty(std::span<float> logits, std::span<const int32_t> recent, float penalty);
+
+// OpenAI's frequency and presence penalties (as llama.cpp applies them): a
+// token seen c > 0 times in `recent` loses c * frequency + presence.
+void apply_frequency_presence(std::span<float> logits, std::span<const int32_t> recent,
+                              float frequency, float presence);
 
 // All ids with their logits, sorted by logit (highest first, ties: lower id).
 std::vector<Candidate> sorted_candidates(std::span<const float> logits);

@@ -10,6 +10,12 @@
 //   [pending] + tokenize(assistant_end + user turn + assistant header)
 // and earlier turns are never processed again.
 //
+// A long prompt is fed in chunks sized to take about 0.3 s each
+// (at most prefill_chunk tokens), with the cancel flag checked between them:
+// a prompt stopped part-way keeps its unfed tokens `pending` (the reply is
+// empty, Cancelled), so the cache stays equal to what was fed and the next
+// turn or /regen goes on from there.
+//
 // Context policy (n_ctx = the backend's cache size): a turn fits when its
 // prompt plus a reserve for the reply (min(max_tokens, n_ctx / 4)) fits. When
 // it does not, the oldest whole exchanges (user turn + reply) are dropped,
@@ -23,6 +29,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -57,7 +64,9 @@ struct TurnHooks {
   std::function<void(int step)> before_step;
   std::function<void(int step, const TurnResult& so_far)> after_step;
   std::function<void(int turns_dropped, int tokens_dropped)> on_trim;
-  std::function<bool()> cancelled;  // checked between tokens
+  // After each prefill chunk of a prompt longer than one chunk.
+  std::function<void(int done, int total)> on_prefill;
+  std::function<bool()> cancelled;  // checked between tokens and prefill chunks
 };
 
 class ChatSession {
@@ -105,7 +114,7 @@ class ChatSession {
   struct Snapshot {
     std::vector<Turn> turns;
     std::vector<int32_t> tokens;
-    int32_t pending = -1;
+    std::vector<int32_t> pending;
     bool synced = true;
     size_t reply_start = 0;
   };
@@ -119,7 +128,9 @@ class ChatSession {
                      Snapshot before);
   // Greedy without a repeat penalty: the backend's argmax, no logits read back.
   bool device_argmax() const;
-  int32_t run_prompt(std::span<const int32_t> prompt);
+  // The first reply token, or nullopt when cancelled between chunks (the
+  // unfed rest of `prompt` is then pending).
+  std::optional<int32_t> run_prompt(std::span<const int32_t> prompt, const TurnHooks& hooks);
   int32_t step(int32_t token);
   void generate(int32_t first, TurnResult& result, const TurnHooks& hooks);
 
@@ -133,9 +144,11 @@ class ChatSession {
   int prefill_chunk_ = 512;
 
   std::vector<int32_t> tokens_;  // what the cache holds, position by position
-  int32_t pending_ = -1;         // last reply token, not fed yet
-  bool synced_ = true;           // tokens_ (+ pending_) mirror turns_
-  size_t reply_start_ = 0;       // n_past where the last reply began (0: unknown)
+  // Tokens of the conversation not fed yet: the last reply token, or the
+  // rest of a prompt whose prefill was stopped.
+  std::vector<int32_t> pending_;
+  bool synced_ = true;      // tokens_ (+ pending_) mirror turns_
+  size_t reply_start_ = 0;  // n_past where the last reply began (0: unknown)
 };
 
 }  // namespace clchat

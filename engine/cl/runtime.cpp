@@ -316,6 +316,7 @@ ClProgram ClRuntime::build_program(const std::string& name, std::string_view sou
   // before its bytes reach the driver, which does not survive a damaged
   // binary; a binary the driver still refuses is deleted and rebuilt too.
   if (const auto bin = read_kernel_cache(cache_path, key)) {
+    if (on_build) on_build(name, true);
     const size_t len = bin->size();
     const auto* ptr = reinterpret_cast<const unsigned char*>(bin->data());
     cl_int status = CL_SUCCESS;
@@ -328,6 +329,7 @@ ClProgram ClRuntime::build_program(const std::string& name, std::string_view sou
     drop_kernel_cache(cache_path, "was refused by the driver");
   }
 
+  if (on_build) on_build(name, false);
   const char* src = source.data();
   const size_t len = source.size();
   ClProgram program(clCreateProgramWithSource(context_.get(), 1, &src, &len, &err));

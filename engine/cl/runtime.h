@@ -12,6 +12,7 @@
 #include <concepts>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <stdexcept>
@@ -134,6 +135,9 @@ class ClRuntime {
   ClProgram build_program(const std::string& name, std::string_view source,
                           const std::string& options) const;
   ClKernel create_kernel(const ClProgram& program, const char* name) const;
+  // Told about each program before it is loaded from the kernel cache
+  // (`cached`) or compiled from source: the chat's loading progress.
+  std::function<void(const std::string& name, bool cached)> on_build;
 
   // Device-only buffer (CL_MEM_READ_WRITE) or host-readable one.
   ClMem alloc(size_t bytes, bool host_readable = false) const;

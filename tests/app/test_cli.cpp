@@ -116,6 +116,28 @@ TEST(Cli, InfoDescribesAMixedFile) {
       << text.out;
 }
 
+// Float32 settings print as themselves, not as the double they widen to
+// (9.999999747378752e-06).
+TEST(Cli, InfoPrintsFloat32SettingsShort) {
+  const std::string model = test::shared_file("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  const auto text = test::run_command(test::clchat_binary() + " info -m " + model);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("rms eps:       1e-05\n"), std::string::npos) << text.out;
+  const auto r = test::run_command(test::clchat_binary() + " info --json -m " + model);
+  EXPECT_NE(r.out.find("\"rms_eps\": 1e-05"), std::string::npos) << r.out;
+}
+
+// The --verbose header names the device once.
+TEST(Cli, VerboseHeaderNamesTheDeviceOnce) {
+  const auto r = test::run_command("printf 'hi\\n' | " + test::clchat_binary() +
+                                   " --device cpu -n 2 --verbose -m " +
+                                   test::shared_file("models/stories260K.gguf"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string header = r.err.substr(0, r.err.find('\n'));
+  EXPECT_EQ(header.find("pthread"), header.rfind("pthread")) << header;
+  EXPECT_NE(header.find("| opencl |"), std::string::npos) << header;
+}
+
 // synth --quant takes llama-quantize's file types (any case) and writes the
 // mix llama-quantize would; an unknown name is one usage error listing the
 // accepted ones, for synth and bench alike.

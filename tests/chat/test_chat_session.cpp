@@ -212,6 +212,54 @@ TEST_P(ChatSessionTest, CancelKeepsThePartialReplyAndAConsistentCache) {
   expect_reply_matches_from_scratch(*s, r2, max_tokens);
 }
 
+// Ctrl-C while a long prompt is processed: it stops after the chunk in
+// flight (the first, 32 tokens), the cache holds exactly what was fed, and
+// both the next turn and /regen go on from there.
+TEST_P(ChatSessionTest, CancelDuringPrefillStopsAfterOneChunk) {
+  const int max_tokens = 8;
+  std::string long_text;
+  for (int i = 0; i < 12; ++i) long_text += "The little dog ran to the park. ";
+  const std::vector<int32_t> prompt1 =
+      tok().encode("User: " + long_text + "\nAssistant:", true, true);
+  ASSERT_GT(prompt1.size(), 64u);
+  for (const bool regen : {false, true}) {
+    SCOPED_TRACE(regen ? "then /regen" : "then a new turn");
+    auto backend = make_backend(512);
+    auto s = make_session(*backend, max_tokens);
+    bool cancel = false;
+    std::vector<std::pair<int, int>> progress;
+    TurnHooks hooks;
+    hooks.cancelled = [&] { return cancel; };
+    hooks.on_prefill = [&](int done, int total) {
+      progress.emplace_back(done, total);
+      cancel = true;  // Ctrl-C during the first chunk
+    };
+    const TurnResult r1 = s->submit(long_text, hooks);
+    ASSERT_EQ(r1.reason, ev::FinishReason::Cancelled);
+    EXPECT_EQ(r1.reply, "");
+    ASSERT_EQ(progress.size(), 1u);
+    EXPECT_EQ(progress[0], std::make_pair(32, int(prompt1.size())));
+    EXPECT_EQ(r1.prefill_tokens, 32);
+    ASSERT_EQ(s->n_past(), 32);
+    EXPECT_TRUE(std::equal(prompt1.begin(), prompt1.begin() + 32, s->cache_tokens().begin()));
+    ASSERT_EQ(s->turns().size(), 2u);
+
+    if (regen) {
+      const TurnResult r2 = s->regenerate();
+      ASSERT_TRUE(r2.error.empty()) << r2.error;
+      EXPECT_EQ(r2.prefill_tokens, int(prompt1.size()) - 32);
+      EXPECT_EQ(r2.reply, text_of(greedy_from_scratch(prompt1, max_tokens)));
+    } else {
+      const TurnResult r2 = s->submit("The cat");
+      ASSERT_TRUE(r2.error.empty()) << r2.error;
+      const auto cache = s->cache_tokens();
+      ASSERT_GE(cache.size(), prompt1.size());
+      EXPECT_TRUE(std::equal(prompt1.begin(), prompt1.end(), cache.begin()));
+      expect_reply_matches_from_scratch(*s, r2, max_tokens);
+    }
+  }
+}
+
 // Forwards to a real backend; the call numbered `fail_at` (0 = the next one)
 // and every later one throw until fail_at is reset to -1.
 class FailingBackend final : public Backend {

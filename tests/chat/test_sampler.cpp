@@ -118,6 +118,23 @@ TEST(Sampler, RepeatPenaltyLooksOnlyAtTheLastN) {
   EXPECT_EQ(s.sample(logits, std::vector<int32_t>{0, 2}), 0);  // only 2 is
 }
 
+TEST(Sampler, FrequencyAndPresencePenaltiesCountOccurrences) {
+  std::vector<float> logits = {2, -2, 1, 4};
+  apply_frequency_presence(logits, std::vector<int32_t>{0, 1, 1, 7}, 0.5f, 0.25f);
+  // 0 seen once: -0.75; 1 seen twice: -1.25; 2 and 3 unseen; 7 out of range.
+  EXPECT_EQ(logits, (std::vector<float>{1.25f, -3.25f, 1, 4}));
+}
+
+TEST(Sampler, PresencePenaltyTurnsTheGreedyChoice) {
+  SamplingParams p;  // greedy: the argmax after the penalty
+  p.presence_penalty = 2.0f;
+  EXPECT_TRUE(p.penalized());
+  Sampler s(p);
+  const std::vector<float> logits = {5, 1, 4};
+  EXPECT_EQ(s.sample(logits, std::vector<int32_t>{1}), 0);
+  EXPECT_EQ(s.sample(logits, std::vector<int32_t>{0}), 2);
+}
+
 TEST(Sampler, SameSeedSameTokens) {
   const std::vector<float> logits = test::random_floats(200, 3, -2, 2);
   auto draw = [&](uint64_t seed) {

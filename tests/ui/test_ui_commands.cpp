@@ -77,10 +77,16 @@ TEST(UiCommands, SetValuesAndRanges) {
 TEST(UiCommands, ApplySetAndSummary) {
   clchat::SamplingParams p;
   EXPECT_EQ(ui::sampling_summary(p), "greedy");
-  ui::apply_set(p, {"temp", 0.7});
-  ui::apply_set(p, {"top_k", 20});
-  ui::apply_set(p, {"max_tokens", 99});
-  ui::apply_set(p, {"seed", 5});
+  clchat::SamplingFields from_model{true, true, true, true, true, true};
+  ui::apply_set(p, {"temp", 0.7}, from_model);
+  ui::apply_set(p, {"top_k", 20}, from_model);
+  ui::apply_set(p, {"max_tokens", 99}, from_model);
+  ui::apply_set(p, {"seed", 5}, from_model);
+  ui::apply_set(p, {"presence_penalty", 0.5}, from_model);
+  EXPECT_FLOAT_EQ(p.presence_penalty, 0.5f);
+  EXPECT_FALSE(from_model.temperature);  // the user's now
+  EXPECT_FALSE(from_model.top_k);
+  EXPECT_TRUE(from_model.top_p);
   EXPECT_FLOAT_EQ(p.temperature, 0.7f);
   EXPECT_EQ(p.top_k, 20);
   EXPECT_EQ(p.max_tokens, 99);

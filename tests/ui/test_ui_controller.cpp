@@ -32,7 +32,16 @@ struct Harness {
       std::filesystem::temp_directory_path() / ("clchat-ui-test-" + std::to_string(::getpid()));
   Harness() {
     std::filesystem::create_directories(dir);
-    c.on_event(ev::Ready{"tiny", "F32", "cpu", 5, 512, "opencl", "chatml", "Be nice."});
+    ev::Ready ready;
+    ready.model_name = "tiny";
+    ready.quant = "F32";
+    ready.device_name = "cpu";
+    ready.n_layer = 5;
+    ready.n_ctx = 512;
+    ready.backend = "opencl";
+    ready.chat_template = "chatml";
+    ready.system_prompt = "Be nice.";
+    c.on_event(ready);
   }
   ~Harness() { std::filesystem::remove_all(dir); }
   void reply(const std::string& text, ev::FinishReason r = ev::FinishReason::Eos) {

@@ -171,7 +171,7 @@ TEST(UiLayout, TooSmall) {
 
 TEST(UiStatus, StatusBarFitsAndDropsPartsWhenNarrow) {
   ui::State s;
-  s.session = {true, false, "SmolLM2", "Q4_1", "NVIDIA H200", "opencl", 30, 2048};
+  s.session = {true, false, "SmolLM2", "Q4_1", "NVIDIA H200", "opencl", 30, 2048, {}, {}};
   const auto wide = ui::build_status_line(s, 120).text();
   EXPECT_EQ(ui::display_width(wide), 120);
   for (const char* part : {"SmolLM2", "Q4_1", "NVIDIA H200", "greedy", "F2 panel", "F3 debug"}) {
@@ -180,6 +180,46 @@ TEST(UiStatus, StatusBarFitsAndDropsPartsWhenNarrow) {
   const auto narrow = ui::build_status_line(s, 40).text();
   EXPECT_EQ(ui::display_width(narrow), 40);
   EXPECT_NE(narrow.find("SmolLM2"), std::string::npos);
+}
+
+// At 120 columns a sampling chat keeps its label beside a long device name:
+// the device goes first (the panel and /show name it).
+TEST(UiStatus, SamplingLabelStaysAt120Columns) {
+  ui::State s;
+  s.session = {true,
+               false,
+               "SmolLM2 135M Instruct",
+               "Q4_1",
+               "cpu-haswell-AMD EPYC 7B13 64-Core Processor",
+               "opencl",
+               30,
+               8192,
+               {},
+               {}};
+  s.sampling.temperature = 0.8f;
+  const auto line = ui::build_status_line(s, 120).text();
+  EXPECT_EQ(ui::display_width(line), 120);
+  EXPECT_NE(line.find("temp 0.80"), std::string::npos) << line;
+}
+
+TEST(UiStatus, LoadingSaysWhatTheEngineIsDoing) {
+  ui::State s;
+  EXPECT_NE(ui::build_status_line(s, 100).text().find("loading…"), std::string::npos);
+  s.session.stage = "compiling kernels 3: matvec_cpu";
+  EXPECT_NE(ui::build_status_line(s, 100).text().find("loading: compiling kernels 3: matvec_cpu…"),
+            std::string::npos);
+}
+
+TEST(UiStatus, HintLineShowsPrefillProgressAndStopping) {
+  ui::State s;
+  const auto now = std::chrono::steady_clock::now();
+  s.generating = true;
+  s.prefill = {640, 2132};
+  EXPECT_NE(ui::build_hint_line(s, 80, true, now).text().find("prompt 640/2,132 tokens"),
+            std::string::npos);
+  s.cancel_requested = true;
+  EXPECT_NE(ui::build_hint_line(s, 80, true, now).text().find("stopping… (prompt 640/2,132"),
+            std::string::npos);
 }
 
 TEST(UiStatus, HintLineShowsActivityThenMessages) {

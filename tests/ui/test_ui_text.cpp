@@ -113,3 +113,15 @@ TEST(UiText, SanitizeInputReplacesBadUtf8AndDropsControls) {
   EXPECT_EQ(ui::sanitize_input(std::string("nul\0byte", 8)), "nulbyte");
   EXPECT_EQ(ui::sanitize_input(""), "");
 }
+
+// /help's rows keep their columns when the transcript is narrow.
+TEST(UiText, WrapColumnsHangsTheSecondColumn) {
+  const auto lines =
+      ui::wrap_columns("/set KEY VALUE   temp, top_k, top_p, min_p\nplain text here", 40);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "/set KEY VALUE   temp, top_k, top_p,");
+  EXPECT_EQ(lines[1], "                 min_p");
+  EXPECT_EQ(lines[2], "plain text here");
+  // A second column starting past the middle wraps as plain text.
+  EXPECT_EQ(ui::wrap_columns("a very long first column  x", 20)[0], "a very long first");
+}

@@ -54,8 +54,9 @@ WeightFootprint weight_footprint(const Model& model) {
   add(t.output_norm);
   for (const LayerTensors& l : t.layers) {
     for (const GgufTensor* m :
-         {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down}) {
-      add(m);
+         {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.ffn_norm, l.ffn_gate, l.ffn_up, l.ffn_down, l.bq,
+          l.bk, l.bv, l.q_norm, l.k_norm, l.post_attn_norm, l.post_ffn_norm}) {
+      add(m);  // the optional ones are null unless the model has them
     }
     // Q, K and V of one type are uploaded as one stacked matrix.
     if (l.wq && l.wk && l.wv && l.wq->type == l.wk->type && l.wq->type == l.wv->type) {

@@ -48,8 +48,8 @@ int fuzz_chat_template(const uint8_t* data, size_t size) {
   for (size_t i = 0; i < turns.size(); ++i) {
     if (turns[i].role == Role::User) {
       incremental += tmpl.next_turn(turns[i].text, system, i == 0);
-    } else {
-      incremental.message(turns[i].text);
+    } else {  // as the session writes a reply it rebuilds (trimmed where the style trims)
+      incremental += tmpl.assistant_reply(turns[i].text);
     }
   }
   if (turns.empty()) {

@@ -66,6 +66,21 @@ KernelArgs matvec_args(const DeviceMatrix& m, const ClMem& x, const ClMem* norm_
           {"out", out}};
 }
 
+KernelArgs attention_decode_args(const ModelConfig& c, const DecodeState& s, const ClMem& q,
+                                 cl_ulong layer_off, const ClMem& out) {
+  return {{"q", q},
+          {"k_cache", s.k_cache},
+          {"v_cache", s.v_cache},
+          {"layer_off", layer_off},
+          {"n_pos", cl_int(1)},
+          {"n_head", cl_int(c.n_head)},
+          {"n_head_kv", cl_int(c.n_head_kv)},
+          {"head_dim", cl_int(c.head_dim)},
+          {"scores", s.scores},
+          {"scores_stride", cl_int(s.n_ctx)},
+          {"out", out}};
+}
+
 DecodePlan::DecodePlan(const ModelConfig& c, const ClRuntime& rt, ClPrograms& programs,
                        const DeviceWeights& w, DecodeState& s)
     : config_(c), rt_(rt), programs_(programs), w_(w), s_(s) {
@@ -132,18 +147,8 @@ DecodePlan::LayerPlan DecodePlan::layer_plan(int il) {
   } else {  // attention over the cache
     p.attention = {programs_.attention_kernel(), size_t(c.n_head) * size_t(tune.att_wg),
                    size_t(tune.att_wg), "attention", il};
-    const KernelArgs args = {
-        {"q", s_.q},
-        {"k_cache", s_.k_cache},
-        {"v_cache", s_.v_cache},
-        {"layer_off", cl_ulong(size_t(il) * size_t(s_.n_ctx) * size_t(c.n_embd_kv()))},
-        {"n_pos", cl_int(1)},
-        {"n_head", cl_int(c.n_head)},
-        {"n_head_kv", cl_int(c.n_head_kv)},
-        {"head_dim", cl_int(c.head_dim)},
-        {"scores", s_.scores},
-        {"scores_stride", cl_int(s_.n_ctx)},
-        {"out", s_.att_out}};
+    const KernelArgs args = attention_decode_args(
+        c, s_, s_.q, cl_ulong(size_t(il) * size_t(s_.n_ctx) * size_t(c.n_embd_kv())), s_.att_out);
     args.bind(p.attention.kernel);
     p.attention_arg_n_pos = args.index("n_pos");
   }

@@ -38,6 +38,12 @@ namespace clchat {
 KernelArgs matvec_args(const DeviceMatrix& m, const ClMem& x, const ClMem* norm_w, float eps,
                        bool accumulate, const ClMem& out);
 
+// The arguments of attention_decode (attention.cl, attention_cpu.cl): query
+// heads q (n_embd_q) over the cache from float offset layer_off, into out;
+// n_pos is set per step.
+KernelArgs attention_decode_args(const ModelConfig& c, const DecodeState& s, const ClMem& q,
+                                 cl_ulong layer_off, const ClMem& out);
+
 class DecodePlan {
  public:
   // `rt`, `w` and `s` must outlive the plan.

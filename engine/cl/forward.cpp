@@ -286,13 +286,7 @@ void ClForward::set_profiling(bool on) {
 void ClForward::take_profile() {
   profile_ = plan_.take_profile();
   if (!general()) return;
-  const ProfileReport steps = prefill_->take_decode_profile();
-  for (size_t il = 0; il < steps.layer_us.size() && il < profile_.layer_us.size(); ++il) {
-    profile_.layer_us[il] += steps.layer_us[il];
-  }
-  for (const auto& [label, us] : steps.kernel_us) profile_.kernel_us[label] += us;
-  profile_.total_us += steps.total_us;
-  profile_.n_launches += steps.n_launches;
+  prefill_->add_decode_profile(profile_);
 }
 
 void ClForward::collect_debug(int pos) {

@@ -479,17 +479,7 @@ ClPrefill::Step ClPrefill::decode_attention_step(int il, cl_ulong layer_off) {
   att.label = "attention";
   att.att_base = layer_off;
   att.att_window = c.is_swa(il) ? c.sliding_window : 0;
-  const KernelArgs args = {{"q", q_},
-                           {"k_cache", s_.k_cache},
-                           {"v_cache", s_.v_cache},
-                           {"layer_off", layer_off},
-                           {"n_pos", cl_int(1)},
-                           {"n_head", cl_int(c.n_head)},
-                           {"n_head_kv", cl_int(c.n_head_kv)},
-                           {"head_dim", cl_int(c.head_dim)},
-                           {"scores", s_.scores},
-                           {"scores_stride", cl_int(s_.n_ctx)},
-                           {"out", att_}};
+  const KernelArgs args = attention_decode_args(c, s_, q_, layer_off, att_);
   args.bind(att.kernel);
   att.arg_att_off = int(args.index("layer_off"));
   att.arg_att_n = int(args.index("n_pos"));
@@ -589,13 +579,11 @@ void ClPrefill::build_decode_steps() {
   }
 }
 
-ProfileReport ClPrefill::take_decode_profile() {
-  ProfileReport p;
-  p.layer_us.assign(size_t(config_.n_layer), 0.0);
-  for (const auto& [step, ev] : decode_events_)
-    p.add(step->label, step->layer, event_device_us(ev));
+void ClPrefill::add_decode_profile(ProfileReport& into) {
+  for (const auto& [step, ev] : decode_events_) {
+    into.add(step->label, step->layer, event_device_us(ev));
+  }
   decode_events_.clear();
-  return p;
 }
 
 cl_event ClPrefill::enqueue(Step& s, int n_tok, int pos0, int id_off, int row0, bool want_event) {

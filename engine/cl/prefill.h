@@ -56,13 +56,13 @@ class ClPrefill {
 
   int chunk() const { return chunk_; }
   // Device time of each decode step (one-token runs) per kernel label and
-  // per layer, collected while on (needs a profiling queue); take_profile()
-  // returns what the runs since the last call took.
+  // per layer, collected while on (needs a profiling queue);
+  // add_decode_profile() adds what the runs since the last call took.
   void set_decode_profiling(bool on) {
     decode_profiling_ = on && rt_.profiling();
     if (!decode_profiling_) decode_events_.clear();
   }
-  ProfileReport take_decode_profile();
+  void add_decode_profile(ProfileReport& into);
   // Launches of a one-token run.
   int launches_per_token() const {
     return int(decode_steps_.empty() ? steps_.size() : decode_steps_.size());

@@ -46,9 +46,8 @@
 // built before this file); layouts are those of engine/cl/block_layout.h.
 // Q4_0, Q4_1, Q8_0 and the ext types (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) have
 // loops of their own (and rows held in registers across barriers); the other
-// types are read 8 values at a time by block_values8. Where a role has one type (ALT = its type), its ALT
-// branches fold away; Q, K and V of one type (QKV_STACKED) are one stacked
-// matrix.
+// types are read 8 values at a time by block_values8. Where a role has one type (ALT = its type),
+// its ALT branches fold away; Q, K and V of one type (QKV_STACKED) are one stacked matrix.
 //
 // The barrier counts arrivals on a counter that only the host resets: barrier
 // k of this launch waits until counter - (bar_base + k * n_groups) >= 0 in
@@ -56,6 +55,30 @@
 // not all resident) sets *abort_flag and stops waiting; the host then falls
 // back to the multi-kernel path. Requires NVIDIA (inline PTX); the host enables this
 // path only after the kernel's own self-test (token_index < 0) passes.
+//
+// Other architectures' graphs (engine/model/architecture.h) are compile-time
+// options, all 0 for llama's (whose code they leave as it was):
+//   NEOX        RoPE turns dimensions j and j + N_ROT / 2 of a head, not
+//               2j and 2j + 1 (P1 computes those two rows as its pair)
+//   QKV_BIAS    q, k, v += [bq; bk; bv] (LO_QKV_BIAS)
+//   QK_NORM     q and k RMS-normed per head (LO_Q_NORM, LO_K_NORM) before
+//               RoPE: P1 stores q and k raw (k in h, free until P4), and
+//               each attention unit norms and turns its q head itself; the
+//               units whose span ends at pos also k's head at pos, writing
+//               it to the cache (the same bits from each), so no grid
+//               barrier is added (H100, Gemma 3 270M shape: a stage of its
+//               own cost 43 us of 508 per token)
+//   POST_NORMS  x += rmsnorm(Wo att) * post_attn_norm, and the same with
+//               the FFN's output and post_ffn_norm: P3 and P5 write to o,
+//               and every work-group keeps its own copy of x in local
+//               memory (xr), adding the normed o where the next stage
+//               stages its input (the same arithmetic in every work-group,
+//               so the copies agree bit for bit)
+//   FFN_GELU    GELU (tanh form) in place of SiLU
+//   WINDOW      > 0: layers whose LO_ALT word has LAYER_SWA attend over the
+//               last WINDOW positions, with the RoPE table rope_cs_swa
+//   EMBED_SCALE the embedding row's factor; Q_MUL q's on top of
+//               1/sqrt(HEAD_DIM); N_EMBD_Q (persistent_layout.cl) q's width
 //
 // tests/nvptx_check.sh compiles every configuration the host can build
 // without a GPU; tests/device_ab.sh times two versions on one.
@@ -78,7 +101,34 @@
 #define SPIN_NS 100000000ul
 
 // Layer offsets (LO_*), N_EMBD_KV and N_QKV: kernels/persistent_layout.cl.
-#define LOCAL_X (N_FF > N_EMBD ? N_FF : N_EMBD)
+#define MAX2(a, b) ((a) > (b) ? (a) : (b))
+#define LOCAL_X MAX2(N_FF, MAX2(N_EMBD, N_EMBD_Q))
+#ifndef NEOX
+#define NEOX 0
+#endif
+#ifndef QKV_BIAS
+#define QKV_BIAS 0
+#endif
+#ifndef QK_NORM
+#define QK_NORM 0
+#endif
+#ifndef POST_NORMS
+#define POST_NORMS 0
+#endif
+#ifndef FFN_GELU
+#define FFN_GELU 0
+#endif
+#ifndef WINDOW
+#define WINDOW 0
+#endif
+#ifndef Q_MUL
+#define Q_MUL 1.0f
+#endif
+// The lm_head's L2 prefetch (below): the host turns it off (0) where the
+// head would not fit 3/4 of L2.
+#ifndef HEAD_PF
+#define HEAD_PF 1
+#endif
 // Matrix inputs sit in local memory with each block of 32 values padded to 36
 // floats: a lane per block then reads at a stride of 36 floats, so the eight
 // lanes of a 16-byte access phase hit distinct banks (at a stride of 32 they
@@ -140,6 +190,8 @@ INLINE float warp_sum(float v) {
   for (int m = 16; m > 0; m >>= 1) v += shfl_bfly(v, m);
   return v;
 }
+// The warp's lanes meet (and see each other's local-memory writes).
+INLINE void warp_sync(void) { asm volatile("bar.warp.sync 0xffffffff;" ::: "memory"); }
 INLINE ulong global_timer_ns(void) {
   ulong t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -577,7 +629,8 @@ INLINE void row_load_blocks(const __global uchar* wq, const __global uchar* ws, 
 // Row `row` of a matrix of type `type` into r (F32, F16: nothing).
 INLINE void row_load(int type, const __global uchar* wq, const __global uchar* ws, int n_in,
                      int row, int lane, RowRegs* r) {
-  if (type == 2 || type == 3 || ext_type(type)) row_load_blocks(wq, ws, n_in, row, lane, r, 1, type);
+  if (type == 2 || type == 3 || ext_type(type))
+    row_load_blocks(wq, ws, n_in, row, lane, r, 1, type);
   if (type == 8) row_load_blocks(wq, ws, n_in, row, lane, r, 2, type);
 }
 // Q4_0 (2), Q4_1 (3): d * sum(code * x) + m * sum(x) (Q4_0's m is -8 d).
@@ -687,28 +740,30 @@ INLINE void prefetch_rows(int type, const __global uchar* arena, const __global 
 
 // What the token reads and never writes (llama2.c's TransformerWeights).
 typedef struct {
-  const __global uchar* arena;      // every weight, at the byte offsets below
-  const __global ulong* layer_off;  // (N_LAYER, LO_N) offsets of each layer's weights
-  ulong embd_q, embd_s;             // token_embd (N_VOCAB, N_EMBD), type WT_EMBD
-  ulong head_q, head_s;             // lm_head (N_VOCAB, N_EMBD), type WT_HEAD
-  ulong out_norm;                   // (N_EMBD) float
-  const __global float2* rope_cs;   // (n_ctx, N_ROT / 2) cos, sin
+  const __global uchar* arena;         // every weight, at the byte offsets below
+  const __global ulong* layer_off;     // (N_LAYER, LO_N) offsets of each layer's weights
+  ulong embd_q, embd_s;                // token_embd (N_VOCAB, N_EMBD), type WT_EMBD
+  ulong head_q, head_s;                // lm_head (N_VOCAB, N_EMBD), type WT_HEAD
+  ulong out_norm;                      // (N_EMBD) float
+  const __global float2* rope_cs;      // (n_ctx, N_ROT / 2) cos, sin
+  const __global float2* rope_cs_swa;  // the same for LAYER_SWA layers (WINDOW)
 } Weights;
 
 // What the token writes (llama2.c's RunState): every work-group reads what
 // the others wrote before the last grid barrier.
 typedef struct {
   __global float* x;                  // (N_EMBD) the residual stream
-  __global float* q;                  // (N_EMBD) this position's queries
+  __global float* q;                  // (N_EMBD_Q) this position's queries
   __global float* k_cache;            // (N_LAYER, N_CTX, N_EMBD_KV)
   __global float* v_cache;            // (N_LAYER, N_CTX, N_EMBD_KV)
-  __global float* att;                // (N_EMBD) attention output, heads side by side
+  __global float* att;                // (N_EMBD_Q) attention output, heads side by side
   __global float* h;                  // (N_FF) silu(gate) * up
   __global float* logits;             // (N_VOCAB)
   __global float* part_val;           // (n_groups) each work-group's best logit
   __global int* part_idx;             // (n_groups) and its id
   __global float* att_part;           // (N_HEAD, ATT_SPLIT_MAX, ATT_PART) split partials
   volatile __global uint* att_count;  // (N_HEAD) splits done per head
+  __global float* o;                  // (N_EMBD) POST_NORMS: Wo att, then Wd h
 } State;
 
 // The work-group's local memory (declared in decode_token: OpenCL C allows
@@ -724,6 +779,8 @@ typedef struct {
   __local float* sp_m;     // (ATT_SPLIT_MAX) the split merge's max
   __local float* sp_l;     // (ATT_SPLIT_MAX) and sum
   __local int* flag;       // arrive_last's answer
+  __local float* xr;       // (N_EMBD) POST_NORMS: this work-group's copy of x
+  __local float* qn;       // (HEAD_DIM) QK_NORM: the attention unit's q head, normed
 } Local;
 
 // ---- work-group helpers -------------------------------------------------------
@@ -752,6 +809,17 @@ INLINE void load_norm(float4* gw, const __global float* g) {
   }
 }
 
+// 1 / rms over N_EMBD values from each work-item's sum of squares ss (red:
+// WARPS floats; every work-item gets the result).
+INLINE float group_rms_scale(float ss, __local float* red) {
+  ss = warp_sum(ss);
+  if (get_local_id(0) % 32 == 0) red[get_local_id(0) / 32] = ss;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float total = 0.0f;
+  for (int w = 0; w < WARPS; ++w) total += red[w];
+  return rsqrt(total / N_EMBD + RMS_EPS);
+}
+
 // RMSNorm folded into the staging: xl = src * g over N_EMBD values (padded
 // layout; src null: xl in place; g from load_norm) and the return value is
 // 1 / rms(src), which the caller applies to each row's dot product
@@ -769,13 +837,58 @@ INLINE float stage_norm(__local float* xl, volatile const __global float* src, c
       vstore4(v * gw[k], 0, xl + XP(4 * i));
     }
   }
-  ss = warp_sum(ss);
-  if (lid % 32 == 0) red[lid / 32] = ss;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  float total = 0.0f;
-  for (int w = 0; w < WARPS; ++w) total += red[w];
-  return rsqrt(total / N_EMBD + RMS_EPS);
+  return group_rms_scale(ss, red);
 }
+
+#if POST_NORMS
+// xr += o * post / rms(o) over N_EMBD values (o written by the other
+// work-groups; post: a post-norm's weights).
+INLINE void add_post_norm(__local float* xr, volatile const __global float* o,
+                          const __global float* post, __local float* red) {
+  const int lid = get_local_id(0);
+  float4 ov[NORM_MAX];
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < NORM_MAX; ++k) {
+    const int i = lid + k * PWG;
+    if (i < N_EMBD / 4) {
+      ov[k] = ((volatile const __global float4*)o)[i];
+      ss += dot(ov[k], ov[k]);
+    }
+  }
+  const float rs = group_rms_scale(ss, red);
+#pragma unroll
+  for (int k = 0; k < NORM_MAX; ++k) {
+    const int i = lid + k * PWG;
+    if (i < N_EMBD / 4) vstore4(vload4(i, xr) + ov[k] * rs * vload4(i, post), i, xr);
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);  // red is reused, xr read whole
+}
+// stage_norm from the work-group's x (xr, unpadded).
+INLINE float stage_norm_xr(__local float* xl, const __local float* xr, const float4* gw,
+                           __local float* red) {
+  const int lid = get_local_id(0);
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < NORM_MAX; ++k) {
+    const int i = lid + k * PWG;
+    if (i < N_EMBD / 4) {
+      const float4 v = vload4(i, xr);
+      ss += dot(v, v);
+      vstore4(v * gw[k], 0, xl + XP(4 * i));
+    }
+  }
+  return group_rms_scale(ss, red);
+}
+// The input of a normed stage: x plus the post-normed output of the stage
+// before (post: its weights; null at the first layer, where xr is the
+// embedding), normed with gw.
+INLINE float stage_post_norm(const Local* lm, volatile const __global float* o,
+                             const __global float* post, const float4* gw) {
+  if (post) add_post_norm(lm->xr, o, post, lm->red);
+  return stage_norm_xr(lm->xl, lm->xr, gw, lm->red);
+}
+#endif
 
 // The work-group's best (value, id) from each work-item's candidate: by
 // shuffles within each warp, then over the warps; returned to work-item 0
@@ -830,51 +943,78 @@ INLINE void grid_self_test(int rounds, __global int* part_idx, __global int* ids
 
 // x = row `token` of the embedding: into local memory (padded) by every
 // work-group, and into x by work-group 0.
-INLINE void embed(const Weights* w, __global float* x, __local float* xl, int token,
+INLINE void embed(const Weights* w, __global float* x, const Local* lm, int token,
                   const Place* at) {
   for (int i = at->lid; i < N_EMBD; i += PWG) {
-    const float v = embd_value(w->arena + w->embd_q, w->arena + w->embd_s, token, i);
-    xl[XP(i)] = v;
+    float v = embd_value(w->arena + w->embd_q, w->arena + w->embd_s, token, i);
+#ifdef EMBED_SCALE
+    v *= EMBED_SCALE;
+#endif
+    lm->xl[XP(i)] = v;
+#if POST_NORMS
+    lm->xr[i] = v;
+#endif
     if (at->group == 0) x[i] = v;
   }
   barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-// Rows r0 and r0 + 1 of the Q/K/V matrix are a q or k pair that RoPE turns.
-INLINE bool pair_rotates(int r0) {
-  return r0 < N_EMBD + N_EMBD_KV && (r0 < N_EMBD ? r0 : r0 - N_EMBD) % HEAD_DIM < N_ROT;
+// P1's pairs of [Q; K; V] rows: pair p is rows 2p and 2p + 1, except with
+// NEOX in a q or k head, where pair j < N_ROT / 2 of the head is its rows j
+// and j + N_ROT / 2 (the rest stay adjacent). Either way the pair is turned
+// when 2p % HEAD_DIM < N_ROT (q and k heads start at multiples of HEAD_DIM),
+// by the angle of frequency 2p % HEAD_DIM / 2.
+INLINE int2 pair_rows(int pair) {
+  const int r = 2 * pair;
+#if NEOX
+  const int hr = r % HEAD_DIM;
+  if (r < N_EMBD_Q + N_EMBD_KV && hr < N_ROT) return (int2)(r - hr / 2, r - hr / 2 + N_ROT / 2);
+#endif
+  return (int2)(r, r + 1);
 }
+// Pair (r0 = 2p) is a q or k pair that RoPE turns (P1 turns it unless
+// QK_NORM, whose attention units do).
+INLINE bool pair_rotates(int r0) { return r0 < N_EMBD_Q + N_EMBD_KV && r0 % HEAD_DIM < N_ROT; }
 // The pair's (cos, sin) at pos, in lane 0 (the lane that rotates).
 INLINE float2 pair_cs(const __global float2* rope_cs, int pos, int r0, int lane) {
-  return lane == 0 && pair_rotates(r0)
-             ? rope_cs[pos * (N_ROT / 2) + (r0 < N_EMBD ? r0 : r0 - N_EMBD) % HEAD_DIM / 2]
-             : (float2)(0.0f);
+#if QK_NORM
+  return (float2)(0.0f);  // the attention units turn q and k
+#else
+  return lane == 0 && pair_rotates(r0) ? rope_cs[pos * (N_ROT / 2) + r0 % HEAD_DIM / 2]
+                                       : (float2)(0.0f);
+#endif
 }
 
-// A P1 row pair: rows 2 pair and 2 pair + 1 of [Q; K; V] (RoPE pairs never
-// straddle two matrices: N_EMBD and N_EMBD_KV are even), where they are in
-// layer lo: the matrix (payloads, scales), the pair's first row there, and
-// the matrix's type in this layer. `alt`: the layer's LO_ALT word.
+// A P1 row pair: rows pair_rows(pair) of [Q; K; V] (a pair never straddles
+// two matrices: N_EMBD_Q and N_EMBD_KV are even), where they are in layer
+// lo: the matrix (payloads, scales), the pair's rows there (`rows`: in
+// [Q; K; V]), and the matrix's type in this layer. `alt`: the layer's
+// LO_ALT word.
 typedef struct {
   const __global uchar* wq;
   const __global uchar* ws;
-  int row;
+  int row, row_b;
+  int2 rows;
   int type;
 } QkvPair;
 INLINE QkvPair qkv_pair(const __global uchar* arena, const __global ulong* lo, int pair, uint alt) {
   QkvPair p;
+  p.rows = pair_rows(pair);
 #if QKV_STACKED
   p.wq = arena + lo[LO_Q_Q];
   p.ws = arena + lo[LO_Q_S];
-  p.row = 2 * pair;
+  p.row = p.rows.x;
+  p.row_b = p.rows.y;
   p.type = WT_Q;
 #else
   const int r0 = 2 * pair;
-  const int m = r0 < N_EMBD ? 0 : r0 < N_EMBD + N_EMBD_KV ? 1 : 2;  // Q, K, V
-  const int slot = m == 0 ? LO_Q_Q : m == 1 ? LO_K_Q : LO_V_Q;      // its _S follows
+  const int m = r0 < N_EMBD_Q ? 0 : r0 < N_EMBD_Q + N_EMBD_KV ? 1 : 2;  // Q, K, V
+  const int slot = m == 0 ? LO_Q_Q : m == 1 ? LO_K_Q : LO_V_Q;          // its _S follows
   p.wq = arena + lo[slot];
   p.ws = arena + lo[slot + 1];
-  p.row = m == 0 ? r0 : m == 1 ? r0 - N_EMBD : r0 - N_EMBD - N_EMBD_KV;
+  const int first = m == 0 ? 0 : m == 1 ? N_EMBD_Q : N_EMBD_Q + N_EMBD_KV;
+  p.row = p.rows.x - first;
+  p.row_b = p.rows.y - first;
   p.type = m == 0   ? (WT_Q_ALT != WT_Q && (alt & ALT_Q) ? WT_Q_ALT : WT_Q)
            : m == 1 ? (WT_K_ALT != WT_K && (alt & ALT_K) ? WT_K_ALT : WT_K)
                     : (WT_V_ALT != WT_V && (alt & ALT_V) ? WT_V_ALT : WT_V);
@@ -914,7 +1054,7 @@ INLINE float qkv_row_dot(int type, const __global uchar* wq, const __global ucha
 // The pair's two rows into ra, rb.
 INLINE void qkv_load_pair(const QkvPair* p, int lane, RowRegs* ra, RowRegs* rb) {
   qkv_row_load(p->type, p->wq, p->ws, p->row, lane, ra);
-  qkv_row_load(p->type, p->wq, p->ws, p->row + 1, lane, rb);
+  qkv_row_load(p->type, p->wq, p->ws, p->row_b, lane, rb);
 }
 
 // P1's loads that need nothing from the other work-groups, issued before the
@@ -932,47 +1072,137 @@ INLINE void qkv_early_loads(const Weights* w, int il, const Place* at, RowRegs* 
 }
 
 // P1: x' = rmsnorm(x) * attn_norm (x_in null: x' is made from xl, the
-// embedding); the Q/K/V rows in pairs, so that a pair of q or k dimensions
-// is turned by RoPE in one lane; q -> q, k and v -> the cache at pos. The
-// warp's first pair is in ra, rb and its (cos, sin) in cs_first
+// embedding; POST_NORMS: from xr, after adding the previous layer's normed
+// FFN output, post_ffn its weights); the Q/K/V rows in pairs, so that a pair
+// of q or k dimensions is turned by RoPE in one lane (QKV_BIAS: biases
+// added first; QK_NORM: not turned here); q -> q, k and v -> the cache at
+// pos (QK_NORM: k -> h). The warp's first pair is in ra, rb and its (cos, sin) in cs_first
 // (qkv_early_loads).
 INLINE void qkv_rope_append(const Weights* w, const State* s, const Local* lm, const Place* at,
                             const __global ulong* lo, size_t cache_base, int pos,
-                            volatile const __global float* x_in, const float4* gw, float2 cs_first,
+                            volatile const __global float* x_in, const __global float* post_ffn,
+                            const __global float2* rope_cs, const float4* gw, float2 cs_first,
                             RowRegs* ra, RowRegs* rb) {
+#if POST_NORMS
+  const float scale = stage_post_norm(lm, s->o, post_ffn, gw);
+#else
   const float scale = stage_norm(lm->xl, x_in, gw, lm->red);
+#endif
   const uint alt = QKV_STACKED ? 0u : (uint)lo[LO_ALT];
   for (int pair = at->gwarp; pair < N_QKV / 2; pair += at->n_gwarps) {
     const int r0 = 2 * pair;
+#if QK_NORM
+    const bool rotate = false;  // the attention units turn q and k
+#else
     const bool rotate = pair_rotates(r0);
+#endif
     // The rotation's cos/sin load goes out with the rows' loads.
-    const float2 cs = pair == at->gwarp ? cs_first : pair_cs(w->rope_cs, pos, r0, at->lane);
+    const float2 cs = pair == at->gwarp ? cs_first : pair_cs(rope_cs, pos, r0, at->lane);
     const QkvPair p = qkv_pair(w->arena, lo, pair, alt);
     if (pair != at->gwarp) qkv_load_pair(&p, at->lane, ra, rb);
     // Both rows' loads are issued before the shuffles (asm) of either sum.
     float a = qkv_row_dot(p.type, p.wq, p.ws, p.row, lm->xl, at->lane, ra);
-    float b = qkv_row_dot(p.type, p.wq, p.ws, p.row + 1, lm->xl, at->lane, rb);
+    float b = qkv_row_dot(p.type, p.wq, p.ws, p.row_b, lm->xl, at->lane, rb);
     a = warp_sum(a) * scale;
     b = warp_sum(b) * scale;
     if (at->lane == 0) {
+#if QKV_BIAS
+      const __global float* bias = (const __global float*)(w->arena + lo[LO_QKV_BIAS]);
+      a += bias[p.rows.x];
+      b += bias[p.rows.y];
+#endif
       if (rotate) {
         const float rot_a = a * cs.x - b * cs.y;
         b = a * cs.y + b * cs.x;
         a = rot_a;
       }
       __global float* dst;
-      if (r0 < N_EMBD) {
-        dst = s->q + r0;
-      } else if (r0 < N_EMBD + N_EMBD_KV) {
-        dst = s->k_cache + cache_base + (size_t)pos * N_EMBD_KV + (r0 - N_EMBD);
+      int first;
+      if (r0 < N_EMBD_Q) {
+        dst = s->q;
+        first = 0;
+      } else if (r0 < N_EMBD_Q + N_EMBD_KV) {
+        // QK_NORM: raw, in h (qk_prepare norms and turns it into the cache)
+        dst = QK_NORM ? s->h : s->k_cache + cache_base + (size_t)pos * N_EMBD_KV;
+        first = N_EMBD_Q;
       } else {
-        dst = s->v_cache + cache_base + (size_t)pos * N_EMBD_KV + (r0 - N_EMBD - N_EMBD_KV);
+        dst = s->v_cache + cache_base + (size_t)pos * N_EMBD_KV;
+        first = N_EMBD_Q + N_EMBD_KV;
       }
-      dst[0] = a;
-      dst[1] = b;
+      dst[p.rows.x - first] = a;
+      dst[p.rows.y - first] = b;
     }
   }
 }
+
+#if QK_NORM
+// A head of HEAD_DIM values read from v (lane l: dimensions l + 32 d, into
+// val) RMS-normed with its weights g, then turned by RoPE at pos; t: the
+// warp's own local row of HEAD_DIM floats, for the rotation's partners.
+INLINE void head_norm_rope(float* val, volatile const __global float* v, const __global float* g,
+                           __local float* t, const __global float2* rope_cs, int pos, int lane) {
+  float ss = 0.0f;
+#pragma unroll
+  for (int d = 0; d < AW_D; ++d) {
+    val[d] = v[lane + 32 * d];
+    ss += val[d] * val[d];
+  }
+  const float rs = rsqrt(warp_sum(ss) / HEAD_DIM + RMS_EPS);
+#pragma unroll
+  for (int d = 0; d < AW_D; ++d) {
+    const int i = lane + 32 * d;
+    val[d] *= rs * g[i];
+    t[i] = val[d];
+  }
+  warp_sync();
+#pragma unroll
+  for (int d = 0; d < AW_D; ++d) {
+    const int i = lane + 32 * d;
+    if (i < N_ROT) {
+#if NEOX
+      const bool lower = i < N_ROT / 2;
+      const int j = lower ? i : i - N_ROT / 2;
+      const float other = t[lower ? i + N_ROT / 2 : i - N_ROT / 2];
+#else
+      const bool lower = (i & 1) == 0;
+      const int j = i / 2;
+      const float other = t[i ^ 1];
+#endif
+      const float2 cs = rope_cs[pos * (N_ROT / 2) + j];
+      val[d] = lower ? val[d] * cs.x - other * cs.y : other * cs.y + val[d] * cs.x;
+    }
+  }
+  warp_sync();  // t is free again
+}
+
+// An attention unit's q head hd (raw in q) normed and turned into qn by warp
+// 0, and with_k (the unit's span ends at pos) its K head (raw in h) into the
+// cache at pos by warp 1. Every unit of the K head whose span ends at pos
+// writes the same bits there, and only such units read position pos.
+INLINE void qk_prepare(const Weights* w, const State* s, const Local* lm, const Place* at,
+                       const __global ulong* lo, size_t cache_base, int pos,
+                       const __global float2* rope_cs, int hd, bool with_k) {
+  if (at->warp == 0 || (at->warp == 1 && with_k)) {
+    const bool is_q = at->warp == 0;
+    const int kvh = hd / (N_HEAD / N_HEAD_KV);
+    volatile const __global float* v = is_q ? s->q + hd * HEAD_DIM : s->h + kvh * HEAD_DIM;
+    const __global float* g = (const __global float*)(w->arena + lo[is_q ? LO_Q_NORM : LO_K_NORM]);
+    float val[AW_D];
+    head_norm_rope(val, v, g, lm->att_acc + at->warp * AW_STRIDE, rope_cs, pos, at->lane);
+    __global float* k_pos = s->k_cache + cache_base + (size_t)pos * N_EMBD_KV + kvh * HEAD_DIM;
+#pragma unroll
+    for (int d = 0; d < AW_D; ++d) {
+      const int i = at->lane + 32 * d;
+      if (is_q) {
+        lm->qn[i] = val[d];
+      } else {
+        k_pos[i] = val[d];
+      }
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+}
+#endif
 
 // Rows first, first + stride, ... of layer lo's [Q; K; V] into L2.
 INLINE void prefetch_qkv(const __global uchar* arena, const __global ulong* lo, int first,
@@ -983,7 +1213,7 @@ INLINE void prefetch_qkv(const __global uchar* arena, const __global ulong* lo, 
   for (int r = first; r < N_QKV; r += stride) {
     const QkvPair p = qkv_pair(arena, lo, r / 2, (uint)lo[LO_ALT]);
     prefetch_row(p.wq, p.ws, row_q_bytes(p.type, N_EMBD), row_s_bytes(p.type, N_EMBD),
-                 p.row + r % 2, lane);
+                 r % 2 ? p.row_b : p.row, lane);
   }
 #endif
 }
@@ -1001,12 +1231,13 @@ INLINE void prefetch_weights(const Weights* w, int il, int first, int stride, in
     const int wt_wo = USES_ALT(lq, WO) ? WT_WO_ALT : WT_WO;
     const int wt_ffn = USES_ALT(lq, FFN) ? WT_FFN_ALT : WT_FFN;
     const int wt_down = USES_ALT(lq, DOWN) ? WT_DOWN_ALT : WT_DOWN;
-    prefetch_rows(wt_wo, a, lq + LO_WO_Q, lq + LO_WO_S, N_EMBD, N_EMBD, first, stride, lane);
+    prefetch_rows(wt_wo, a, lq + LO_WO_Q, lq + LO_WO_S, N_EMBD_Q, N_EMBD, first, stride, lane);
     prefetch_rows(wt_ffn, a, lq + LO_GATE_Q, lq + LO_GATE_S, N_EMBD, N_FF, first, stride, lane);
     prefetch_rows(wt_ffn, a, lq + LO_UP_Q, lq + LO_UP_S, N_EMBD, N_FF, first, stride, lane);
     prefetch_rows(wt_down, a, lq + LO_DOWN_Q, lq + LO_DOWN_S, N_FF, N_EMBD, first, stride, lane);
     if (lp + 1 < N_LAYER) prefetch_qkv(a, lq + LO_N, first, stride, lane);
   }
+#if HEAD_PF
   if (il >= N_LAYER - HEAD_PF_LAYERS) {
     const int j = il - (N_LAYER - HEAD_PF_LAYERS);
     const int r_end = (int)((long)(j + 1) * N_VOCAB / HEAD_PF_LAYERS);
@@ -1015,6 +1246,7 @@ INLINE void prefetch_weights(const Weights* w, int il, int first, int stride, in
                    row_s_bytes(WT_HEAD, N_EMBD), r, lane);
     }
   }
+#endif
 }
 
 // ---- P2: attention --------------------------------------------------------------
@@ -1084,11 +1316,15 @@ INLINE void att_warps(const State* s, const Local* lm, const Place* at, size_t c
                       int s_begin, int s_end) {
   const int kvh = hd / (N_HEAD / N_HEAD_KV);
   const size_t row0 = cache_base + kvh * HEAD_DIM + at->lane;
+#if QK_NORM
+  const __local float* qh = lm->qn + at->lane;
+#else
   volatile const __global float* qh = s->q + hd * HEAD_DIM + at->lane;
+#endif
   float qv[AW_D], acc[AW_D];
 #pragma unroll
   for (int d = 0; d < AW_D; ++d) {
-    qv[d] = qh[32 * d] * rsqrt((float)HEAD_DIM);
+    qv[d] = qh[32 * d] * (rsqrt((float)HEAD_DIM) * Q_MUL);
     acc[d] = 0.0f;
   }
   float m = -1e30f, l = 0.0f;
@@ -1187,13 +1423,19 @@ INLINE void att_merge_splits(const State* s, const Local* lm, const Place* at, i
 // whole by a warp (coalesced) and a score is a warp sum. (H200 against groups
 // of 16 work-items per position with chunk-wide softmax passes in local
 // memory, three local barriers: tg128 2,289-2,301 vs 2,228-2,246 tok/s, d512
-// 1,966-1,975 vs 1,915-1,930.)
-INLINE void attention(const State* s, const Local* lm, const Place* at, size_t cache_base,
-                      int n_pos, int n_split) {
+// 1,966-1,975 vs 1,915-1,930.) Positions first..n_pos - 1 (first > 0: a
+// sliding-window layer). QK_NORM: each unit prepares its q head (and K at
+// n_pos - 1) first, with layer lo's head norms and the RoPE table rope_cs.
+INLINE void attention(const Weights* w, const State* s, const Local* lm, const Place* at,
+                      const __global ulong* lo, const __global float2* rope_cs, size_t cache_base,
+                      int first, int n_pos, int n_split) {
   for (int unit = at->group; unit < N_HEAD * n_split; unit += at->n_groups) {
     const int hd = unit / n_split, sp = unit % n_split;
-    const int s_span = (n_pos + n_split - 1) / n_split;
-    const int s_begin = sp * s_span, s_end = min(n_pos, s_begin + s_span);
+    const int s_span = (n_pos - first + n_split - 1) / n_split;
+    const int s_begin = first + sp * s_span, s_end = min(n_pos, s_begin + s_span);
+#if QK_NORM
+    qk_prepare(w, s, lm, at, lo, cache_base, n_pos - 1, rope_cs, hd, s_end == n_pos);
+#endif
     att_warps(s, lm, at, cache_base, hd, s_begin, s_end);
     att_merge_warps(s, lm, at, hd, sp, n_split);
     if (n_split > 1) att_merge_splits(s, lm, at, hd, n_split);
@@ -1219,13 +1461,18 @@ INLINE void matvec_first_row(int type, int type_alt, bool alt, const __global uc
 // (Wo, att) and P5 (down, h). The warp's first row is in r. (The offsets
 // are read where the row loads need them, after the staging's barrier, as
 // the loads of a row are.)
+// POST_NORMS: x is o, and W in replaces it (the next stage adds it, normed).
 INLINE void matvec_residual(int type, int type_alt, bool alt, const __global uchar* arena,
                             const __global ulong* q_off, const __global ulong* s_off, int n_in,
                             volatile const __global float* in, __global float* x, __local float* xl,
                             const Place* at, RowRegs* r) {
   stage_padded(xl, in, n_in);
   for (int row = at->gwarp; row < N_EMBD; row += at->n_gwarps) {
+#if POST_NORMS
+    const float x_row = 0.0f;
+#else
     const float x_row = at->lane == 0 ? ((volatile __global float*)x)[row] : 0.0f;  // early
+#endif
     if (row != at->gwarp) {
       row_load_alt(type, type_alt, alt, arena + *q_off, arena + *s_off, n_in, row, at->lane, r);
     }
@@ -1251,11 +1498,17 @@ INLINE void ffn_early_loads(const Weights* w, const __global ulong* lo, const Pl
   load_norm(gw, (const __global float*)(w->arena + lo[LO_FFN_NORM]));
 }
 
-// P4: x' = rmsnorm(x) * ffn_norm; h = silu(Wg x') * (Wu x'). The warp's
-// first gate and up rows are in ra, rb.
+// P4: x' = rmsnorm(x) * ffn_norm (POST_NORMS: x += rmsnorm(o) *
+// post_attn_norm first); h = silu(Wg x') * (Wu x') (FFN_GELU: gelu). The
+// warp's first gate and up rows are in ra, rb.
 INLINE void ffn_gate_up(const Weights* w, const State* s, const Local* lm, const Place* at,
                         const __global ulong* lo, const float4* gw, RowRegs* ra, RowRegs* rb) {
+#if POST_NORMS
+  const float scale =
+      stage_post_norm(lm, s->o, (const __global float*)(w->arena + lo[LO_POST_ATTN]), gw);
+#else
   const float scale = stage_norm(lm->xl, s->x, gw, lm->red);
+#endif
   const __global uchar* a = w->arena;
   const bool alt = USES_ALT(lo, FFN);
   for (int row = at->gwarp; row < N_FF; row += at->n_gwarps) {
@@ -1271,7 +1524,13 @@ INLINE void ffn_gate_up(const Weights* w, const State* s, const Local* lm, const
                                row, lm->xl, at->lane, rb);
     g = warp_sum(g) * scale;
     u = warp_sum(u) * scale;
+#if FFN_GELU
+    if (at->lane == 0) {
+      s->h[row] = 0.5f * g * (1.0f + tanh(0.7978845608f * (g + 0.044715f * g * g * g))) * u;
+    }
+#else
     if (at->lane == 0) s->h[row] = g / (1.0f + exp(-g)) * u;
+#endif
   }
 }
 
@@ -1283,7 +1542,13 @@ INLINE void ffn_gate_up(const Weights* w, const State* s, const Local* lm, const
 // (ties keep the lower id).
 INLINE void head_logits(const Weights* w, const State* s, const Local* lm, const Place* at,
                         const float4* gw) {
+#if POST_NORMS
+  const __global ulong* lo_last = w->layer_off + (N_LAYER - 1) * LO_N;
+  const float scale =
+      stage_post_norm(lm, s->o, (const __global float*)(w->arena + lo_last[LO_POST_FFN]), gw);
+#else
   const float scale = stage_norm(lm->xl, s->x, gw, lm->red);
+#endif
   float best = 0.0f;
   int best_i = -1;
   for (int row0 = at->gwarp; row0 < N_VOCAB; row0 += 4 * at->n_gwarps) {
@@ -1339,12 +1604,23 @@ INLINE void pick_token(const State* s, const Local* lm, const Place* at, __globa
 __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     const __global uchar* arena, const __global ulong* layer_off, ulong embd_q, ulong embd_s,
     ulong head_q, ulong head_s, ulong out_norm, const __global float2* rope_cs,
-    __global float* k_cache, __global float* v_cache, __global float* x, __global float* q,
-    __global float* att, __global float* h, __global float* logits, __global float* part_val,
-    __global int* part_idx, __global int* ids, int token_index, int pos,
-    volatile __global uint* bar, uint bar_base, volatile __global uint* abort_flag,
-    __global ulong* trace, __global float* att_part, volatile __global uint* att_count) {
+    const __global float2* rope_cs_swa, __global float* k_cache, __global float* v_cache,
+    __global float* x, __global float* q, __global float* att, __global float* h,
+    __global float* logits, __global float* part_val, __global int* part_idx, __global int* ids,
+    int token_index, int pos, volatile __global uint* bar, uint bar_base,
+    volatile __global uint* abort_flag, __global ulong* trace, __global float* att_part,
+    volatile __global uint* att_count, __global float* o) {
   __local float xl[LOCAL_XP];
+#if POST_NORMS
+  __local float xr[N_EMBD];
+#else
+  __local float* xr = 0;
+#endif
+#if QK_NORM
+  __local float qn[HEAD_DIM];
+#else
+  __local float* qn = 0;
+#endif
   __local float red[WARPS];
   __local float att_acc[WARPS * AW_STRIDE];
   __local float aw_m[WARPS], aw_l[WARPS];
@@ -1352,9 +1628,11 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   __local int red_i[WARPS];
   __local float sp_m[ATT_SPLIT_MAX], sp_l[ATT_SPLIT_MAX];
   __local int flag;
-  const Local lm = {xl, red, att_acc, aw_m, aw_l, red_v, red_i, sp_m, sp_l, &flag};
-  const Weights w = {arena, layer_off, embd_q, embd_s, head_q, head_s, out_norm, rope_cs};
-  const State s = {x, q, k_cache, v_cache, att, h, logits, part_val, part_idx, att_part, att_count};
+  const Local lm = {xl, red, att_acc, aw_m, aw_l, red_v, red_i, sp_m, sp_l, &flag, xr, qn};
+  const Weights w = {arena,  layer_off, embd_q,  embd_s,     head_q,
+                     head_s, out_norm,  rope_cs, rope_cs_swa};
+  const State s = {x,      q,        k_cache,  v_cache,  att,       h,
+                   logits, part_val, part_idx, att_part, att_count, o};
   const Place at = place_of_work_item();
   GridBarrier gb = {bar, bar_base, 0, abort_flag, trace};
   if (trace && at.group == 0 && at.lid == 0) trace[0] = global_timer_ns();
@@ -1368,14 +1646,16 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   // loaded while waiting at the barrier before it.
   RowRegs ra, rb;
   float4 gw[NORM_MAX];
-  embed(&w, x, xl, ids[token_index], &at);
+  embed(&w, x, &lm, ids[token_index], &at);
   qkv_early_loads(&w, 0, &at, &ra, &rb, gw);
-  // The first pair's RoPE (cos, sin), the same in every layer.
+  // The first pair's RoPE (cos, sin), the same in every layer (of a kind).
   const float2 cs_first =
       at.gwarp < N_QKV / 2 ? pair_cs(rope_cs, pos, 2 * at.gwarp, at.lane) : (float2)(0.0f);
+#if WINDOW > 0
+  const float2 cs_first_swa =
+      at.gwarp < N_QKV / 2 ? pair_cs(rope_cs_swa, pos, 2 * at.gwarp, at.lane) : (float2)(0.0f);
+#endif
   const int n_pos = pos + 1;
-  const int n_split = att_n_split(n_pos, at.n_groups);
-  const int n_units = N_HEAD * n_split;
   // Work-groups left without an attention unit prefetch the layers' weights
   // into L2 during P2, if they are at least 1 / PF_IDLE_DIV of the grid; else
   // every warp does between its work-group's arrival at P1's barrier and its
@@ -1383,8 +1663,6 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   // barrier always: tg128 2,417-2,421 vs 2,323-2,336, @d512 2,056-2,089 vs
   // 1,959-1,980; with no prefetch 2,302-2,320; with 1/32, d2048's 6 idle
   // work-groups prefetching everything: 1,381 vs 1,723-1,754.)
-  const bool pf_idle = at.n_groups > n_units && at.n_groups - n_units >= at.n_groups / PF_IDLE_DIV;
-  const int n_idle = at.n_groups - n_units;
 
   // Each stage ends at a grid barrier: grid_arrive, then the next stage's
   // loads that need nothing from the other work-groups (or the L2 prefetch),
@@ -1392,9 +1670,31 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   for (int il = 0; il < N_LAYER; ++il) {
     const __global ulong* lo = layer_off + il * LO_N;
     const size_t cache_base = ((size_t)il * N_CTX) * N_EMBD_KV;
+#if WINDOW > 0
+    const bool swa = ((uint)lo[LO_ALT] & LAYER_SWA) != 0;
+    const int first = swa ? max(0, n_pos - WINDOW) : 0;
+    const __global float2* rope = swa ? rope_cs_swa : rope_cs;
+    const float2 cs_layer = swa ? cs_first_swa : cs_first;
+#else
+    const int first = 0;
+    const __global float2* rope = rope_cs;
+    const float2 cs_layer = cs_first;
+#endif
+    const int n_split = att_n_split(n_pos - first, at.n_groups);
+    const int n_units = N_HEAD * n_split;
+    const bool pf_idle =
+        at.n_groups > n_units && at.n_groups - n_units >= at.n_groups / PF_IDLE_DIV;
+    const int n_idle = at.n_groups - n_units;
+#if POST_NORMS
+    const __global float* post_ffn =
+        il > 0 ? (const __global float*)(arena + lo[LO_POST_FFN - LO_N]) : 0;
+#else
+    const __global float* post_ffn = 0;
+#endif
 
     // P1: q, k, v = Wqkv rmsnorm(x); RoPE; k, v -> cache
-    qkv_rope_append(&w, &s, &lm, &at, lo, cache_base, pos, il > 0 ? x : 0, gw, cs_first, &ra, &rb);
+    qkv_rope_append(&w, &s, &lm, &at, lo, cache_base, pos, il > 0 ? x : 0, post_ffn, rope, gw,
+                    cs_layer, &ra, &rb);
     grid_arrive(&gb);
     if (!pf_idle) prefetch_weights(&w, il, at.gwarp, at.n_gwarps, at.lane);
     grid_wait(&gb, &at);
@@ -1403,15 +1703,15 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     if (pf_idle && at.group >= n_units) {
       prefetch_weights(&w, il, at.slot * n_idle + at.group - n_units, WARPS * n_idle, at.lane);
     }
-    attention(&s, &lm, &at, cache_base, n_pos, n_split);
+    attention(&w, &s, &lm, &at, lo, rope, cache_base, first, n_pos, n_split);
     grid_arrive(&gb);
-    matvec_first_row(WT_WO, WT_WO_ALT, USES_ALT(lo, WO), arena, lo + LO_WO_Q, lo + LO_WO_S, N_EMBD,
-                     &at, &ra);
+    matvec_first_row(WT_WO, WT_WO_ALT, USES_ALT(lo, WO), arena, lo + LO_WO_Q, lo + LO_WO_S,
+                     N_EMBD_Q, &at, &ra);
     grid_wait(&gb, &at);
 
-    // P3: x += Wo att
-    matvec_residual(WT_WO, WT_WO_ALT, USES_ALT(lo, WO), arena, lo + LO_WO_Q, lo + LO_WO_S, N_EMBD,
-                    att, x, xl, &at, &ra);
+    // P3: x += Wo att (POST_NORMS: o = Wo att)
+    matvec_residual(WT_WO, WT_WO_ALT, USES_ALT(lo, WO), arena, lo + LO_WO_Q, lo + LO_WO_S, N_EMBD_Q,
+                    att, POST_NORMS ? o : x, xl, &at, &ra);
     grid_arrive(&gb);
     ffn_early_loads(&w, lo, &at, &ra, &rb, gw);
     grid_wait(&gb, &at);
@@ -1423,9 +1723,9 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
                      lo + LO_DOWN_S, N_FF, &at, &ra);
     grid_wait(&gb, &at);
 
-    // P5: x += Wd h
+    // P5: x += Wd h (POST_NORMS: o = Wd h)
     matvec_residual(WT_DOWN, WT_DOWN_ALT, USES_ALT(lo, DOWN), arena, lo + LO_DOWN_Q, lo + LO_DOWN_S,
-                    N_FF, h, x, xl, &at, &ra);
+                    N_FF, h, POST_NORMS ? o : x, xl, &at, &ra);
     grid_arrive(&gb);
     qkv_early_loads(&w, il + 1, &at, &ra, &rb, gw);
     grid_wait(&gb, &at);

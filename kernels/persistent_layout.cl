@@ -7,7 +7,9 @@
 
 // Q's payloads and scales (with Q, K, V of one type in a layer: the stacked
 // [Q; K; V]'s, which LO_K_* and LO_V_* then point into), Wo, gate, up, down,
-// the norms, K, V, and the layer's ALT word.
+// the norms, K, V, and the layer's ALT word; then the optional F32 vectors
+// of other architectures (0 where the model has none): [bq; bk; bv], the
+// q and k head norms, the post-attention and post-FFN norms.
 #define LO_Q_Q 0
 #define LO_Q_S 1
 #define LO_WO_Q 2
@@ -25,7 +27,12 @@
 #define LO_V_Q 14
 #define LO_V_S 15
 #define LO_ALT 16
-#define LO_N 17
+#define LO_QKV_BIAS 17
+#define LO_Q_NORM 18
+#define LO_K_NORM 19
+#define LO_POST_ATTN 20
+#define LO_POST_FFN 21
+#define LO_N 22
 
 // Layer weight types are compile-time, per role: WT_Q, WT_K, WT_V, WT_WO,
 // WT_FFN (gate and up), WT_DOWN (GGML type ids), and each role may have a
@@ -64,6 +71,9 @@
 #define ALT_WO 8u
 #define ALT_FFN 16u
 #define ALT_DOWN 32u
+// Not a role: the layer attends over the last WINDOW positions only (its
+// RoPE table is rope_cs_swa).
+#define LAYER_SWA 256u
 // Does the layer whose offsets are at lo use role's ALT type? (The word is
 // not read when the role has one type.)
 #define USES_ALT(lo, role) (WT_##role##_ALT != WT_##role && ((uint)(lo)[LO_ALT] & ALT_##role) != 0)
@@ -73,6 +83,11 @@
   (WT_Q == WT_K && WT_K == WT_V && WT_Q_ALT == WT_Q && WT_K_ALT == WT_K && WT_V_ALT == WT_V)
 
 #define N_EMBD_KV (N_HEAD_KV * HEAD_DIM)
+// Query rows: N_HEAD * HEAD_DIM, which differs from N_EMBD where
+// attention.key_length says so (Gemma 3: 4 x 256 against 640).
+#ifndef N_EMBD_Q
+#define N_EMBD_Q N_EMBD
+#endif
 
 // Attention split partials: per (head, split) ATT_PART floats of att_part
 // (the unnormalised sum of V, then max and sum), at most ATT_SPLIT_MAX
@@ -81,7 +96,7 @@
 #define ATT_SPLIT_MAX 16
 #endif
 #define ATT_PART (HEAD_DIM + 2)
-#define N_QKV (N_EMBD + 2 * N_EMBD_KV)
+#define N_QKV (N_EMBD_Q + 2 * N_EMBD_KV)
 
 inline bool is_nan_bits(float v) { return (as_uint(v) & 0x7fffffffu) > 0x7f800000u; }
 // Does candidate (v, i) beat (bv, bi)? NaN never wins; ties go to the lower

@@ -159,6 +159,24 @@ done
 build "pwg512-h64-split8" 512 ${shapes[h64]} $bench_types -DATT_SPLIT_POS=8
 # shellcheck disable=SC2086,SC2046
 build "pwg256-h64-rot32" 256 ${shapes[h64]/-DN_ROT=64/-DN_ROT=32} $bench_types
+# Other architectures' graphs (decode_persistent.cl's options), by their
+# shapes: Gemma 3 270M (q wider than the embedding, head norms, post-norms,
+# GELU, a window; its Q4_K_M types), Qwen 2.5 0.5B (biases, NeoX) and a
+# Qwen 3-like one (head norms with NeoX at head 128, no window).
+gemma="-DN_EMBD=640 -DN_FF=2048 -DN_HEAD=4 -DN_HEAD_KV=1 -DHEAD_DIM=256 -DN_ROT=256 -DN_EMBD_Q=1024"
+gemma+=" -DNEOX=1 -DQK_NORM=1 -DPOST_NORMS=1 -DFFN_GELU=1 -DWINDOW=512 -DEMBED_SCALE=25.3f -DHEAD_PF=0"
+qwen2="-DN_EMBD=896 -DN_FF=4864 -DN_HEAD=14 -DN_HEAD_KV=2 -DHEAD_DIM=64 -DN_ROT=64 -DN_EMBD_Q=896"
+qwen2+=" -DNEOX=1 -DQKV_BIAS=1"
+qwen3="-DN_EMBD=1024 -DN_FF=3072 -DN_HEAD=16 -DN_HEAD_KV=8 -DHEAD_DIM=128 -DN_ROT=128 -DN_EMBD_Q=2048"
+qwen3+=" -DNEOX=1 -DQK_NORM=1 -DQ_MUL=0.9f"
+for pwg in 512 256; do
+  # shellcheck disable=SC2086,SC2046
+  build "pwg$pwg-gemma3" "$pwg" $gemma $(roles 6 6 6/8 12 6 12/14 8 8)
+  # shellcheck disable=SC2086,SC2046
+  build "pwg$pwg-qwen2" "$pwg" $qwen2 $bench_types
+  # shellcheck disable=SC2086,SC2046
+  build "pwg$pwg-qwen3" "$pwg" $qwen3 $(roles 6 6 8 12 12 14 8 8)
+done
 # kernels/matmul_mma.cl, NVIDIA-only too: every weight type it takes, with its
 # default tile (128 work-items) and test_cl_matmul's "wide" one (192, fp16
 # activations, 3-block stages).

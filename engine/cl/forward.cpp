@@ -61,14 +61,15 @@ ClForward::ClForward(const Model& model, ClRuntime& rt, const ClForwardOptions& 
       state_(model.config, rt, n_ctx_),
       plan_(model.config, rt, programs_, weights_, state_),
       profiling_(rt.profiling()) {
-  // Other architectures run every step on ClPrefill (decode: one token).
+  // Other architectures run every step on ClPrefill (decode: one token,
+  // where the persistent kernel cannot take it).
   if (options.prefill_chunk > 1 || general()) {
     prefill_ = std::make_unique<ClPrefill>(
         config_, rt_, weights_, state_, std::clamp(options.prefill_chunk, 1, n_ctx_),
         programs_.tuning().build_options, tuning_.prefill, general() ? &programs_ : nullptr);
   }
   set_profiling(profiling_);
-  if (!general()) start_persistent_decode();
+  start_persistent_decode();
 }
 
 // Takes the one-launch decode path only if its first token agrees with the

@@ -54,8 +54,9 @@ double tsc_ticks_per_us() {
 std::string PersistentDecode::ineligible(const ModelConfig& c, const DeviceInfo& dev,
                                          const DecodeTuning& tuning, const DeviceWeights& w) {
   if (!tuning.persistent) return "turned off (engine.persistent_decode, --no-persistent)";
-  if (!c.plain_llama()) return "the " + c.arch + " graph (the kernel runs llama's)";
   const bool cpu = dev.is_cpu;
+  if (cpu && !c.plain_llama()) return "the " + c.arch + " graph (the CPU kernel runs llama's)";
+  if (c.n_embd_q() % 32 != 0) return "query width not a multiple of 32";
   if (cpu) {
 #if !defined(__x86_64__)
     return "the CPU kernel needs an x86-64 host";
@@ -102,12 +103,15 @@ std::vector<PersistentDecode::Shape> PersistentDecode::shapes_to_try(const Model
     if (pwg != 256) shapes.push_back({512, {cus}});
     if (pwg != 512) shapes.push_back({256, {2 * cus, cus}});
     // decode_persistent.cl's local memory: xl (padded), att_acc (a row of
-    // AW_STRIDE floats per warp), small arrays.
+    // AW_STRIDE floats per warp), xr with post-norms, qn with head norms,
+    // small arrays.
     std::erase_if(shapes, [&](const Shape& s) {
       const size_t parts = s.local / size_t(c.head_dim);
       const size_t stride = size_t(c.head_dim) + (parts > 1 ? 32 / parts : 0);
-      const size_t local_bytes =
-          size_t(std::max(c.n_embd, c.n_ff)) / 32 * 36 * 4 + s.local / 32 * stride * 4 + 512;
+      const size_t local_bytes = size_t(std::max({c.n_embd, c.n_ff, c.n_embd_q()})) / 32 * 36 * 4 +
+                                 s.local / 32 * stride * 4 + 512 +
+                                 (c.post_norms ? size_t(c.n_embd) * 4 : 0) +
+                                 (c.qk_norm ? size_t(c.head_dim) * 4 : 0);
       return local_bytes > dev.local_mem_bytes;
     });
   }
@@ -187,6 +191,8 @@ void PersistentDecode::alloc_scratch() {
   if (cpu_) {
     xn_ = rt_.alloc(n_groups_ * (size_t(c.n_embd + 31) / 32 * 32) * 4);  // XN_STRIDE per group
     work_ = rt_.alloc(4);
+  } else {
+    post_out_ = rt_.alloc(size_t(c.n_embd) * 4);
   }
   trace_ = rt_.alloc((barriers_per_token_ + 1) * 8, true);
 }
@@ -212,7 +218,9 @@ std::string PersistentDecode::defines() const {
          "_ALT=" + wt(types_.alt[r]);
   }
   d += " -DWT_HEAD=" + wt(w.head().type) + " -DWT_EMBD=" + wt(w.token_embd.type);
+  if (!c.plain_llama()) d += graph_defines();
   d += " -DATT_SPLIT_MAX=" + std::to_string(k_att_split_max);
+  if (!cpu_) d += head_prefetch_define();
   // Positions per attention split (the kernels' defaults are 128 on NVIDIA,
   // 64 on CPU devices).
   if (tuning_.att_split_pos > 0) d += " -DATT_SPLIT_POS=" + std::to_string(tuning_.att_split_pos);
@@ -227,6 +235,40 @@ std::string PersistentDecode::defines() const {
     d += " " + tuning_.persist_defines;
   }
   return d;
+}
+
+// The options of a graph other than llama's (decode_persistent.cl's NEOX ..
+// Q_MUL).
+std::string PersistentDecode::graph_defines() const {
+  const ModelConfig& c = config_;
+  auto flt = [](float v) {
+    char b[64];
+    std::snprintf(b, sizeof(b), "%.9ef", double(v));
+    return std::string(b);
+  };
+  auto flag = [](const char* name, bool on) {
+    return std::string(" -D") + name + "=" + (on ? "1" : "0");
+  };
+  std::string d = " -DN_EMBD_Q=" + std::to_string(c.n_embd_q());
+  d += flag("NEOX", c.rope_style == RopeStyle::Neox) + flag("QKV_BIAS", c.qkv_bias) +
+       flag("QK_NORM", c.qk_norm) + flag("POST_NORMS", c.post_norms) +
+       flag("FFN_GELU", c.ffn_act == FfnActivation::GeluTanh);
+  if (c.sliding_window > 0) d += " -DWINDOW=" + std::to_string(c.sliding_window);
+  if (c.embed_scale != 1.0f) d += " -DEMBED_SCALE=" + flt(c.embed_scale);
+  if (c.q_scale() != 1.0f) d += " -DQ_MUL=" + flt(c.q_scale());
+  return d;
+}
+
+// The NVIDIA kernel prefetches the lm_head into L2 over the last layers only
+// where it fits 3/4 of the cache: SmolLM2-135M's 28 MB head does. Larger
+// heads are read straight, rather than a part of them prefetched (H100
+// tg128, Gemma 3 270M's 170 MB head: 1,979-1,984 vs 1,972-1,977 with 3/4 of
+// L2's worth prefetched; Llama 3.2 1B's 278 MB: 1,036-1,045 vs 1,032 in
+// one call, and 1,014 against 1,046-1,049 with all of it prefetched).
+std::string PersistentDecode::head_prefetch_define() const {
+  if (tuning_.persist_defines.find("-DHEAD_PF") != std::string::npos) return "";
+  const uint64_t fit = rt_.device().global_cache_bytes / 4 * 3;
+  return w_.head().n_bytes <= fit ? "" : " -DHEAD_PF=0";
 }
 
 // The kernel's source: the arena layout, then (CPU) the shared dot products
@@ -288,29 +330,31 @@ void PersistentDecode::build_kernel(const std::string& source, const std::string
                                  {"head_q", cl_ulong(a.head_q)},
                                  {"head_s", cl_ulong(a.head_s)},
                                  {"out_norm", cl_ulong(a.out_norm)},
-                                 {"rope_cs", w_.rope_cs},
-                                 {"k_cache", s_.k_cache},
-                                 {"v_cache", s_.v_cache},
-                                 {"x", s_.x},
-                                 {"q", s_.q},
-                                 {"att", s_.att_out},
-                                 {"h", s_.h},
-                                 {"logits", s_.logits},
-                                 {"part_val", part_val_},
-                                 {"part_idx", part_idx_},
-                                 {"ids", s_.ids},
-                                 {"token_index", cl_int(0)},
-                                 {"pos", cl_int(0)},
-                                 {"bar", bar_},
-                                 {"bar_base", cl_uint(0)},
-                                 {"abort_flag", abort_},
-                                 {"trace", ClMem()}};
+                                 {"rope_cs", w_.rope_cs}};
+  if (!cpu_) args.push_back({"rope_cs_swa", w_.rope_table_swa()});
+  args.insert(args.end(), {{"k_cache", s_.k_cache},
+                           {"v_cache", s_.v_cache},
+                           {"x", s_.x},
+                           {"q", s_.q},
+                           {"att", s_.att_out},
+                           {"h", s_.h},
+                           {"logits", s_.logits},
+                           {"part_val", part_val_},
+                           {"part_idx", part_idx_},
+                           {"ids", s_.ids},
+                           {"token_index", cl_int(0)},
+                           {"pos", cl_int(0)},
+                           {"bar", bar_},
+                           {"bar_base", cl_uint(0)},
+                           {"abort_flag", abort_},
+                           {"trace", ClMem()}});
   if (cpu_) {
     args.insert(
         args.end(),
         {{"work", work_}, {"scores", s_.scores}, {"xn", xn_}, {"spin_ticks", spin_ticks()}});
   }
   args.insert(args.end(), {{"att_part", att_part_}, {"att_count", att_count_}});
+  if (!cpu_) args.push_back({"o", post_out_});
   const KernelArgs bound(args);
   bound.bind(kernel_);
   arg_token_index_ = bound.index("token_index");

@@ -9,8 +9,11 @@
 //
 // Eligibility (otherwise create() returns null and says why in the log):
 // NVIDIA with the warp-shuffle self-test passed (inline PTX) and head size a
-// power of two from 32 to 256, or a CPU device of an x86-64 host with the CPU kernels on
-// (KernelTuning::cpu_kernels) and head size a multiple of 4; at most two
+// power of two from 32 to 256, for llama's graph or any other ModelConfig
+// describes (decode_persistent.cl's compile-time options); or a CPU device
+// of an x86-64 host with the CPU kernels on (KernelTuning::cpu_kernels),
+// llama's graph only and head size a multiple of 4; q's width (heads x head
+// size) a multiple of 32; at most two
 // weight types per role over the layers (LayerTypes: Q, K, V, Wo, gate and up,
 // down; a layer's gate and up of one type), the weights fitting one extra
 // allocation (they are copied into an arena so the kernel can address every
@@ -99,6 +102,8 @@ class PersistentDecode {
   bool build(const std::vector<Shape>& shapes);
   void alloc_scratch();
   std::string defines() const;
+  std::string graph_defines() const;
+  std::string head_prefetch_define() const;
   std::string source() const;
   bool try_shapes(const std::vector<Shape>& shapes, const std::string& source,
                   const std::string& defines);
@@ -145,6 +150,7 @@ class PersistentDecode {
   ClMem att_count_;  // (n_head) uint: attention splits done per head
   ClMem work_;       // CPU: (1) uint, the chunk-claim counter
   ClMem xn_;         // CPU: (n_groups, n_embd rounded up to 32) float, each group's normed input
+  ClMem post_out_;   // NVIDIA: (n_embd) float, Wo att and Wd h before their post-norms
   ClMem trace_;      // (barriers per token + 1) ulong, host-readable: the clock after each barrier
   size_t n_groups_ = 0;
   size_t local_size_ = 256;

@@ -105,6 +105,7 @@ struct DeviceInfo {
   uint64_t global_mem_bytes = 0;
   uint64_t max_alloc_bytes = 0;
   uint64_t local_mem_bytes = 0;
+  uint64_t global_cache_bytes = 0;  // the global memory cache (a GPU's L2); 0: unknown
   size_t max_work_group_size = 0;
   std::string extensions;
   bool has_extension(const std::string& name) const;

@@ -254,7 +254,8 @@ std::optional<WeightArena> WeightArena::build(const DeviceWeights& w, const Laye
   };
   WeightArena a;
   std::vector<uint64_t> layer_off;
-  for (const DeviceWeights::Layer& l : w.layers) {
+  for (int il = 0; il < int(w.layers.size()); ++il) {
+    const DeviceWeights::Layer& l = w.layers[size_t(il)];
     uint64_t lo[k_layer_offsets] = {};
     // The kernels read [Q; K; V] as one matrix when its types say so.
     if (types.qkv_stacked() && l.qkv.size() != 1) throw std::logic_error("Q, K, V not stacked");
@@ -262,11 +263,13 @@ std::optional<WeightArena> WeightArena::build(const DeviceWeights& w, const Laye
     lo[q_q] = place(q.q);
     lo[q_s] = place(q.s);
     if (l.qkv.size() == 1) {
-      // Stacked: K's rows follow Q's n_embd (= n_in) rows, V's K's n_embd_kv.
+      // Stacked: K's rows follow Q's n_embd_q (= Wo's n_in) rows, V's K's
+      // n_embd_kv.
       const auto [q_row, s_row] = row_bytes(q.type, q.n_in);
-      const int n_embd_kv = (q.rows - q.n_in) / 2;
-      lo[k_q] = lo[q_q] + uint64_t(q.n_in) * q_row;
-      lo[k_s] = lo[q_s] + uint64_t(q.n_in) * s_row;
+      const int n_embd_q = l.wo.n_in;
+      const int n_embd_kv = (q.rows - n_embd_q) / 2;
+      lo[k_q] = lo[q_q] + uint64_t(n_embd_q) * q_row;
+      lo[k_s] = lo[q_s] + uint64_t(n_embd_q) * s_row;
       lo[v_q] = lo[k_q] + uint64_t(n_embd_kv) * q_row;
       lo[v_s] = lo[k_s] + uint64_t(n_embd_kv) * s_row;
     }
@@ -286,7 +289,13 @@ std::optional<WeightArena> WeightArena::build(const DeviceWeights& w, const Laye
       lo[v_q] = place(l.qkv[2].q);
       lo[v_s] = place(l.qkv[2].s);
     }
-    lo[alt_word] = types.alt_word(l);
+    lo[alt_word] = types.alt_word(l) | (w.is_swa(il) ? k_swa_bit : 0);
+    auto place_optional = [&](const DeviceMatrix& m) { return m.q ? place(m.q) : 0; };
+    lo[qkv_bias] = place_optional(l.qkv_bias);
+    lo[q_norm] = place_optional(l.q_norm);
+    lo[k_norm] = place_optional(l.k_norm);
+    lo[post_attn_norm] = place_optional(l.post_attn_norm);
+    lo[post_ffn_norm] = place_optional(l.post_ffn_norm);
     layer_off.insert(layer_off.end(), std::begin(lo), std::end(lo));
   }
   a.embd_q = place(w.token_embd.q);

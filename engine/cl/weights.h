@@ -83,8 +83,10 @@ struct DeviceWeights {
   // The lm_head: output, or token_embd when the embeddings are tied.
   const DeviceMatrix& head() const { return output.q ? output : token_embd; }
   const ClMem& rope_table(int il) const {
-    return swa_layer_.empty() || !swa_layer_[size_t(il)] || !rope_cs_swa ? rope_cs : rope_cs_swa;
+    return is_swa(il) && rope_cs_swa ? rope_cs_swa : rope_cs;
   }
+  const ClMem& rope_table_swa() const { return rope_cs_swa ? rope_cs_swa : rope_cs; }
+  bool is_swa(int il) const { return !swa_layer_.empty() && swa_layer_[size_t(il)]; }
 
  private:
   std::vector<bool> swa_layer_;
@@ -124,7 +126,8 @@ struct WeightArena {
   // byte offsets of Q's payloads and scales (a layer whose Q, K and V share
   // a type: the stacked [Q; K; V]'s, and K's and V's offsets point into it),
   // Wo's, gate's, up's, down's, attn_norm, ffn_norm, K's, V's; then the
-  // layer's ALT word (LayerTypes::alt_word).
+  // layer's ALT word (LayerTypes::alt_word, with k_swa_bit on sliding-window
+  // layers) and the optional vectors.
   enum Slot : size_t {
     q_q,
     q_s,
@@ -143,8 +146,14 @@ struct WeightArena {
     v_q,
     v_s,
     alt_word,
+    qkv_bias,  // the optional F32 vectors: 0 where the model has none
+    q_norm,
+    k_norm,
+    post_attn_norm,
+    post_ffn_norm,
     k_layer_offsets
   };
+  static constexpr uint64_t k_swa_bit = 256;  // LAYER_SWA in the kernels
   ClMem arena;
   ClMem layer_off;  // (n_layer, k_layer_offsets) ulong
   uint64_t embd_q = 0, embd_s = 0, head_q = 0, head_s = 0, out_norm = 0;

@@ -13,7 +13,8 @@
 // different types, new types as in llama-quantize's Q4_K_M) taking the path
 // and matching the reference, and those with three types in a role keeping
 // the plan; llama-quantize's Q4_K_M of SmolLM2-135M against the float64
-// reference's greedy ids on both paths. On other devices the path is not used
+// reference's greedy ids on both paths; on NVIDIA, the other architectures'
+// graphs (Qwen 2 and 3, Gemma 3). On other devices the path is not used
 // and these tests skip, saying so; the multi-kernel plan is covered by
 // test_cl_forward.
 #include <gtest/gtest.h>
@@ -189,6 +190,56 @@ INSTANTIATE_TEST_SUITE_P(Types, PersistentDecodeTypes,
                                          PersistentCase{GgmlType::Q8_0, GgmlType::F16, false},
                                          PersistentCase{GgmlType::F16, GgmlType::F16, true},
                                          PersistentCase{GgmlType::F32, GgmlType::Q4_0, false}));
+
+// Other architectures' graphs (decode_persistent.cl's compile-time options;
+// NVIDIA only: the CPU kernel runs llama's graph and these models keep the
+// multi-kernel steps there, covered by test_cl_architectures): Qwen 2
+// (biases, NeoX), Qwen 3 (head norms, NeoX) and Gemma 3 (q wider than the
+// embedding, head norms, post-norms, GELU, the embedding scale, a window of
+// 160 positions on layers 0-4 of 6, so that over 300 positions the window's
+// start moves and the heads split), at head sizes 64 and 256 and as a
+// Q4_K_M mix (V and down of two types by layer).
+struct GraphCase {
+  const char* name;
+  const char* arch;
+  int head_dim;
+  int window;
+  GgmlType layer_type;
+  const char* mix = nullptr;
+};
+void PrintTo(const GraphCase& c, std::ostream* os) { *os << c.name; }
+
+class PersistentDecodeGraphs : public testing::TestWithParam<GraphCase> {};
+
+TEST_P(PersistentDecodeGraphs, LogitsMatchCpuAtEveryPosition) {
+  const DeviceInfo& dev = test::cl_test_runtime().device();
+  if (dev.platform_name.find("NVIDIA") == std::string::npos) {
+    GTEST_SKIP() << "the persistent kernel runs other graphs on NVIDIA only";
+  }
+  const GraphCase& g = GetParam();
+  SyntheticSpec s = spec_for({g.layer_type, GgmlType::Q8_0, true});
+  s.name = std::string("test-persistent-") + g.name;
+  s.arch = g.arch;
+  s.head_dim = g.head_dim;
+  s.sliding_window = g.window;
+  s.n_layer = g.window > 0 ? 6 : 2;  // Gemma 3's pattern: layer 5 is global
+  if (g.mix) s.mix = quant_mix_from_name(g.mix);
+  const std::string path = write_synthetic_model_tmp(s);
+  const Model model = load_model(path);
+  EXPECT_EQ(model.config.arch, g.arch);
+  EXPECT_FALSE(model.config.plain_llama());
+  expect_model_logits_match_cpu(model, 7919);
+  std::filesystem::remove(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, PersistentDecodeGraphs,
+    testing::Values(GraphCase{"qwen2", "qwen2", 0, 0, GgmlType::Q8_0},
+                    GraphCase{"qwen3", "qwen3", 0, 0, GgmlType::Q5_1},
+                    GraphCase{"gemma3", "gemma3", 64, 160, GgmlType::Q5_0},
+                    GraphCase{"gemma3_h256", "gemma3", 256, 160, GgmlType::Q4_0},
+                    GraphCase{"gemma3_q4_k_m", "gemma3", 64, 160, GgmlType::Q5_0, "q4_k_m"}),
+    [](const testing::TestParamInfo<GraphCase>& info) { return std::string(info.param.name); });
 
 // Greedy decoding with the device feeding itself, switching to the multi-kernel
 // plan (debug mode) every few tokens: the ids must equal a run without the

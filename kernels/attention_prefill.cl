@@ -19,7 +19,13 @@
 // ATT_KS work-items share a query, each taking every ATT_KS-th key of a tile
 // with its own running (m, l, o); lane 0 merges them through local memory
 // at the end. out[t][h * HEAD_DIM ..] = o / l. HEAD_DIM (a multiple of 4) is a build
-// option so q and o are register arrays of float4. Masked entries use a large
+// option so q and o are register arrays of float4.
+// With ATT_DS > 1 (wide heads on GPUs: 256 dimensions of q and o per
+// work-item spill its registers) ATT_DS work-items share each (query, key
+// lane), each holding HEAD_DIM / ATT_DS of the dimensions: a tile's scores
+// are summed from their partial dot products through local memory (one
+// local barrier more per tile), every one of them adding the partials in the
+// same order, so they keep the same (m, l). Masked entries use a large
 // finite negative instead of -inf: the programs build with
 // -cl-fast-relaxed-math, which assumes finite values.
 
@@ -35,16 +41,23 @@
 #ifndef ATT_KS
 #define ATT_KS 1
 #endif
+#ifndef ATT_DS
+#define ATT_DS 1
+#endif
 #if ATT_TK % ATT_KS != 0
 #error "ATT_TK must be a multiple of ATT_KS"
 #endif
 #define HD4 (HEAD_DIM / 4)
+#if HD4 % ATT_DS != 0
+#error "ATT_DS must divide HEAD_DIM / 4"
+#endif
+#define DS4 (HD4 / ATT_DS)  // float4s of q and o per work-item
 #define NEG_BIG (-1.0e30f)
-#define WG (ATT_TQ * ATT_KS)
+#define WG (ATT_TQ * ATT_KS * ATT_DS)
 
 // q, out: [n_tok][n_head * HEAD_DIM]; caches [n_ctx][n_head_kv * HEAD_DIM]
 // from float offset layer_off. Launch: global (n_head, ceil(n_tok / ATT_TQ) *
-// ATT_TQ * ATT_KS), local (1, ATT_TQ * ATT_KS).
+// WG), local (1, WG), WG = ATT_TQ * ATT_KS * ATT_DS.
 __kernel __attribute__((reqd_work_group_size(1, WG, 1))) void attention_prefill(
     const __global float* q, const __global float* k_cache, const __global float* v_cache,
     ulong layer_off, int pos0, int n_tok, int n_head, int n_head_kv, int window,
@@ -56,10 +69,16 @@ __kernel __attribute__((reqd_work_group_size(1, WG, 1))) void attention_prefill(
   __local float4 ml_o[(ATT_KS - 1) * ATT_TQ * HD4];
   __local float ml_m[(ATT_KS - 1) * ATT_TQ], ml_l[(ATT_KS - 1) * ATT_TQ];
 #endif
+#if ATT_DS > 1
+  // partial scores: [key lane][query][key of the lane's tile share][dim lane]
+  __local float sp[ATT_KS * ATT_TQ * (ATT_TK / ATT_KS) * ATT_DS];
+#endif
   const int h = get_group_id(0);
   const int wid = get_local_id(1);
-  const int lid = wid % ATT_TQ;  // the query within the group
-  const int ks = wid / ATT_TQ;   // the key lane: keys ks, ks + ATT_KS, .. of each tile
+  const int lid = wid % ATT_TQ;             // the query within the group
+  const int ds = wid / ATT_TQ % ATT_DS;     // the dim lane: q and o float4s ds * DS4..
+  const int ks = wid / (ATT_TQ * ATT_DS);   // the key lane: keys ks, ks + ATT_KS, .. of each tile
+  const int d0 = ds * DS4;
   const int t0 = get_group_id(1) * ATT_TQ;
   const int t = t0 + lid;
   const int n_embd = n_head * HEAD_DIM;
@@ -70,9 +89,10 @@ __kernel __attribute__((reqd_work_group_size(1, WG, 1))) void attention_prefill(
   const float scale = rsqrt((float)HEAD_DIM);
 
   const bool active = t < n_tok;
-  float4 qr[HD4], o[HD4];
-  for (int d = 0; d < HD4; ++d) {
-    qr[d] = active ? vload4(d, q + (size_t)t * n_embd + h * HEAD_DIM) * scale : (float4)(0.0f);
+  float4 qr[DS4], o[DS4];
+  for (int d = 0; d < DS4; ++d) {
+    qr[d] =
+        active ? vload4(d0 + d, q + (size_t)t * n_embd + h * HEAD_DIM) * scale : (float4)(0.0f);
     o[d] = (float4)(0.0f);
   }
   float m = NEG_BIG, l = 0.0f;
@@ -91,28 +111,45 @@ __kernel __attribute__((reqd_work_group_size(1, WG, 1))) void attention_prefill(
       vl[e] = in ? vload4(d, vh + row) : (float4)(0.0f);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+#if ATT_DS > 1
+    // 2a. this dim lane's share of each score, summed in 2b by every lane.
+    __local float* spq = sp + (ks * ATT_TQ + lid) * (ATT_TK / ATT_KS) * ATT_DS;
+    for (int jj = 0; jj < ATT_TK / ATT_KS; ++jj) {
+      const int j = ks + jj * ATT_KS;
+      float4 acc = (float4)(0.0f);
+      for (int d = 0; d < DS4; ++d) acc = mad(qr[d], kl[j * HD4 + d0 + d], acc);
+      spq[jj * ATT_DS + ds] = acc.x + acc.y + acc.z + acc.w;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     // 2. scores of this lane's keys and the streaming softmax update.
     if (active && kt + ks < n_keys_me) {
       float s[ATT_TK / ATT_KS];
       float tile_max = NEG_BIG;
       for (int jj = 0; jj < ATT_TK / ATT_KS; ++jj) {
         const int j = ks + jj * ATT_KS;
+#if ATT_DS > 1
+        float dot = 0.0f;
+        for (int i = 0; i < ATT_DS; ++i) dot += spq[jj * ATT_DS + i];
+#else
         float4 acc = (float4)(0.0f);
         for (int d = 0; d < HD4; ++d) acc = mad(qr[d], kl[j * HD4 + d], acc);
+        const float dot = acc.x + acc.y + acc.z + acc.w;
+#endif
         const bool seen = kt + j < n_keys_me && kt + j >= first_me;
-        const float sj = seen ? acc.x + acc.y + acc.z + acc.w : NEG_BIG;
+        const float sj = seen ? dot : NEG_BIG;
         s[jj] = sj;
         tile_max = fmax(tile_max, sj);
       }
       const float m_new = fmax(m, tile_max);
       const float corr = exp(m - m_new);
       l *= corr;
-      for (int d = 0; d < HD4; ++d) o[d] *= corr;
+      for (int d = 0; d < DS4; ++d) o[d] *= corr;
       for (int jj = 0; jj < ATT_TK / ATT_KS; ++jj) {
         const int j = ks + jj * ATT_KS;
         const float p = kt + j < n_keys_me && kt + j >= first_me ? exp(s[jj] - m_new) : 0.0f;
         l += p;
-        for (int d = 0; d < HD4; ++d) o[d] = mad((float4)(p), vl[j * HD4 + d], o[d]);
+        for (int d = 0; d < DS4; ++d) o[d] = mad((float4)(p), vl[j * HD4 + d0 + d], o[d]);
       }
       m = m_new;
     }
@@ -124,9 +161,11 @@ __kernel __attribute__((reqd_work_group_size(1, WG, 1))) void attention_prefill(
   // saw no keys has m = NEG_BIG, l = 0, o = 0 and adds nothing.
   if (ks > 0) {
     const int slot = (ks - 1) * ATT_TQ + lid;
-    ml_m[slot] = m;
-    ml_l[slot] = l;
-    for (int d = 0; d < HD4; ++d) ml_o[slot * HD4 + d] = o[d];
+    if (ds == 0) {  // the same (m, l) in every dim lane
+      ml_m[slot] = m;
+      ml_l[slot] = l;
+    }
+    for (int d = 0; d < DS4; ++d) ml_o[slot * HD4 + d0 + d] = o[d];
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   if (ks > 0) return;
@@ -134,16 +173,18 @@ __kernel __attribute__((reqd_work_group_size(1, WG, 1))) void attention_prefill(
   for (int i = 1; i < ATT_KS; ++i) m_all = fmax(m_all, ml_m[(i - 1) * ATT_TQ + lid]);
   const float c0 = exp(m - m_all);
   l *= c0;
-  for (int d = 0; d < HD4; ++d) o[d] *= c0;
+  for (int d = 0; d < DS4; ++d) o[d] *= c0;
   for (int i = 1; i < ATT_KS; ++i) {
     const int slot = (i - 1) * ATT_TQ + lid;
     const float c = exp(ml_m[slot] - m_all);
     l = mad(ml_l[slot], c, l);
-    for (int d = 0; d < HD4; ++d) o[d] = mad(ml_o[slot * HD4 + d], (float4)(c), o[d]);
+    for (int d = 0; d < DS4; ++d) o[d] = mad(ml_o[slot * HD4 + d0 + d], (float4)(c), o[d]);
   }
 #endif
   if (active) {
     const float inv_l = 1.0f / l;
-    for (int d = 0; d < HD4; ++d) vstore4(o[d] * inv_l, d, out + (size_t)t * n_embd + h * HEAD_DIM);
+    for (int d = 0; d < DS4; ++d) {
+      vstore4(o[d] * inv_l, d0 + d, out + (size_t)t * n_embd + h * HEAD_DIM);
+    }
   }
 }

@@ -107,13 +107,14 @@ void PrefillTuning::check(const DeviceInfo& device) const {
                      mm_vr == 4 || mm_vr == 8 || mm_vr == 16;
   const size_t max_wg = device.max_work_group_size;
   if (!vr_ok || mm_nr < 1 || mm_wt < 1 || mm_nt < 1 || att_tq < 1 || att_tk < 1 ||
-      size_t(mm_nr) * size_t(mm_nt) > max_wg || att_ks < 1 || att_tk % att_ks != 0 ||
-      size_t(att_tq) * size_t(att_ks) > max_wg) {
-    throw std::invalid_argument(
-        "invalid prefill tuning (mm_vr " + std::to_string(mm_vr) + ", mm_nr " +
-        std::to_string(mm_nr) + ", mm_wt " + std::to_string(mm_wt) + ", mm_nt " +
-        std::to_string(mm_nt) + ", att_tq " + std::to_string(att_tq) + ", att_tk " +
-        std::to_string(att_tk) + ", att_ks " + std::to_string(att_ks) + ") for " + device.name);
+      size_t(mm_nr) * size_t(mm_nt) > max_wg || att_ks < 1 || att_tk % att_ks != 0 || att_ds < 0 ||
+      size_t(att_tq) * size_t(att_ks) * size_t(std::max(att_ds, 1)) > max_wg) {
+    throw std::invalid_argument("invalid prefill tuning (mm_vr " + std::to_string(mm_vr) +
+                                ", mm_nr " + std::to_string(mm_nr) + ", mm_wt " +
+                                std::to_string(mm_wt) + ", mm_nt " + std::to_string(mm_nt) +
+                                ", att_tq " + std::to_string(att_tq) + ", att_tk " +
+                                std::to_string(att_tk) + ", att_ks " + std::to_string(att_ks) +
+                                ", att_ds " + std::to_string(att_ds) + ") for " + device.name);
   }
   if (!pow2(norm_wg) || size_t(norm_wg) > max_wg) {
     throw std::invalid_argument("invalid prefill norm work-group " + std::to_string(norm_wg) +
@@ -240,6 +241,8 @@ const std::vector<TuningKey>& tuning_keys() {
                [](T& t) -> int& { return t.prefill.att_tk; }),
       key<int>("att_ks", "prefill attention: work-items per query (divides att_tk)",
                [](T& t) -> int& { return t.prefill.att_ks; }),
+      key<int>("att_ds", "prefill attention: dim lanes per query and key lane (0: by head size)",
+               [](T& t) -> int& { return t.prefill.att_ds; }),
       key<int>("norm_wg", "prefill rmsnorm work-group (power of two)",
                [](T& t) -> int& { return t.prefill.norm_wg; }),
       key<bool>("tensor_cores", "prefill: NVIDIA tensor-core matmul (after a self-test)",

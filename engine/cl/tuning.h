@@ -90,13 +90,16 @@ struct DecodeTuning {
 // The batched prefill (engine/cl/prefill.h): kernels/matmul.cl,
 // matmul_mma.cl, attention_prefill.cl, prefill_ops.cl.
 struct PrefillTuning {
-  int mm_vr = 4;     // matmul rows per work-item, as one vector (1, 2, 4, 8, 16)
-  int mm_nr = 16;    // matmul work-items along rows
-  int mm_wt = 4;     // matmul tokens per work-item
-  int mm_nt = 16;    // matmul work-items along tokens
-  int att_tq = 16;   // attention queries per work-group
-  int att_tk = 32;   // attention keys per local-memory tile
-  int att_ks = 8;    // attention work-items per query (key lanes; att_tk a multiple)
+  int mm_vr = 4;    // matmul rows per work-item, as one vector (1, 2, 4, 8, 16)
+  int mm_nr = 16;   // matmul work-items along rows
+  int mm_wt = 4;    // matmul tokens per work-item
+  int mm_nt = 16;   // matmul work-items along tokens
+  int att_tq = 16;  // attention queries per work-group
+  int att_tk = 32;  // attention keys per local-memory tile
+  int att_ks = 8;   // attention work-items per query (key lanes; att_tk a multiple)
+  // attention work-items per (query, key lane), each with head_dim / att_ds
+  // of q and o (dim lanes); 0: as ClPrefill::attention_tuning chooses
+  int att_ds = 0;
   int norm_wg = 64;  // rmsnorm_rows work-group (power of two)
   // matmul without local memory, vectorized along k (matmul.cl, CPU variant);
   // then mm_vr may be any row count.

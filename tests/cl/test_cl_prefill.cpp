@@ -81,16 +81,22 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
   const int n_ctx = 100, n_layers = 2, layer = 1;
   const size_t layer_off = size_t(layer) * n_ctx * n_kv;
   const PrefillTuning device = PrefillTuning::for_device(test::cl_test_runtime().device());
-  PrefillTuning odd = device, odd_lanes = device;
+  PrefillTuning odd = device, odd_lanes = device, dim_lanes = device, all_lanes = device;
   odd.att_tq = 5;
   odd.att_tk = 3;
   odd.att_ks = 1;
   odd_lanes.att_tq = 5;  // 3 key lanes per query, 2 keys each per tile
   odd_lanes.att_tk = 6;
   odd_lanes.att_ks = 3;
-  for (const PrefillTuning& t : {device, odd, odd_lanes}) {
+  dim_lanes.att_tq = 3;  // each query's dimensions over 2 work-items (4 where they divide)
+  dim_lanes.att_tk = 5;
+  dim_lanes.att_ks = 1;
+  dim_lanes.att_ds = d / 4 % 4 == 0 ? 4 : d / 4 % 2 == 0 ? 2 : 1;
+  all_lanes = odd_lanes;  // 3 key lanes x 2 dim lanes
+  all_lanes.att_ds = d / 4 % 2 == 0 ? 2 : 1;
+  for (const PrefillTuning& t : {device, odd, odd_lanes, dim_lanes, all_lanes}) {
     SCOPED_TRACE("att_tq " + std::to_string(t.att_tq) + " att_tk " + std::to_string(t.att_tk) +
-                 " att_ks " + std::to_string(t.att_ks));
+                 " att_ks " + std::to_string(t.att_ks) + " att_ds " + std::to_string(t.att_ds));
     const ClKernel k =
         build_kernel("attention_prefill", ClPrefill::attention_defines(d, t), "attention_prefill");
     for (auto [pos0, window] : {std::pair{0, 0}, {37, 0}, {0, 5}, {37, 20}}) {
@@ -143,9 +149,9 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
         cl_poison(out, n_out);
         set_args(k, q_dev, k_dev, v_dev, cl_ulong(layer_off), cl_int(pos0), cl_int(n_tok),
                  cl_int(s.n_head), cl_int(s.n_head_kv), cl_int(window), out);
-        run_2d(k, size_t(s.n_head),
-               test::round_up(size_t(n_tok), size_t(t.att_tq)) * size_t(t.att_ks), 1,
-               size_t(t.att_tq) * size_t(t.att_ks));
+        const size_t wg = size_t(t.att_tq) * size_t(t.att_ks) * size_t(std::max(t.att_ds, 1));
+        run_2d(k, size_t(s.n_head), test::round_up(size_t(n_tok), size_t(t.att_tq)) / t.att_tq * wg,
+               1, wg);
         const auto got = cl_read(out, n_out);
         EXPECT_LE(test::relative_error(std::span(got).first(ref.size()), ref), 1e-4);
         EXPECT_EQ(test::count_overwritten(got, ref.size()), 0u);

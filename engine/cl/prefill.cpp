@@ -245,14 +245,20 @@ ClPrefill::Step ClPrefill::norm_step(const ClMem& x, const ClMem& g, const ClMem
 // 6,524-6,591 tok/s with one work-item holding all 256 dimensions of q and o,
 // 49,774-50,039 with 4 dim lanes, 58,545-58,615 with 8, 54,593-55,121 with 16
 // and 4 queries per work-group; Qwen2.5-0.5B's head of 64 with 2: 46,117-46,557
-// against 45,805-45,977, left at 1.) Then its local memory: K and V tiles, the partial (m, l, o) of
+// against 45,805-45,977, left at 1), and for heads of 256 tiles of 8 keys
+// (65,567-65,855 against 53,275-58,202 at 16; 4 dim lanes and 32 queries:
+// 51,323-51,672). Then its local memory: K and V tiles, the partial (m, l, o) of
 // att_ks - 1 key lanes per query and the dim lanes' partial scores. Fewer key
 // lanes for wide heads (128: 89 KB at the GPU defaults) until it fits the
 // device.
 PrefillTuning ClPrefill::attention_tuning() const {
   const ModelConfig& c = config_;
   PrefillTuning t = tuning_;
-  if (t.att_ds == 0) t.att_ds = !rt_.device().is_cpu && c.head_dim > 64 ? c.head_dim / 32 : 1;
+  if (t.att_ds == 0) {
+    const bool wide = !rt_.device().is_cpu && c.head_dim > 64;
+    t.att_ds = wide ? c.head_dim / 32 : 1;
+    if (wide && c.head_dim >= 256) t.att_tk = std::min(t.att_tk, 8);
+  }
   while ((c.head_dim / 4) % t.att_ds != 0 ||
          size_t(t.att_tq * t.att_ks * t.att_ds) > rt_.device().max_work_group_size) {
     --t.att_ds;

@@ -98,7 +98,8 @@ struct PrefillTuning {
   int att_tk = 32;  // attention keys per local-memory tile
   int att_ks = 8;   // attention work-items per query (key lanes; att_tk a multiple)
   // attention work-items per (query, key lane), each with head_dim / att_ds
-  // of q and o (dim lanes); 0: as ClPrefill::attention_tuning chooses
+  // of q and o (dim lanes); 0: as ClPrefill::attention_tuning chooses (it
+  // then also shortens att_tk for heads of 256 on GPUs)
   int att_ds = 0;
   int norm_wg = 64;  // rmsnorm_rows work-group (power of two)
   // matmul without local memory, vectorized along k (matmul.cl, CPU variant);

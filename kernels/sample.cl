@@ -236,6 +236,7 @@ __kernel __attribute__((reqd_work_group_size(SAMPLE_WG, 1, 1))) void sample_fina
   __local ulong out[K_MAX];
   __local ulong sorted[K_MAX];
   __local float p[K_MAX];
+  __local double s_sum;
   __local ulong s_prefix;
   __local int s_state[4];
   const int lid = get_local_id(0);
@@ -260,14 +261,22 @@ __kernel __attribute__((reqd_work_group_size(SAMPLE_WG, 1, 1))) void sample_fina
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
+  if (!greedy && n > 0) {
+    if (lid == 0) {  // in the CPU's order
+      double sum = 0;
+      for (int i = 0; i < n; ++i) sum += p[i];
+      s_sum = sum;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const double sum = s_sum;
+    for (int i = lid; i < n; i += SAMPLE_WG) p[i] = (float)(p[i] / sum);
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
   if (lid != 0) return;
   if (ids[0] < 0) return;  // the decode step failed: keep its mark
   int pick = 0;
   if (n > 0 && greedy) pick = id_of(sorted[0]);
   if (n > 0 && !greedy) {
-    double sum = 0;
-    for (int i = 0; i < n; ++i) sum += p[i];
-    for (int i = 0; i < n; ++i) p[i] = (float)(p[i] / sum);
     int kept = n;
     if (top_p < 1.0f) {  // top_p_filter
       double mass = 0;

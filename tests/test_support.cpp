@@ -155,19 +155,4 @@ CommandResult run_command(const std::string& command) {
   return result;
 }
 
-SamplingParams Sampling::params() const {
-  SamplingParams p;
-  p.temperature = temperature;
-  p.top_k = top_k;
-  p.top_p = top_p;
-  p.min_p = min_p;
-  p.repeat_penalty = repeat_penalty;
-  p.repeat_last_n = repeat_last_n;
-  p.frequency_penalty = frequency_penalty;
-  p.presence_penalty = presence_penalty;
-  p.seed = seed;
-  p.max_tokens = max_tokens;
-  return p;
-}
-
 }  // namespace clchat::test

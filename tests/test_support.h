@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "engine/gguf/ggml_types.h"
-#include "engine/messages.h"
 
 namespace clchat::test {
 
@@ -35,21 +34,6 @@ std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, floa
 // occurs, and random finite fp16 scales of either sign sized so that the
 // values stay within about [-1, 1]. Not the product of a quantizer.
 std::vector<uint8_t> random_blocks(GgmlType type, uint64_t n_in, uint64_t rows, uint32_t seed);
-
-// Sampling parameters spelled out in the chain's order (the rest default).
-struct Sampling {
-  float temperature = 0.8f;
-  int top_k = 40;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float repeat_penalty = 1.0f;
-  int repeat_last_n = 64;
-  float frequency_penalty = 0.0f;
-  float presence_penalty = 0.0f;
-  uint64_t seed = 0;
-  int max_tokens = 512;
-  SamplingParams params() const;
-};
 
 // ||a - b|| / ||b|| in float64.
 double relative_error(const std::vector<float>& a, const std::vector<float>& b);

@@ -17,6 +17,7 @@
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/cl/cl_test_support.h"
+#include "tests/sampling_params.h"
 #include "tests/test_support.h"
 
 namespace clchat {

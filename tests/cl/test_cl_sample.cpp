@@ -20,6 +20,7 @@
 #include "engine/chat/sampler.h"
 #include "engine/cl/device_sampler.h"
 #include "tests/cl/cl_test_support.h"
+#include "tests/sampling_params.h"
 
 namespace clchat {
 namespace {
@@ -147,6 +148,9 @@ std::vector<Params> param_sets() {
                           .repeat_penalty = 1.25f, .repeat_last_n = 128,
                           .frequency_penalty = 0.4f, .presence_penalty = 0.6f}
                             .params()},
+      {"frequency_heavy", S{.temperature = 1.5f, .top_k = 32, .repeat_last_n = 256,
+                            .frequency_penalty = 0.7f}
+                              .params()},
       {"presence_long_window", S{.temperature = 1.0f, .top_k = 8, .repeat_last_n = 1024,
                                  .presence_penalty = 1.5f}
                                    .params()},
@@ -166,8 +170,9 @@ TEST_P(ClSample, MatchesTheCpuSampler) {
   const int n_vocab = GetParam();
   // Big vocabularies cost the CPU reference a sort of every id: fewer draws.
   const int draws = n_vocab >= 100000 ? 1 : n_vocab >= 10000 ? 3 : 8;
-  const std::vector<std::string> kinds = {"random", "ties",    "nan",         "pos_inf", "neg_inf",
-                                          "zeros",  "peaked",  "all_nan",     "all_neg_inf"};
+  const std::vector<std::string> kinds = {"random", "recent_high", "ties",    "nan",
+                                          "pos_inf", "neg_inf",    "zeros",   "peaked",
+                                          "all_nan", "all_neg_inf"};
   std::vector<float> scratch;
   for (int wg : work_groups()) {
     Chain chain(n_vocab, wg);
@@ -177,8 +182,14 @@ TEST_P(ClSample, MatchesTheCpuSampler) {
     for (const Params& ps : param_sets()) {
       for (const std::string& kind : kinds) {
         for (int d = 0; d < draws; ++d, ++seed) {
-          const std::vector<float> x = make_logits(kind, n_vocab, seed);
+          std::vector<float> x = make_logits(kind, n_vocab, seed);
           const std::vector<int32_t> recent = make_recent(n_vocab, 40 + int(seed % 300), seed);
+          if (kind == "recent_high") {
+            // The recent ids lead by far, close together (some tied), so
+            // they stay ahead after the penalties: what the penalties do to
+            // each (by its count) decides the pick.
+            for (int32_t id : recent) x[size_t(id)] = 20.0f + float(id % 5) * 0.05f;
+          }
           const uint64_t draw = seed * 7u;
           const int32_t want = sample_token(ps.p, x, recent, draw, scratch);
           const int32_t got = chain.sample(x, ps.p, draw, recent);
@@ -228,12 +239,14 @@ TEST(ClSampleStream, DrawNumbersGiveDifferentIdsAsTheCpuDoes) {
 TEST(ClSampleChained, TheChainAppendsItsPickToTheHistory) {
   if (!device_has_fp64()) GTEST_SKIP() << "no cl_khr_fp64";
   for (int wg : work_groups()) {
-    const int n_vocab = 64;  // small: the picks repeat, so the penalties matter
+    const int n_vocab = 8;  // the picks repeat within the window: counts above 1
     Chain chain(n_vocab, wg);
     ASSERT_NE(chain.sampler, nullptr);
-    SamplingParams p = test::Sampling{.temperature = 0.6f, .top_k = 16, .repeat_penalty = 1.8f,
-                                      .repeat_last_n = 8, .frequency_penalty = 0.3f,
-                                      .presence_penalty = 0.2f, .seed = 9}
+    // Mild penalties on nearly flat logits: a recent id stays in the running,
+    // and how often it occurred decides by how much.
+    SamplingParams p = test::Sampling{.temperature = 0.05f, .top_k = 6, .repeat_penalty = 1.02f,
+                                      .repeat_last_n = 8, .frequency_penalty = 0.01f,
+                                      .presence_penalty = 0.005f, .seed = 9}
                            .params();
     for (bool greedy : {false, true}) {
       if (greedy) p.temperature = 0.0f;
@@ -242,7 +255,7 @@ TEST(ClSampleChained, TheChainAppendsItsPickToTheHistory) {
       int pos = int(recent.size()) - 1;
       chain.sampler->sync(recent, pos, p);
       for (int step = 0; step < 40; ++step, ++pos) {
-        // Nearly flat logits: without the penalty the same few ids would win.
+        // Nearly flat logits: the penalties move the pick.
         const std::vector<float> x = test::random_floats(size_t(n_vocab), 100 + uint32_t(step),
                                                          0.9f, 1.0f);
         const int32_t want = sample_token(p, x, recent, uint64_t(step), scratch);

@@ -199,8 +199,7 @@ void bench(const BenchOptions& opt) {
                          {"launches_per_token", launches}});
     } else {
       std::printf("| %s | %s | %s | %d | %s | %.2f ± %.2f |\n", model.config.name.c_str(),
-                  quant.c_str(), device.c_str(), launches, test.c_str(), s.mean,
-                  s.sd);
+                  quant.c_str(), device.c_str(), launches, test.c_str(), s.mean, s.sd);
       std::fflush(stdout);
     }
   };

@@ -48,8 +48,7 @@ DeviceSampler::DeviceSampler(const ClRuntime& rt, ClPrograms& programs, int n_vo
   if (n_vocab < 1 || n_ctx < 1) throw std::invalid_argument("DeviceSampler: empty vocabulary");
   wg_ = programs.tuning().sample_wg;
   const bool serial = wg_ == 1;  // CPU devices: a group per core
-  const int max_groups =
-      serial ? std::max(1, int(rt.device().compute_units)) : k_max_groups;
+  const int max_groups = serial ? std::max(1, int(rt.device().compute_units)) : k_max_groups;
   n_groups_ = std::clamp((n_vocab + k_min_chunk - 1) / k_min_chunk, 1, max_groups);
   chunk_ = (n_vocab + n_groups_ - 1) / n_groups_;
   const int k_max = k_device_top_k_max;
@@ -104,8 +103,7 @@ int DeviceSampler::n_recent(const SamplingParams& p, int pos) {
   return std::min(p.repeat_last_n, pos + 1);
 }
 
-bool DeviceSampler::holds(std::span<const int32_t> recent, int pos,
-                          const SamplingParams& p) const {
+bool DeviceSampler::holds(std::span<const int32_t> recent, int pos, const SamplingParams& p) const {
   const int n = n_recent(p, pos);
   if (recent.size() < size_t(n)) return false;
   for (int i = 0; i < n; ++i) {
@@ -115,7 +113,8 @@ bool DeviceSampler::holds(std::span<const int32_t> recent, int pos,
 }
 
 void DeviceSampler::sync(std::span<const int32_t> recent, int pos, const SamplingParams& p) {
-  if (pos < 0 || pos >= n_ctx_) throw std::out_of_range("DeviceSampler: position outside the context");
+  if (pos < 0 || pos >= n_ctx_)
+    throw std::out_of_range("DeviceSampler: position outside the context");
   const int n = n_recent(p, pos);
   if (recent.size() < size_t(n)) {
     throw std::invalid_argument("DeviceSampler: fewer recent tokens than the penalty window");
@@ -138,7 +137,8 @@ void DeviceSampler::sync(std::span<const int32_t> recent, int pos, const Samplin
 }
 
 void DeviceSampler::enqueue(const SamplingParams& p, uint64_t draw, int pos) {
-  if (pos < 0 || pos >= n_ctx_) throw std::out_of_range("DeviceSampler: position outside the context");
+  if (pos < 0 || pos >= n_ctx_)
+    throw std::out_of_range("DeviceSampler: position outside the context");
   if (!device_samplable(p)) throw std::logic_error("DeviceSampler: parameters for the host");
   const int top_k = p.greedy() ? 1 : p.top_k;
   set_arg(partial_.get(), p_pos_, cl_int(pos));
@@ -155,11 +155,11 @@ void DeviceSampler::enqueue(const SamplingParams& p, uint64_t draw, int pos) {
   set_arg(final_.get(), f_draw_, cl_ulong(draw));
   set_arg(final_.get(), f_pos_, cl_int(pos));
   const size_t local = size_t(wg_), partial_global = size_t(n_groups_) * local;
-  cl_check(clEnqueueNDRangeKernel(rt_.queue(), partial_.get(), 1, nullptr, &partial_global,
-                                  &local, 0, nullptr, nullptr),
+  cl_check(clEnqueueNDRangeKernel(rt_.queue(), partial_.get(), 1, nullptr, &partial_global, &local,
+                                  0, nullptr, nullptr),
            "clEnqueueNDRangeKernel(sample_partial)");
-  cl_check(clEnqueueNDRangeKernel(rt_.queue(), final_.get(), 1, nullptr, &local, &local, 0,
-                                  nullptr, nullptr),
+  cl_check(clEnqueueNDRangeKernel(rt_.queue(), final_.get(), 1, nullptr, &local, &local, 0, nullptr,
+                                  nullptr),
            "clEnqueueNDRangeKernel(sample_final)");
   if (pos + 1 <= n_ctx_) known_[size_t(pos) + 1] = -1;  // the pick, unknown until read back
 }

@@ -9,8 +9,9 @@
 // What runs here is device_samplable() (engine/chat/sampler.h): top_k 1..256
 // (or greedy with penalties), penalties over at most 1024 recent tokens;
 // anything else (top_k 0 = all, above 256, repeat_last_n -1) stays with the
-// host sampler. Needs cl_khr_fp64 (see sample.cl: the chain computes the
-// CPU's roundings); create() says null without it.
+// host sampler. The penalties change the logits buffer in place (the debug
+// readback's top-5 then shows penalised logits). Needs cl_khr_fp64 (see sample.cl: the chain
+// computes the CPU's roundings); create() says null without it.
 //
 // History: `history` (n_ctx + 1 ints) holds the token at each position; the
 // chain at pos reads positions pos + 1 - n_recent .. pos and writes its pick

@@ -209,8 +209,8 @@ bool ClForward::device_sampling(const SamplingParams& params) {
 DeviceSampler* ClForward::device_sampler() {
   if (!sampler_tried_) {
     sampler_tried_ = true;
-    sampler_ = DeviceSampler::create(rt_, programs_, config_.n_vocab, n_ctx_, state_.logits,
-                                     state_.ids);
+    sampler_ =
+        DeviceSampler::create(rt_, programs_, config_.n_vocab, n_ctx_, state_.logits, state_.ids);
   }
   return sampler_.get();
 }

@@ -35,8 +35,8 @@ class Backend {
   // repeat_last_n. Default: decode_logits + sample_token on the host. The
   // OpenCL backend runs the chain on the device where device_samplable()
   // (4 bytes read back) and returns the same id.
-  virtual int32_t decode_sample(int32_t token, int pos, const SamplingParams& params,
-                                uint64_t draw, std::span<const int32_t> recent);
+  virtual int32_t decode_sample(int32_t token, int pos, const SamplingParams& params, uint64_t draw,
+                                std::span<const int32_t> recent);
   // Runs `tokens` at positions pos.. and returns in `out` the logits of every
   // position from tokens[first_out] on ((size - first_out) x n_vocab,
   // row-major), e.g. for perplexity. Default: one decode_logits per token.

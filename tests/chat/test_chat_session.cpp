@@ -419,9 +419,9 @@ TEST_P(ChatSessionTest, SeededSamplingRepeats) {
 // one) on both backends: the same seed gives the same text. The OpenCL
 // backend samples on the device, the reference on the host.
 TEST(ChatSessionSampling, SameSeedSameTextOnBothBackends) {
-  SamplingParams p = test::Sampling{.top_p = 0.95f, .min_p = 0.05f, .repeat_penalty = 1.1f,
-                                    .max_tokens = 24}
-                         .params();
+  SamplingParams p =
+      test::Sampling{.top_p = 0.95f, .min_p = 0.05f, .repeat_penalty = 1.1f, .max_tokens = 24}
+          .params();
   auto conversation = [&](Backend& backend, uint64_t seed) {
     ChatSession s(backend, *stories().tokenizer, ChatTemplate(TemplateStyle::Plain));
     p.seed = seed;
@@ -467,11 +467,15 @@ class HostSampled final : public Backend {
 // from the same backend's logits: the history the device keeps (synced per
 // turn, appended per token) must be the context the host sees.
 TEST(ChatSessionSampling, DeviceChainIsTheHostChainOnOpenCL) {
-  const SamplingParams p =
-      test::Sampling{.temperature = 1.0f, .top_k = 20, .repeat_penalty = 1.3f, .repeat_last_n = 16,
-                     .frequency_penalty = 0.2f, .presence_penalty = 0.1f, .seed = 7,
-                     .max_tokens = 48}
-          .params();
+  const SamplingParams p = test::Sampling{.temperature = 1.0f,
+                                          .top_k = 20,
+                                          .repeat_penalty = 1.3f,
+                                          .repeat_last_n = 16,
+                                          .frequency_penalty = 0.2f,
+                                          .presence_penalty = 0.1f,
+                                          .seed = 7,
+                                          .max_tokens = 48}
+                               .params();
   auto conversation = [&](Backend& backend) {
     ChatSession s(backend, *stories().tokenizer, ChatTemplate(TemplateStyle::Plain));
     s.set_sampling(p);

@@ -40,8 +40,8 @@ struct Chain {
     t.sample_wg = sample_wg;
     logits = test::cl_buffer(std::vector<float>(size_t(n_vocab), 0.0f));
     ids = test::cl_buffer(std::vector<int32_t>(4, 0));
-    sampler = DeviceSampler::create(test::cl_test_runtime(), test::cl_programs(t), n_vocab,
-                                    k_ctx, logits, ids);
+    sampler = DeviceSampler::create(test::cl_test_runtime(), test::cl_programs(t), n_vocab, k_ctx,
+                                    logits, ids);
   }
 
   void upload(const std::vector<float>& x) const {
@@ -51,8 +51,8 @@ struct Chain {
   }
   // ids[0] before a step: any id (the argmax the step would leave there).
   void set_id(int32_t id) const {
-    cl_check(clEnqueueWriteBuffer(test::cl_test_runtime().queue(), ids.get(), CL_TRUE, 0, 4, &id,
-                                  0, nullptr, nullptr),
+    cl_check(clEnqueueWriteBuffer(test::cl_test_runtime().queue(), ids.get(), CL_TRUE, 0, 4, &id, 0,
+                                  nullptr, nullptr),
              "clEnqueueWriteBuffer(ids)");
   }
   int32_t read_id() const { return test::cl_read<int32_t>(ids, 1)[0]; }
@@ -72,9 +72,7 @@ struct Chain {
   }
 };
 
-bool device_has_fp64() {
-  return test::cl_test_runtime().device().has_extension("cl_khr_fp64");
-}
+bool device_has_fp64() { return test::cl_test_runtime().device().has_extension("cl_khr_fp64"); }
 
 std::vector<int> work_groups() {
   const int device = KernelTuning::for_device(test::cl_test_runtime().device()).sample_wg;
@@ -141,21 +139,32 @@ std::vector<Params> param_sets() {
       {"top_k_256_hot", S{.temperature = 2.5f, .top_k = 256}.params()},
       {"top_p_only", S{.temperature = 1.2f, .top_k = 256, .top_p = 0.5f}.params()},
       {"min_p_only", S{.temperature = 1.0f, .top_k = 200, .min_p = 0.2f}.params()},
-      {"cold", S{.temperature = 0.05f, .top_k = 20, .top_p = 0.9f, .repeat_penalty = 1.3f,
+      {"cold", S{.temperature = 0.05f,
+                 .top_k = 20,
+                 .top_p = 0.9f,
+                 .repeat_penalty = 1.3f,
                  .repeat_last_n = 16}
                    .params()},
-      {"all_penalties", S{.temperature = 0.9f, .top_k = 64, .top_p = 0.95f, .min_p = 0.05f,
-                          .repeat_penalty = 1.25f, .repeat_last_n = 128,
-                          .frequency_penalty = 0.4f, .presence_penalty = 0.6f}
+      {"all_penalties", S{.temperature = 0.9f,
+                          .top_k = 64,
+                          .top_p = 0.95f,
+                          .min_p = 0.05f,
+                          .repeat_penalty = 1.25f,
+                          .repeat_last_n = 128,
+                          .frequency_penalty = 0.4f,
+                          .presence_penalty = 0.6f}
                             .params()},
-      {"frequency_heavy", S{.temperature = 1.5f, .top_k = 32, .repeat_last_n = 256,
-                            .frequency_penalty = 0.7f}
-                              .params()},
-      {"presence_long_window", S{.temperature = 1.0f, .top_k = 8, .repeat_last_n = 1024,
-                                 .presence_penalty = 1.5f}
-                                   .params()},
-      {"greedy_penalised", S{.temperature = 0.0f, .top_p = 0.95f, .min_p = 0.05f,
-                             .repeat_penalty = 1.5f, .frequency_penalty = 0.3f,
+      {"frequency_heavy",
+       S{.temperature = 1.5f, .top_k = 32, .repeat_last_n = 256, .frequency_penalty = 0.7f}
+           .params()},
+      {"presence_long_window",
+       S{.temperature = 1.0f, .top_k = 8, .repeat_last_n = 1024, .presence_penalty = 1.5f}
+           .params()},
+      {"greedy_penalised", S{.temperature = 0.0f,
+                             .top_p = 0.95f,
+                             .min_p = 0.05f,
+                             .repeat_penalty = 1.5f,
+                             .frequency_penalty = 0.3f,
                              .presence_penalty = 0.2f}
                                .params()},
   };
@@ -166,12 +175,13 @@ std::vector<Params> param_sets() {
 class ClSample : public testing::TestWithParam<int> {};
 
 TEST_P(ClSample, MatchesTheCpuSampler) {
-  if (!device_has_fp64()) GTEST_SKIP() << "the device has no cl_khr_fp64: sampling stays on the host";
+  if (!device_has_fp64())
+    GTEST_SKIP() << "the device has no cl_khr_fp64: sampling stays on the host";
   const int n_vocab = GetParam();
   // Big vocabularies cost the CPU reference a sort of every id: fewer draws.
   const int draws = n_vocab >= 100000 ? 1 : n_vocab >= 10000 ? 3 : 8;
-  const std::vector<std::string> kinds = {"random", "recent_high", "ties",    "nan",
-                                          "pos_inf", "neg_inf",    "zeros",   "peaked",
+  const std::vector<std::string> kinds = {"random",  "recent_high", "ties",  "nan",
+                                          "pos_inf", "neg_inf",     "zeros", "peaked",
                                           "all_nan", "all_neg_inf"};
   std::vector<float> scratch;
   for (int wg : work_groups()) {
@@ -244,9 +254,13 @@ TEST(ClSampleChained, TheChainAppendsItsPickToTheHistory) {
     ASSERT_NE(chain.sampler, nullptr);
     // Mild penalties on nearly flat logits: a recent id stays in the running,
     // and how often it occurred decides by how much.
-    SamplingParams p = test::Sampling{.temperature = 0.05f, .top_k = 6, .repeat_penalty = 1.02f,
-                                      .repeat_last_n = 8, .frequency_penalty = 0.01f,
-                                      .presence_penalty = 0.005f, .seed = 9}
+    SamplingParams p = test::Sampling{.temperature = 0.05f,
+                                      .top_k = 6,
+                                      .repeat_penalty = 1.02f,
+                                      .repeat_last_n = 8,
+                                      .frequency_penalty = 0.01f,
+                                      .presence_penalty = 0.005f,
+                                      .seed = 9}
                            .params();
     for (bool greedy : {false, true}) {
       if (greedy) p.temperature = 0.0f;
@@ -256,8 +270,8 @@ TEST(ClSampleChained, TheChainAppendsItsPickToTheHistory) {
       chain.sampler->sync(recent, pos, p);
       for (int step = 0; step < 40; ++step, ++pos) {
         // Nearly flat logits: the penalties move the pick.
-        const std::vector<float> x = test::random_floats(size_t(n_vocab), 100 + uint32_t(step),
-                                                         0.9f, 1.0f);
+        const std::vector<float> x =
+            test::random_floats(size_t(n_vocab), 100 + uint32_t(step), 0.9f, 1.0f);
         const int32_t want = sample_token(p, x, recent, uint64_t(step), scratch);
         chain.upload(x);
         chain.set_id(0);

@@ -181,7 +181,7 @@ void bench(const BenchOptions& opt) {
   }
   // llama-bench names a test at depth D "tg128 @ d512".
   const std::string at_depth = opt.n_depth > 0 ? " @ d" + std::to_string(opt.n_depth) : "";
-  // launches_extra: the sampling chain's (2 a token, after the step's).
+  // launches_extra: the sampling chain's (1 a token, after the step's).
   auto report = [&](const std::string& name, int n_prompt, int n_gen, const Sample& s,
                     int launches_extra = 0) {
     const std::string test = name + at_depth;
@@ -226,7 +226,7 @@ void bench(const BenchOptions& opt) {
     if (!s.greedy() || s.penalized()) {
       const bool on_device = fwd->device_sampling(s);
       name += on_device ? " (sampled on the device)" : " (sampled on the host)";
-      chain_launches = on_device ? 2 : 0;
+      chain_launches = on_device ? 1 : 0;
     }
     report(name, 0, opt.n_gen, mean_sd(v), chain_launches);
   }

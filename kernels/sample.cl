@@ -3,14 +3,14 @@
 // bit for bit, so that the same seed draws the same ids on both:
 //   repeat / frequency / presence penalties over the last n_recent ids ->
 //   top-k -> softmax at the temperature -> top-p -> min-p -> draw.
-// Two launches:
-//   sample_partial (n_groups work-groups): group g applies the penalties to
-//   the ids of its chunk of the vocabulary (in place, in `logits`), then
-//   selects the chunk's top_k candidates and writes them, unordered, to
-//   part[g * K_MAX ..] with their number in part_n[g].
-//   sample_final (one work-group): selects the top_k of all the groups'
-//   candidates, sorts them, runs softmax, top-p, min-p and the draw, and
-//   writes the id to ids[0] (the next decode step's input) and to
+// One launch (sample_chain) in two stages:
+//   every work-group g applies the penalties to the ids of its chunk of the
+//   vocabulary (in place, in `logits`), then selects the chunk's top_k
+//   candidates and writes them, unordered, to part[g * K_MAX ..] with their
+//   number in part_n[g];
+//   the last group to finish (an atomic count) selects the top_k of all the
+//   groups' candidates, sorts them, runs softmax, top-p, min-p and the draw,
+//   and writes the id to ids[0] (the next decode step's input) and to
 //   history[pos + 1] (the recent ids the next step's penalties read).
 //
 // Order: a candidate is the 64-bit composite (key(logit) << 32) | (~id),
@@ -209,38 +209,15 @@ void penalize(__global float* logits, int begin, int end, const __global int* hi
   }
 }
 
-__kernel __attribute__((reqd_work_group_size(SAMPLE_WG, 1, 1))) void sample_partial(
-    __global float* logits, int n_vocab, int chunk, const __global int* history, int pos,
-    int n_recent, float repeat_penalty, float frequency_penalty, float presence_penalty,
-    int top_k, __global ulong* part, __global int* part_n) {
-  __local uint hist[256];
-  __local ulong out[K_MAX];
-  __local ulong s_prefix;
-  __local int s_state[4];
-  const int g = get_group_id(0);
-  const int begin = min(n_vocab, g * chunk);
-  const int end = min(n_vocab, begin + chunk);
-  penalize(logits, begin, end, history, pos, n_recent, repeat_penalty, frequency_penalty,
-           presence_penalty);
-  barrier(CLK_GLOBAL_MEM_FENCE);  // the group reads back what it penalised
-  const int n = select_top(logits, begin, 0, 0, end - begin, top_k, hist, out, &s_prefix, s_state);
-  for (int i = get_local_id(0); i < n; i += SAMPLE_WG) part[g * K_MAX + i] = out[i];
-  if (get_local_id(0) == 0) part_n[g] = n;
-}
-
-__kernel __attribute__((reqd_work_group_size(SAMPLE_WG, 1, 1))) void sample_final(
-    const __global ulong* part, const __global int* part_n, int n_groups, int top_k,
-    float temperature, float top_p, float min_p, ulong seed, ulong draw, int pos,
-    __global int* ids, __global int* history) {
-  __local uint hist[256];
-  __local ulong out[K_MAX];
-  __local ulong sorted[K_MAX];
-  __local float p[K_MAX];
-  __local double s_sum;
-  __local ulong s_prefix;
-  __local int s_state[4];
+// The groups' candidates to the id: top_k of all of them, sorted, softmax,
+// top-p, min-p, the draw (sample_chain's last group).
+void final_stage(const __global ulong* part, const __global int* part_n, int n_groups, int top_k,
+                 float temperature, float top_p, float min_p, ulong seed, ulong draw, int pos,
+                 __global int* ids, __global int* history, __local uint* hist, __local ulong* out,
+                 __local ulong* sorted, __local float* p, __local double* s_sum,
+                 __local ulong* s_prefix, __local int* s_state) {
   const int lid = get_local_id(0);
-  const int n = select_top(0, 0, part, part_n, n_groups * K_MAX, top_k, hist, out, &s_prefix,
+  const int n = select_top(0, 0, part, part_n, n_groups * K_MAX, top_k, hist, out, s_prefix,
                            s_state);
   // Rank sort (the composites are unique): highest first.
   for (int i = lid; i < n; i += SAMPLE_WG) {
@@ -265,10 +242,10 @@ __kernel __attribute__((reqd_work_group_size(SAMPLE_WG, 1, 1))) void sample_fina
     if (lid == 0) {  // in the CPU's order
       double sum = 0;
       for (int i = 0; i < n; ++i) sum += p[i];
-      s_sum = sum;
+      *s_sum = sum;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    const double sum = s_sum;
+    const double sum = *s_sum;
     for (int i = lid; i < n; i += SAMPLE_WG) p[i] = (float)(p[i] / sum);
     barrier(CLK_LOCAL_MEM_FENCE);
   }
@@ -309,4 +286,45 @@ __kernel __attribute__((reqd_work_group_size(SAMPLE_WG, 1, 1))) void sample_fina
   }
   ids[0] = pick;
   history[pos + 1] = pick;
+}
+
+// One launch: every group penalises and selects from its chunk of the
+// vocabulary (part[g * K_MAX ..], part_n[g]); the last group to finish runs
+// final_stage: done[0] counts the groups that finished over all launches
+// (wrapping), done_base is its value when this launch began (the host counts
+// n_groups a launch, as the persistent kernel's barrier counts arrivals). No group waits for another, so any number of groups may run
+// at a time.
+__kernel __attribute__((reqd_work_group_size(SAMPLE_WG, 1, 1))) void sample_chain(
+    __global float* logits, int n_vocab, int chunk, __global int* history, int pos, int n_recent,
+    float repeat_penalty, float frequency_penalty, float presence_penalty, int top_k,
+    float temperature, float top_p, float min_p, ulong seed, ulong draw, __global ulong* part,
+    __global int* part_n, __global uint* done, uint done_base, __global int* ids) {
+  __local uint hist[256];
+  __local ulong out[K_MAX];
+  __local ulong sorted[K_MAX];
+  __local float p[K_MAX];
+  __local double s_sum;
+  __local ulong s_prefix;
+  __local int s_state[4];
+  __local int s_last;
+  const int g = get_group_id(0);
+  const int lid = get_local_id(0);
+  const int n_groups = get_num_groups(0);
+  const int begin = min(n_vocab, g * chunk);
+  const int end = min(n_vocab, begin + chunk);
+  penalize(logits, begin, end, history, pos, n_recent, repeat_penalty, frequency_penalty,
+           presence_penalty);
+  barrier(CLK_GLOBAL_MEM_FENCE);  // the group reads back what it penalised
+  const int n = select_top(logits, begin, 0, 0, end - begin, top_k, hist, out, &s_prefix, s_state);
+  for (int i = lid; i < n; i += SAMPLE_WG) part[g * K_MAX + i] = out[i];
+  if (lid == 0) part_n[g] = n;
+  mem_fence(CLK_GLOBAL_MEM_FENCE);  // the candidates are out before the count below
+  barrier(CLK_GLOBAL_MEM_FENCE);
+  if (lid == 0) s_last = atomic_inc(done) == done_base + (uint)(n_groups - 1);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (s_last) {  // the same in the whole group: its barriers are all reached
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    final_stage(part, part_n, n_groups, top_k, temperature, top_p, min_p, seed, draw, pos, ids,
+                history, hist, out, sorted, p, &s_sum, &s_prefix, s_state);
+  }
 }

@@ -1,7 +1,7 @@
-// DeviceSampler: validate, fetch the kernels, allocate the candidates'
+// DeviceSampler: validate, fetch the kernel, allocate the candidates'
 // scratch, bind the arguments by name once; per step set the parameters and
-// enqueue the two launches (sample_partial over the vocabulary's chunks,
-// then sample_final in one work-group).
+// enqueue the one launch (sample_chain: a group per chunk of the vocabulary,
+// the last one to finish merging their candidates).
 #include "engine/cl/device_sampler.h"
 
 #include <spdlog/spdlog.h>
@@ -55,47 +55,44 @@ DeviceSampler::DeviceSampler(const ClRuntime& rt, ClPrograms& programs, int n_vo
   history_ = rt.alloc((size_t(n_ctx) + 1) * 4);
   part_ = rt.alloc(size_t(n_groups_) * size_t(k_max) * 8);
   part_n_ = rt.alloc(size_t(n_groups_) * 4);
-  partial_ = programs.sample_kernel("sample_partial", k_max);
-  final_ = programs.sample_kernel("sample_final", k_max);
-  const KernelArgs partial_args = {{"logits", logits},
-                                   {"n_vocab", cl_int(n_vocab)},
-                                   {"chunk", cl_int(chunk_)},
-                                   {"history", history_},
-                                   {"pos", cl_int(0)},
-                                   {"n_recent", cl_int(0)},
-                                   {"repeat_penalty", cl_float(1)},
-                                   {"frequency_penalty", cl_float(0)},
-                                   {"presence_penalty", cl_float(0)},
-                                   {"top_k", cl_int(1)},
-                                   {"part", part_},
-                                   {"part_n", part_n_}};
-  partial_args.bind(partial_);
-  p_pos_ = partial_args.index("pos");
-  p_n_recent_ = partial_args.index("n_recent");
-  p_repeat_ = partial_args.index("repeat_penalty");
-  p_frequency_ = partial_args.index("frequency_penalty");
-  p_presence_ = partial_args.index("presence_penalty");
-  p_top_k_ = partial_args.index("top_k");
-  const KernelArgs final_args = {{"part", part_},
-                                 {"part_n", part_n_},
-                                 {"n_groups", cl_int(n_groups_)},
-                                 {"top_k", cl_int(1)},
-                                 {"temperature", cl_float(0)},
-                                 {"top_p", cl_float(1)},
-                                 {"min_p", cl_float(0)},
-                                 {"seed", cl_ulong(0)},
-                                 {"draw", cl_ulong(0)},
-                                 {"pos", cl_int(0)},
-                                 {"ids", ids},
-                                 {"history", history_}};
-  final_args.bind(final_);
-  f_top_k_ = final_args.index("top_k");
-  f_temperature_ = final_args.index("temperature");
-  f_top_p_ = final_args.index("top_p");
-  f_min_p_ = final_args.index("min_p");
-  f_seed_ = final_args.index("seed");
-  f_draw_ = final_args.index("draw");
-  f_pos_ = final_args.index("pos");
+  done_ = rt.alloc(4);
+  const cl_uint zero = 0;
+  cl_check(clEnqueueWriteBuffer(rt.queue(), done_.get(), CL_TRUE, 0, 4, &zero, 0, nullptr, nullptr),
+           "clEnqueueWriteBuffer(done)");
+  kernel_ = programs.sample_kernel("sample_chain", k_max);
+  const KernelArgs args = {{"logits", logits},
+                           {"n_vocab", cl_int(n_vocab)},
+                           {"chunk", cl_int(chunk_)},
+                           {"history", history_},
+                           {"pos", cl_int(0)},
+                           {"n_recent", cl_int(0)},
+                           {"repeat_penalty", cl_float(1)},
+                           {"frequency_penalty", cl_float(0)},
+                           {"presence_penalty", cl_float(0)},
+                           {"top_k", cl_int(1)},
+                           {"temperature", cl_float(0)},
+                           {"top_p", cl_float(1)},
+                           {"min_p", cl_float(0)},
+                           {"seed", cl_ulong(0)},
+                           {"draw", cl_ulong(0)},
+                           {"part", part_},
+                           {"part_n", part_n_},
+                           {"done", done_},
+                           {"done_base", cl_uint(0)},
+                           {"ids", ids}};
+  args.bind(kernel_);
+  arg_pos_ = args.index("pos");
+  arg_n_recent_ = args.index("n_recent");
+  arg_repeat_ = args.index("repeat_penalty");
+  arg_frequency_ = args.index("frequency_penalty");
+  arg_presence_ = args.index("presence_penalty");
+  arg_top_k_ = args.index("top_k");
+  arg_temperature_ = args.index("temperature");
+  arg_top_p_ = args.index("top_p");
+  arg_min_p_ = args.index("min_p");
+  arg_seed_ = args.index("seed");
+  arg_draw_ = args.index("draw");
+  arg_done_base_ = args.index("done_base");
 }
 
 int DeviceSampler::n_recent(const SamplingParams& p, int pos) {
@@ -141,26 +138,23 @@ void DeviceSampler::enqueue(const SamplingParams& p, uint64_t draw, int pos) {
     throw std::out_of_range("DeviceSampler: position outside the context");
   if (!device_samplable(p)) throw std::logic_error("DeviceSampler: parameters for the host");
   const int top_k = p.greedy() ? 1 : p.top_k;
-  set_arg(partial_.get(), p_pos_, cl_int(pos));
-  set_arg(partial_.get(), p_n_recent_, cl_int(n_recent(p, pos)));
-  set_arg(partial_.get(), p_repeat_, cl_float(p.repeat_penalty));
-  set_arg(partial_.get(), p_frequency_, cl_float(p.frequency_penalty));
-  set_arg(partial_.get(), p_presence_, cl_float(p.presence_penalty));
-  set_arg(partial_.get(), p_top_k_, cl_int(top_k));
-  set_arg(final_.get(), f_top_k_, cl_int(top_k));
-  set_arg(final_.get(), f_temperature_, cl_float(p.temperature));
-  set_arg(final_.get(), f_top_p_, cl_float(p.top_p));
-  set_arg(final_.get(), f_min_p_, cl_float(p.min_p));
-  set_arg(final_.get(), f_seed_, cl_ulong(p.seed));
-  set_arg(final_.get(), f_draw_, cl_ulong(draw));
-  set_arg(final_.get(), f_pos_, cl_int(pos));
-  const size_t local = size_t(wg_), partial_global = size_t(n_groups_) * local;
-  cl_check(clEnqueueNDRangeKernel(rt_.queue(), partial_.get(), 1, nullptr, &partial_global, &local,
-                                  0, nullptr, nullptr),
-           "clEnqueueNDRangeKernel(sample_partial)");
-  cl_check(clEnqueueNDRangeKernel(rt_.queue(), final_.get(), 1, nullptr, &local, &local, 0, nullptr,
-                                  nullptr),
-           "clEnqueueNDRangeKernel(sample_final)");
+  const cl_kernel k = kernel_.get();
+  set_arg(k, arg_pos_, cl_int(pos));
+  set_arg(k, arg_n_recent_, cl_int(n_recent(p, pos)));
+  set_arg(k, arg_repeat_, cl_float(p.repeat_penalty));
+  set_arg(k, arg_frequency_, cl_float(p.frequency_penalty));
+  set_arg(k, arg_presence_, cl_float(p.presence_penalty));
+  set_arg(k, arg_top_k_, cl_int(top_k));
+  set_arg(k, arg_temperature_, cl_float(p.temperature));
+  set_arg(k, arg_top_p_, cl_float(p.top_p));
+  set_arg(k, arg_min_p_, cl_float(p.min_p));
+  set_arg(k, arg_seed_, cl_ulong(p.seed));
+  set_arg(k, arg_draw_, cl_ulong(draw));
+  set_arg(k, arg_done_base_, cl_uint(done_base_));
+  const size_t local = size_t(wg_), global = size_t(n_groups_) * local;
+  cl_check(clEnqueueNDRangeKernel(rt_.queue(), k, 1, nullptr, &global, &local, 0, nullptr, nullptr),
+           "clEnqueueNDRangeKernel(sample_chain)");
+  done_base_ += uint32_t(n_groups_);
   if (pos + 1 <= n_ctx_) known_[size_t(pos) + 1] = -1;  // the pick, unknown until read back
 }
 

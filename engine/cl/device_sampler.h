@@ -49,7 +49,7 @@ class DeviceSampler {
   // Uploads the window positions the device does not hold (blocking).
   // `recent` must hold at least n_recent(p, pos) tokens.
   void sync(std::span<const int32_t> recent, int pos, const SamplingParams& p);
-  // Enqueues the chain on the logits of position `pos` (two launches; never
+  // Enqueues the chain on the logits of position `pos` (one launch; never
   // waits). ids[0] < 0 on entry (a failed step's mark) is kept.
   void enqueue(const SamplingParams& p, uint64_t draw, int pos);
   // The id the chain at `pos` chose, as the caller read it back: now known
@@ -66,16 +66,17 @@ class DeviceSampler {
   const int n_ctx_;
   int wg_ = 1;  // work-items per group (KernelTuning::sample_wg)
   int n_groups_ = 1;
-  int chunk_ = 0;  // vocabulary ids per group
-  ClMem history_;  // (n_ctx + 1) int: the token at each position
-  ClMem part_;     // (n_groups, k_device_top_k_max) ulong: each group's candidates
-  ClMem part_n_;   // (n_groups) int: how many
-  ClKernel partial_, final_;
-  // Per-step arguments (indices in their kernel's list).
-  cl_uint p_pos_ = 0, p_n_recent_ = 0, p_repeat_ = 0, p_frequency_ = 0, p_presence_ = 0,
-          p_top_k_ = 0;
-  cl_uint f_top_k_ = 0, f_temperature_ = 0, f_top_p_ = 0, f_min_p_ = 0, f_seed_ = 0, f_draw_ = 0,
-          f_pos_ = 0;
+  int chunk_ = 0;           // vocabulary ids per group
+  ClMem history_;           // (n_ctx + 1) int: the token at each position
+  ClMem part_;              // (n_groups, k_device_top_k_max) ulong: each group's candidates
+  ClMem part_n_;            // (n_groups) int: how many
+  ClMem done_;              // (1) uint: groups finished, over all launches (wraps)
+  uint32_t done_base_ = 0;  // its value when the next launch begins
+  ClKernel kernel_;
+  // Per-step arguments (indices in the kernel's list).
+  cl_uint arg_pos_ = 0, arg_n_recent_ = 0, arg_repeat_ = 0, arg_frequency_ = 0, arg_presence_ = 0,
+          arg_top_k_ = 0, arg_temperature_ = 0, arg_top_p_ = 0, arg_min_p_ = 0, arg_seed_ = 0,
+          arg_draw_ = 0, arg_done_base_ = 0;
   std::vector<int32_t> known_;  // (n_ctx + 1): what history holds, -1: not known
 };
 

@@ -26,7 +26,7 @@ class ClPrograms {
   ClKernel weight_kernel(GgmlType type, const char* name);
   ClKernel attention_kernel();               // "attention_decode"
   ClKernel argmax_kernel(const char* name);  // "argmax_partial", "argmax_final"
-  // kernels/sample.cl ("sample_partial", "sample_final"), strict math, with
+  // kernels/sample.cl ("sample_chain"), strict math, with
   // SAMPLE_WG = tuning().sample_wg and K_MAX = k_max. Needs cl_khr_fp64 (a
   // build failure throws ClError).
   ClKernel sample_kernel(const char* name, int k_max);

@@ -2,7 +2,10 @@
 // on llama-bench. Each test runs once as a warm-up, then -r times; the result
 // is tok/s as mean and standard deviation over the repetitions. --tune
 // KEY=VALUE sets any field of the engine's tuning (engine/cl/tuning.h) for
-// A/B runs; --tune help lists them with the device's defaults.
+// A/B runs; --tune help lists them with the device's defaults. The sampling
+// flags (--temp, --top-k, ..., as the chat's) make tg sample as the chat
+// does (Backend::decode_sample: on the device where it can, draw number =
+// token index); the default is greedy, the device argmax.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
+#include "config/number_rules.h"
+#include "engine/chat/sampler.h"
 #include "engine/cl/device_fit.h"
 #include "engine/cl/forward.h"
 #include "engine/model/synthetic.h"
@@ -33,6 +38,7 @@ struct BenchOptions {
   bool profile = false;
   EngineSwitches switches;
   std::vector<std::string> tune;  // KEY=VALUE, or "help"
+  SamplingParams sampling;        // greedy unless --temp > 0 or a penalty
 };
 
 struct Sample {
@@ -64,10 +70,22 @@ double run_pp(ClForward& fwd, const std::vector<int32_t>& tokens, int depth) {
   return double(tokens.size()) / std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double run_tg(ClForward& fwd, int n, int depth, int n_vocab) {
+// Greedy without penalties: the device argmax; else decode_sample with the
+// context (the depth's tokens, then each one fed) as the penalties' window.
+double run_tg(ClForward& fwd, int n, int depth, int n_vocab, const SamplingParams& sampling) {
   int32_t next = bench_tokens(1, n_vocab)[0];
+  const bool argmax = sampling.greedy() && !sampling.penalized();
+  std::vector<int32_t> context = bench_tokens(depth, n_vocab);
+  context.reserve(size_t(depth + n));
   const auto t0 = Clock::now();
-  for (int i = 0; i < n; ++i) next = fwd.decode_argmax(next, depth + i);
+  for (int i = 0; i < n; ++i) {
+    if (argmax) {
+      next = fwd.decode_argmax(next, depth + i);
+      continue;
+    }
+    context.push_back(next);
+    next = fwd.decode_sample(next, depth + i, sampling, uint64_t(i), context);
+  }
   fwd.settle();  // steps enqueued ahead count: the device spent the time
   return double(n) / std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -163,8 +181,11 @@ void bench(const BenchOptions& opt) {
   }
   // llama-bench names a test at depth D "tg128 @ d512".
   const std::string at_depth = opt.n_depth > 0 ? " @ d" + std::to_string(opt.n_depth) : "";
-  auto report = [&](const std::string& name, int n_prompt, int n_gen, const Sample& s) {
+  // launches_extra: the sampling chain's (1 a token, after the step's).
+  auto report = [&](const std::string& name, int n_prompt, int n_gen, const Sample& s,
+                    int launches_extra = 0) {
     const std::string test = name + at_depth;
+    const int launches = fwd->launches_per_token() + launches_extra;
     if (opt.json) {
       records.push_back({{"test", test},
                          {"n_prompt", n_prompt},
@@ -175,11 +196,10 @@ void bench(const BenchOptions& opt) {
                          {"model", model.config.name},
                          {"quant", quant},
                          {"device", device},
-                         {"launches_per_token", fwd->launches_per_token()}});
+                         {"launches_per_token", launches}});
     } else {
       std::printf("| %s | %s | %s | %d | %s | %.2f ± %.2f |\n", model.config.name.c_str(),
-                  quant.c_str(), device.c_str(), fwd->launches_per_token(), test.c_str(), s.mean,
-                  s.sd);
+                  quant.c_str(), device.c_str(), launches, test.c_str(), s.mean, s.sd);
       std::fflush(stdout);
     }
   };
@@ -195,10 +215,20 @@ void bench(const BenchOptions& opt) {
     report("pp" + std::to_string(opt.n_prompt), opt.n_prompt, 0, mean_sd(v));
   }
   if (opt.n_gen > 0) {
-    run_tg(*fwd, opt.n_gen, opt.n_depth, n_vocab);  // warm-up
+    const SamplingParams& s = opt.sampling;
+    run_tg(*fwd, opt.n_gen, opt.n_depth, n_vocab, s);  // warm-up
     std::vector<double> v;
-    for (int r = 0; r < opt.reps; ++r) v.push_back(run_tg(*fwd, opt.n_gen, opt.n_depth, n_vocab));
-    report("tg" + std::to_string(opt.n_gen), 0, opt.n_gen, mean_sd(v));
+    for (int r = 0; r < opt.reps; ++r) {
+      v.push_back(run_tg(*fwd, opt.n_gen, opt.n_depth, n_vocab, s));
+    }
+    std::string name = "tg" + std::to_string(opt.n_gen);
+    int chain_launches = 0;
+    if (!s.greedy() || s.penalized()) {
+      const bool on_device = fwd->device_sampling(s);
+      name += on_device ? " (sampled on the device)" : " (sampled on the host)";
+      chain_launches = on_device ? 1 : 0;
+    }
+    report(name, 0, opt.n_gen, mean_sd(v), chain_launches);
   }
   if (opt.json) {
     std::cout << records.dump(2) << "\n";
@@ -232,6 +262,24 @@ void add_bench_command(CLI::App& app, EngineSwitches& engine) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", opt->json, "Print a JSON array of records, like llama-bench");
+  {  // tg's sampling, checked as the chat's flags are
+    SamplingParams& s = opt->sampling;
+    const auto number = [cmd](const char* flag, auto& value, const char* help,
+                              const config::NumberRule& rule) {
+      cmd->add_option(flag, value, help)->capture_default_str()->check(rule_validator(rule));
+    };
+    namespace rules = config::rules;
+    number("--temp", s.temperature, "tg: sampling temperature (0: greedy, the device argmax)",
+           rules::temperature);
+    number("--top-k", s.top_k, "tg: top-k (0: off; 1..256 sample on the device)", rules::top_k);
+    number("--top-p", s.top_p, "tg: top-p (1: off)", rules::top_p);
+    number("--min-p", s.min_p, "tg: min-p (0: off)", rules::min_p);
+    number("--repeat-penalty", s.repeat_penalty, "tg: repeat penalty (1: off)",
+           rules::repeat_penalty);
+    number("--repeat-last-n", s.repeat_last_n, "tg: tokens the penalties look back over",
+           rules::repeat_last_n);
+    add_seed_option(*cmd, s.seed, "tg: sampling seed");
+  }
   cmd->add_option("--device", opt->device, "OpenCL device: cpu, gpu, INDEX or NAME substring");
   cmd->add_flag("--profile", opt->profile, "Per-kernel and per-layer device times (OpenCL events)");
   add_engine_flags(*cmd, engine);

@@ -30,10 +30,11 @@ struct SamplingParams {
   int repeat_last_n = 64;       // tokens the penalties look back over
   float frequency_penalty = 0;  // minus this times a recent token's count; 0 = off
   float presence_penalty = 0;   // minus this once for a recent token; 0 = off
-  uint64_t seed = 0;            // std::mt19937_64 seed: same seed, same output
+  uint64_t seed = 0;            // the random stream's seed: same seed, same output
   int max_tokens = 512;         // reply length limit
 
   bool greedy() const { return temperature <= 0.0f; }
+  bool operator==(const SamplingParams&) const = default;
   // Any penalty on: the logits change before the choice, even a greedy one.
   bool penalized() const {
     return repeat_last_n != 0 && ((repeat_penalty != 1.0f && repeat_penalty > 0.0f) ||

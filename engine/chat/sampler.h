@@ -1,7 +1,18 @@
-// Token selection from logits read back to the host: repeat, frequency and
-// presence penalties, top-k,
-// temperature, top-p (nucleus) and min-p, then a draw from a seeded
-// std::mt19937_64, so the same seed and the same logits give the same tokens.
+// Token selection from logits: repeat, frequency and presence penalties,
+// top-k, temperature, top-p (nucleus) and min-p, then a draw from a
+// counter-based random stream (sample_uniform: splitmix64 of the seed and the
+// draw number), so the same seed and the same logits give the same tokens.
+//
+// This is the reference of the device's chain (kernels/sample.cl,
+// engine/cl/device_sampler.h), which computes the same numbers bit for bit:
+// the softmax uses sampler_exp() rather than std::exp (whose last bit
+// differs between libraries), the sums run in a fixed order in double, and
+// this file is compiled with -ffp-contract=off. Change both together.
+//
+// The draw counter: the n-th token a Sampler draws since its last reseed uses
+// draw number n (a greedy choice counts too), so `/regen` continues the
+// stream (a new reply) and reseed() (set_params, a cleared conversation)
+// starts it again.
 //
 // The greedy default never comes here: the device computes the argmax and the
 // host reads back 4 bytes (Backend::decode_argmax). argmax() below is the
@@ -13,7 +24,6 @@
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <span>
 #include <vector>
 
@@ -45,31 +55,63 @@ void apply_frequency_presence(std::span<float> logits, std::span<const int32_t> 
 std::vector<Candidate> sorted_candidates(std::span<const float> logits);
 // Keeps the k best (k <= 0: all). `c` must be sorted.
 void top_k_filter(std::vector<Candidate>& c, int k);
-// p = softmax(logit / temperature) over the candidates (temperature > 0).
+// p = softmax(logit / temperature) over the candidates (temperature > 0),
+// through sampler_exp. A candidate equal to the largest counts as exp(0),
+// so +inf logits share the mass (and all -inf ones too).
 void softmax_candidates(std::vector<Candidate>& c, float temperature);
 // Keeps the smallest prefix whose probability mass reaches `top_p` (Holtzman
 // et al. 2019, "The Curious Case of Neural Text Degeneration"); >= 1: off.
 void top_p_filter(std::vector<Candidate>& c, float top_p);
 // Keeps candidates with p >= min_p * p_max (the min-p rule of Nguyen et al.
-// 2024, "Turning Up the Heat: Min-p Sampling"); <= 0: off.
+// 2024, "Turning Up the Heat: Min-p Sampling"; the product in double); <= 0:
+// off.
 void min_p_filter(std::vector<Candidate>& c, float min_p);
+
+// exp(d) for d <= 0 from + - * only (2^n times a degree-11 Taylor polynomial
+// after Cody and Waite's reduction), so the device computes the same bits
+// (kernels/sample.cl keeps a copy); 0 below -87 and for NaN.
+double sampler_exp(double d);
+
+// The random stream: splitmix64 (Steele, Lea and Flood 2014) read as a
+// counter-based hash: the (draw+1)-th output of the generator seeded with
+// `seed`, mix(seed + (draw + 1) * 0x9E3779B97F4A7C15).
+uint64_t sample_random_bits(uint64_t seed, uint64_t draw);
+// Its top 53 bits as a double in [0, 1).
+double sample_uniform(uint64_t seed, uint64_t draw);
+
+// The whole chain for one token: `recent` are the context's last tokens (the
+// penalties look at their last repeat_last_n; -1: all of them), `draw` the
+// draw number. Greedy parameters give the argmax of the penalised logits.
+// `scratch` holds the penalised copy of the logits.
+int32_t sample_token(const SamplingParams& params, std::span<const float> logits,
+                     std::span<const int32_t> recent, uint64_t draw, std::vector<float>& scratch);
+
+// Whether the device chain (kernels/sample.cl) runs `params`: top_k in
+// 1..k_device_top_k_max (or greedy), and penalties, if any, over at most
+// k_device_window_max recent tokens (repeat_last_n -1, the whole context,
+// stays on the host). Others run on the host (decode_logits + sample_token).
+inline constexpr int k_device_top_k_max = 256;
+inline constexpr int k_device_window_max = 1024;
+bool device_samplable(const SamplingParams& params);
 
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params = {});
-  // New parameters; reseeds the generator with params.seed.
+  // New parameters; restarts the random stream (reseed()).
   void set_params(const SamplingParams& params);
   const SamplingParams& params() const { return params_; }
-  // Restarts the random sequence from the seed.
-  void reseed();
+  // Restarts the random stream: the next draw is number 0 of params().seed.
+  void reseed() { draws_ = 0; }
+  // The draw number of the next token, counted as drawn (for a caller that
+  // draws elsewhere, e.g. on the device: Backend::decode_sample).
+  uint64_t take_draw() { return draws_++; }
 
-  // The next token. `recent` are the context's last tokens (the penalty looks
-  // at its last repeat_last_n). Greedy parameters give argmax().
+  // The next token: sample_token() with the next draw number.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> recent);
 
  private:
   SamplingParams params_;
-  std::mt19937_64 rng_;
+  uint64_t draws_ = 0;  // tokens drawn since the last reseed
   std::vector<float> scratch_;
 };
 

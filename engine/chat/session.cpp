@@ -255,9 +255,15 @@ int32_t ChatSession::step(int32_t token) {
     tokens_.push_back(token);
     return next;
   }
-  const std::span<const float> logits = backend_.decode_logits(token, pos);
+  // The backend samples (on the device where it can: 4 bytes read back)
+  // with the context up to and including `token` as the penalties' window.
   tokens_.push_back(token);
-  return sampler_.sample(logits, tokens_);
+  try {
+    return backend_.decode_sample(token, pos, sampler_.params(), sampler_.take_draw(), tokens_);
+  } catch (...) {
+    tokens_.pop_back();  // not in the cache
+    throw;
+  }
 }
 
 TurnResult ChatSession::respond(std::vector<int32_t> prompt, TurnResult result,

@@ -126,7 +126,9 @@ class ChatSession {
   // error the session goes back to `before`.
   TurnResult respond(std::vector<int32_t> prompt, TurnResult result, const TurnHooks& hooks,
                      Snapshot before);
-  // Greedy without a repeat penalty: the backend's argmax, no logits read back.
+  // Greedy without a repeat penalty: the backend's argmax, no logits read
+  // back. Otherwise Backend::decode_sample with the sampler's next draw
+  // number (the draw counter restarts with set_sampling and clear()).
   bool device_argmax() const;
   // The first reply token, or nullopt when cancelled between chunks (the
   // unfed rest of `prompt` is then pending).

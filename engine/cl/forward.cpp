@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <vector>
+
+#include "engine/chat/sampler.h"
 
 namespace clchat {
 
@@ -189,6 +192,42 @@ std::span<const float> ClForward::decode_logits(int32_t token, int pos) {
   return logits_host_;
 }
 
+int32_t ClForward::decode_sample(int32_t token, int pos, const SamplingParams& params,
+                                 uint64_t draw, std::span<const int32_t> recent) {
+  if (!device_samplable(params) ||
+      recent.size() < size_t(std::max(0, DeviceSampler::n_recent(params, pos))) ||
+      !device_sampler()) {
+    return Backend::decode_sample(token, pos, params, draw, recent);  // on the host
+  }
+  const SampleStep s{params, draw, pos, recent};
+  return decode_step(token, pos, true, &s);
+}
+
+bool ClForward::device_sampling(const SamplingParams& params) {
+  return device_samplable(params) && device_sampler() != nullptr;
+}
+
+DeviceSampler* ClForward::device_sampler() {
+  if (!sampler_tried_) {
+    sampler_tried_ = true;
+    sampler_ =
+        DeviceSampler::create(rt_, programs_, config_.n_vocab, n_ctx_, state_.logits, state_.ids);
+  }
+  return sampler_.get();
+}
+
+void ClForward::sync_history(const SampleStep& s) { sampler_->sync(s.recent, s.pos, s.params); }
+
+void ClForward::enqueue_sample(const SampleStep& s, int at) {
+  sampler_->enqueue(s.params, s.draw + uint64_t(at - s.pos), at);
+}
+
+bool ClForward::ahead_samples_as(const SampleStep* s) const {
+  if (!s) return !ahead_sample_;
+  return ahead_sample_ && ahead_sample_->params == s->params &&
+         ahead_sample_->draw + uint64_t(s->pos - ahead_sample_->pos) == s->draw;
+}
+
 void ClForward::settle() {
   if (persistent_ && persistent_->n_ahead() > 0) {
     persistent_->drop_ahead();
@@ -196,16 +235,16 @@ void ClForward::settle() {
   }
 }
 
-int32_t ClForward::decode_step(int32_t token, int pos, bool lookahead) {
+int32_t ClForward::decode_step(int32_t token, int pos, bool lookahead, const SampleStep* sample) {
   check_position(pos, 1);
   if (persistent_ && !debug_) {
-    const int32_t id = profiling_
-                           ? persistent_traced_step(token, pos)
-                           : persistent_step(token, pos, lookahead && tuning_.decode.lookahead);
+    const int32_t id =
+        profiling_ ? persistent_traced_step(token, pos, sample)
+                   : persistent_step(token, pos, lookahead && tuning_.decode.lookahead, sample);
     if (id >= 0) return id;
     after_persistent_timeout();
   }
-  return plan_step(token, pos);
+  return plan_step(token, pos, sample);
 }
 
 void ClForward::after_persistent_timeout() {
@@ -224,37 +263,54 @@ void ClForward::after_persistent_timeout() {
   }
 }
 
-int32_t ClForward::plan_step(int32_t token, int pos) {
+int32_t ClForward::plan_step(int32_t token, int pos, const SampleStep* sample) {
   feed_token(token);
+  if (sample) sync_history(*sample);
   if (general()) {
     prefill_->run(1, pos, state_.x);
     plan_.enqueue_head();
   } else {
     plan_.enqueue_token(0, pos, true);
   }
+  if (sample) enqueue_sample(*sample, pos);  // replaces the argmax in ids[0]
   const int32_t id = read_token();
+  if (sample) sampler_->picked(pos, id);
   if (debug_) collect_debug(pos);
   if (profiling_) take_profile();
   return id;
 }
 
-int32_t ClForward::persistent_step(int32_t token, int pos, bool lookahead) {
-  // A greedy continuation finds its step already computed or running: the
-  // step before enqueued it with the id it chose as input.
-  const bool queued = lookahead && token == lookahead_token_ && persistent_->ahead_at(pos);
+int32_t ClForward::persistent_step(int32_t token, int pos, bool lookahead,
+                                   const SampleStep* sample) {
+  // A continuation finds its step already computed or running: the step
+  // before enqueued it with the id it chose as input (and, sampled, the next
+  // draw number and the history the chain before it wrote).
+  const bool queued = lookahead && token == lookahead_token_ && persistent_->ahead_at(pos) &&
+                      ahead_samples_as(sample) &&
+                      (!sample || sampler_->holds(sample->recent, pos, sample->params));
+  std::function<void(int)> chain;  // each launch's sampling, after it in the queue
+  if (sample) {
+    chain = [this, s = SampleStep{sample->params, sample->draw, sample->pos, {}}](int at) {
+      enqueue_sample(s, at);
+    };
+  }
   if (!queued) {
     settle();
     feed_token(token);
-    persistent_->enqueue_ahead(pos);
+    if (sample) sync_history(*sample);
+    persistent_->enqueue_ahead(pos, chain);
+    ahead_sample_.reset();
+    if (sample) ahead_sample_ = SampleStep{sample->params, sample->draw, sample->pos, {}};
   }
   const int32_t id = persistent_->take(pos);
   if (id < 0) return id;
+  if (sample) sampler_->picked(pos, id);
   lookahead_token_ = id;
   device_token_ = -1;  // unknown while steps are queued (and if queueing one throws)
   if (lookahead) {
     for (int next = pos + 1 + int(persistent_->n_ahead());
          persistent_->n_ahead() < k_lookahead && next < n_ctx_; ++next) {
-      persistent_->enqueue_ahead(next);
+      persistent_->enqueue_ahead(next, chain);
     }
   }
   if (persistent_->n_ahead() == 0) device_token_ = id;
@@ -263,12 +319,17 @@ int32_t ClForward::persistent_step(int32_t token, int pos, bool lookahead) {
 
 // Profiling on the persistent path: the kernel's own per-stage clock, not the
 // multi-kernel plan's events (the bars show what really runs).
-int32_t ClForward::persistent_traced_step(int32_t token, int pos) {
+int32_t ClForward::persistent_traced_step(int32_t token, int pos, const SampleStep* sample) {
   settle();
   feed_token(token);
+  if (sample) sync_history(*sample);
   persistent_->enqueue(0, pos, true);
+  if (sample) enqueue_sample(*sample, pos);
   const int32_t id = read_token();
-  if (id >= 0) profile_ = persistent_->profile();
+  if (id >= 0) {
+    profile_ = persistent_->profile();
+    if (sample) sampler_->picked(pos, id);
+  }
   return id;
 }
 

@@ -15,6 +15,13 @@
 // steps ahead (lookahead); debug readback and profiling events use the plan,
 // which also recomputes a token whose barrier gave up.
 //
+// Sampled steps (decode_sample) run the sampling chain on the device
+// (DeviceSampler, device_sampler.h) right after the step's launch in the same
+// in-order queue: it replaces the argmax in ids[0] with the sampled id, so
+// the lookahead works as for greedy (each step enqueued ahead samples with
+// the next draw number). Parameters the device chain does not take
+// (device_samplable) and devices without cl_khr_fp64 sample on the host.
+//
 // Debug readback mode (set_debug) copies the hidden state after attention and
 // after the FFN of every layer into a host-readable buffer and reads the
 // logits, then computes per-layer statistics and the top-5 candidates.
@@ -29,6 +36,7 @@
 
 #include "engine/cl/decode_plan.h"
 #include "engine/cl/decode_state.h"
+#include "engine/cl/device_sampler.h"
 #include "engine/cl/persistent_decode.h"
 #include "engine/cl/prefill.h"
 #include "engine/cl/programs.h"
@@ -62,6 +70,11 @@ class ClForward final : public Backend {
   int32_t prefill(std::span<const int32_t> tokens, int pos) override;
   int32_t decode_argmax(int32_t token, int pos) override;
   std::span<const float> decode_logits(int32_t token, int pos) override;
+  int32_t decode_sample(int32_t token, int pos, const SamplingParams& params, uint64_t draw,
+                        std::span<const int32_t> recent) override;
+  // Whether decode_sample runs `params` on the device (device_samplable and
+  // the device chain built here).
+  bool device_sampling(const SamplingParams& params);
   // Waits for decode steps enqueued ahead (greedy lookahead on the persistent
   // path) and forgets them; every other entry point does this itself.
   void settle();
@@ -94,10 +107,26 @@ class ClForward final : public Backend {
   // One decode step; `lookahead`: on the persistent path, also enqueue the
   // next k_lookahead greedy steps (each reading the id the one before chose),
   // so the device never waits for the host between tokens.
-  int32_t decode_step(int32_t token, int pos, bool lookahead);
-  int32_t plan_step(int32_t token, int pos);
-  int32_t persistent_step(int32_t token, int pos, bool lookahead);
-  int32_t persistent_traced_step(int32_t token, int pos);
+  // A sampled step: the parameters, the draw number at `pos`, the context.
+  struct SampleStep {
+    SamplingParams params;
+    uint64_t draw = 0;
+    int pos = 0;
+    std::span<const int32_t> recent;  // ends with the token at pos
+  };
+  // `sample` null: the argmax stays in ids[0].
+  int32_t decode_step(int32_t token, int pos, bool lookahead, const SampleStep* sample = nullptr);
+  int32_t plan_step(int32_t token, int pos, const SampleStep* sample);
+  int32_t persistent_step(int32_t token, int pos, bool lookahead, const SampleStep* sample);
+  int32_t persistent_traced_step(int32_t token, int pos, const SampleStep* sample);
+  // The device chain (created on first use; null: sampling stays on the host).
+  DeviceSampler* device_sampler();
+  // Before a step's chain runs: the device's history holds the context.
+  void sync_history(const SampleStep& s);
+  // The chain for the step at `at` of a run that began with `s`.
+  void enqueue_sample(const SampleStep& s, int at);
+  // The steps in flight sample as `s` would (null: they are greedy).
+  bool ahead_samples_as(const SampleStep* s) const;
   // After the persistent kernel gave a token up: the plan runs it, and the
   // kernel is rearmed or (after k_max_timeouts) dropped.
   void after_persistent_timeout();
@@ -119,12 +148,15 @@ class ClForward final : public Backend {
   DecodePlan plan_;
   std::unique_ptr<PersistentDecode> persistent_;  // null: not eligible
   std::unique_ptr<ClPrefill> prefill_;            // batched prefill; null: chunk size 1
+  std::unique_ptr<DeviceSampler> sampler_;        // null: not created yet, or unavailable
+  bool sampler_tried_ = false;
   bool debug_ = false;
   bool profiling_ = false;
 
   static constexpr size_t k_lookahead = 2;
   int32_t lookahead_token_ = -1;  // input of the oldest step in flight (the last id returned)
   int32_t device_token_ = -1;     // id known to be in ids[0], or -1
+  std::optional<SampleStep> ahead_sample_;  // how the steps in flight sample (none: greedy)
   std::vector<float> logits_host_;
   DebugReport debug_report_;
   ProfileReport profile_;

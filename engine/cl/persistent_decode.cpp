@@ -510,7 +510,7 @@ bool PersistentDecode::rearm() {
   return true;
 }
 
-void PersistentDecode::enqueue_ahead(int pos) {
+void PersistentDecode::enqueue_ahead(int pos, const std::function<void(int pos)>& after_launch) {
   if (ahead_.size() >= k_slots) throw std::logic_error("too many tokens in flight");
   if (!ahead_ids_) {
     ahead_buf_ = rt_.alloc(k_slots * 4, true);
@@ -521,6 +521,7 @@ void PersistentDecode::enqueue_ahead(int pos) {
     ahead_ids_ = static_cast<int32_t*>(p);
   }
   enqueue(0, pos);
+  if (after_launch) after_launch(pos);
   const size_t slot = next_slot_;
   next_slot_ = (next_slot_ + 1) % k_slots;
   cl_event ev = nullptr;

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,8 +66,10 @@ class PersistentDecode {
   // Lookahead for greedy decoding: the token at `pos` enqueued with the id in
   // ids[0] as its input (what the kernel before it chose), followed by a
   // non-blocking read of the id it chooses. Queued tokens run back to back on
-  // the device while the host handles the ones before.
-  void enqueue_ahead(int pos);
+  // the device while the host handles the ones before. `after_launch`, when
+  // given, enqueues more work between the launch and the read (the sampling
+  // chain, which replaces the argmax in ids[0]).
+  void enqueue_ahead(int pos, const std::function<void(int pos)>& after_launch = nullptr);
   // The oldest token in flight is at `pos`.
   bool ahead_at(int pos) const { return !ahead_.empty() && ahead_.front().pos == pos; }
   size_t n_ahead() const { return ahead_.size(); }

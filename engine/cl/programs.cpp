@@ -26,6 +26,11 @@ std::string kernel_source(const std::string& stems) {
   return text;
 }
 
+bool is_out_of_memory(cl_int code) {
+  return code == CL_MEM_OBJECT_ALLOCATION_FAILURE || code == CL_OUT_OF_RESOURCES ||
+         code == CL_OUT_OF_HOST_MEMORY;
+}
+
 ClPrograms::ClPrograms(const ClRuntime& rt, KernelTuning tuning) : rt_(rt), tuning_(tuning) {
   // The shuffles (shfl.sync, full mask) need whole warps: a matvec work-group
   // of 8 or 12 items gave wrong RMSNorm sums.
@@ -64,10 +69,7 @@ bool ClPrograms::shfl_self_test() {
   } catch (const ClError& e) {
     // Out of memory is the device's state, not the shuffles': the load that
     // follows would fail too, so report it once, from here.
-    if (e.code() == CL_MEM_OBJECT_ALLOCATION_FAILURE || e.code() == CL_OUT_OF_RESOURCES ||
-        e.code() == CL_OUT_OF_HOST_MEMORY) {
-      throw;
-    }
+    if (is_out_of_memory(e.code())) throw;
     spdlog::warn("warp-shuffle path unavailable ({}); using the portable path", e.what());
     return false;
   } catch (const KernelArgError&) {
@@ -134,6 +136,14 @@ ClKernel ClPrograms::attention_kernel() {
 ClKernel ClPrograms::argmax_kernel(const char* name) {
   return rt_.create_kernel(program(tuning_.cpu_kernels ? "argmax_cpu" : "argmax",
                                    " -DARGMAX_WG=" + std::to_string(tuning_.argmax_wg), true),
+                           name);
+}
+
+ClKernel ClPrograms::sample_kernel(const char* name, int k_max) {
+  return rt_.create_kernel(program("sample",
+                                   " -DSAMPLE_WG=" + std::to_string(tuning_.sample_wg) +
+                                       " -DK_MAX=" + std::to_string(k_max),
+                                   true),
                            name);
 }
 

@@ -26,6 +26,10 @@ class ClPrograms {
   ClKernel weight_kernel(GgmlType type, const char* name);
   ClKernel attention_kernel();               // "attention_decode"
   ClKernel argmax_kernel(const char* name);  // "argmax_partial", "argmax_final"
+  // kernels/sample.cl ("sample_chain"), strict math, with
+  // SAMPLE_WG = tuning().sample_wg and K_MAX = k_max. Needs cl_khr_fp64 (a
+  // build failure throws ClError).
+  ClKernel sample_kernel(const char* name, int k_max);
   // CPU devices: the lm_head with the greedy argmax folded in
   // ("matvec_argmax" of matvec_cpu.cl, built after argmax_cpu.cl): one
   // launch instead of three, each saving PoCL's ~20 us of waking its worker
@@ -51,6 +55,11 @@ class ClPrograms {
   KernelTuning tuning_;
   std::map<std::string, ClProgram> programs_;  // by stem + defines
 };
+
+// The device ran out of memory (CL_MEM_OBJECT_ALLOCATION_FAILURE,
+// CL_OUT_OF_RESOURCES, CL_OUT_OF_HOST_MEMORY): the fallbacks that catch a
+// failing optional path rethrow these, since what follows would fail too.
+bool is_out_of_memory(cl_int code);
 
 // Source text of kernels/<stem>.cl, embedded at build time; "a+b": a.cl's
 // text, then b.cl's, as one program.

@@ -25,10 +25,12 @@ KernelTuning KernelTuning::for_device(const DeviceInfo& device) {
     t.rows = 32;  // matvec_cpu.cl: 16..64 measured alike; 32 splits 576 rows evenly on 2 cores
     t.att_wg = 64;
     t.argmax_wg = 64;
+    t.sample_wg = 1;
     t.cpu_kernels = true;
     t.cpu_nr = 4;  // 4 rows per item beat 2 (gate_up 213 -> 179 us)
   }
   if (size_t(t.argmax_wg) > device.max_work_group_size) t.argmax_wg = 64;
+  if (size_t(t.sample_wg) > device.max_work_group_size) t.sample_wg = 64;
   t.nv_shfl = is_nvidia(device);
   return t;
 }
@@ -44,6 +46,10 @@ void KernelTuning::check(const DeviceInfo& device) {
   if (!pow2(argmax_wg) || size_t(argmax_wg) > device.max_work_group_size) {
     throw std::invalid_argument("invalid argmax work-group " + std::to_string(argmax_wg) + " for " +
                                 device.name);
+  }
+  if (!pow2(sample_wg) || size_t(sample_wg) > device.max_work_group_size) {
+    throw std::invalid_argument("invalid sampling work-group " + std::to_string(sample_wg) +
+                                " for " + device.name);
   }
   if (cpu_kernels && (cpu_nr < 2 || cpu_nr % 2 != 0)) {
     throw std::invalid_argument("invalid CPU kernel tuning (cpu_nr " + std::to_string(cpu_nr) +
@@ -195,6 +201,8 @@ const std::vector<TuningKey>& tuning_keys() {
                [](T& t) -> int& { return t.decode.plan.att_wg; }),
       key<int>("argmax_wg", "plan: argmax work-group size (power of two)",
                [](T& t) -> int& { return t.decode.plan.argmax_wg; }),
+      key<int>("sample_wg", "sampling chain work-group size (power of two)",
+               [](T& t) -> int& { return t.decode.plan.sample_wg; }),
       key<std::string>("build_options", "plan and persistent kernel: OpenCL build options",
                        [](T& t) -> std::string& { return t.decode.plan.build_options; }),
       key<bool>("nv_shfl", "plan: NVIDIA warp-shuffle reductions (after a self-test)",

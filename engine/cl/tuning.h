@@ -27,6 +27,9 @@ struct KernelTuning {
   int rows = 4;         // rows per work-group (even)
   int att_wg = 128;     // attention work-group size (power of two)
   int argmax_wg = 256;  // argmax work-group size (power of two)
+  // Sampling chain (kernels/sample.cl) work-group size (power of two); 1 on
+  // CPU devices, where a work-group runs serially and 1 needs no atomics.
+  int sample_wg = 256;
   std::string build_options = "-cl-std=CL1.2 -cl-mad-enable -cl-fast-relaxed-math";
   // NVIDIA only: warp-shuffle reductions through inline PTX (no extension
   // needed); kept only if the start-up self-test passes and a matvec

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/forward_reports.h"
+#include "engine/messages.h"
 #include "engine/model/model.h"
 
 namespace clchat {
@@ -27,6 +28,15 @@ class Backend {
   // Same as prefill of one token, but may return the logits (n_vocab) instead.
   virtual int32_t decode_argmax(int32_t token, int pos) = 0;
   virtual std::span<const float> decode_logits(int32_t token, int pos) = 0;
+  // Runs `token` at `pos` and chooses the next token with the sampling chain
+  // of `params` (engine/chat/sampler.h), draw number `draw` of params.seed.
+  // `recent` are the context's tokens up to and including `token` (its last
+  // element is the token at pos); the penalties read its last
+  // repeat_last_n. Default: decode_logits + sample_token on the host. The
+  // OpenCL backend runs the chain on the device where device_samplable()
+  // (4 bytes read back) and returns the same id.
+  virtual int32_t decode_sample(int32_t token, int pos, const SamplingParams& params, uint64_t draw,
+                                std::span<const int32_t> recent);
   // Runs `tokens` at positions pos.. and returns in `out` the logits of every
   // position from tokens[first_out] on ((size - first_out) x n_vocab,
   // row-major), e.g. for perplexity. Default: one decode_logits per token.
@@ -50,6 +60,10 @@ class Backend {
   // Device times per kernel and per layer of the last call, when supported.
   virtual void set_profiling(bool /*on*/) {}
   virtual const ProfileReport* profile_report() const { return nullptr; }
+
+ protected:
+  // The host chain's penalised copy of the logits (decode_sample).
+  std::vector<float> sample_scratch_;
 };
 
 // The CPU reference forward pass behind the Backend interface.

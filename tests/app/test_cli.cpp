@@ -250,6 +250,32 @@ TEST(Cli, BenchJsonRecordsOnePerTest) {
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
 }
 
+// --temp (or a penalty) makes tg sample; the test names where, and the device
+// chain's launch counts.
+TEST(Cli, BenchSamplesWhenAskedTo) {
+  const std::string bench = test::clchat_binary() + " bench --device cpu -m " +
+                            test::shared_file("models/stories260K.gguf") +
+                            " -p 0 -n 4 -r 1 --json ";
+  const auto greedy = test::run_command(bench);
+  const auto device = test::run_command(bench + "--temp 0.8 --seed 3");
+  const auto host = test::run_command(bench + "--temp 0.8 --top-k 0");
+  const auto penalised = test::run_command(bench + "--repeat-penalty 1.2");
+  for (const auto* r : {&greedy, &device, &host, &penalised}) {
+    ASSERT_EQ(r->exit_code, 0) << r->err;
+  }
+  const auto record = [](const test::CommandResult& r) {
+    return nlohmann::json::parse(r.out).at(0);
+  };
+  EXPECT_EQ(record(greedy)["test"], "tg4");
+  EXPECT_EQ(record(device)["test"], "tg4 (sampled on the device)");
+  EXPECT_EQ(record(host)["test"], "tg4 (sampled on the host)");
+  EXPECT_EQ(record(penalised)["test"], "tg4 (sampled on the device)");  // greedy + penalty
+  EXPECT_EQ(record(device)["launches_per_token"].get<int>(),
+            record(greedy)["launches_per_token"].get<int>() + 1);
+  EXPECT_EQ(record(host)["launches_per_token"], record(greedy)["launches_per_token"]);
+  EXPECT_EQ(test::run_command(bench + "--temp -1").exit_code, 2);  // the chat's rules
+}
+
 // `clchat BEFORE bench ARGS --json` on stories260K (tg4 only): its launches
 // per token.
 int bench_launches_per_token(const std::string& args, const std::string& before = "") {

@@ -17,6 +17,7 @@
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/cl/cl_test_support.h"
+#include "tests/sampling_params.h"
 #include "tests/test_support.h"
 
 namespace clchat {
@@ -412,6 +413,84 @@ TEST_P(ChatSessionTest, SeededSamplingRepeats) {
   const std::string a = run();
   EXPECT_FALSE(a.empty());
   EXPECT_EQ(run(), a);
+}
+
+// The same sampled conversation (two turns, a regenerated reply, a cleared
+// one) on both backends: the same seed gives the same text. The OpenCL
+// backend samples on the device, the reference on the host.
+TEST(ChatSessionSampling, SameSeedSameTextOnBothBackends) {
+  SamplingParams p =
+      test::Sampling{.top_p = 0.95f, .min_p = 0.05f, .repeat_penalty = 1.1f, .max_tokens = 24}
+          .params();
+  auto conversation = [&](Backend& backend, uint64_t seed) {
+    ChatSession s(backend, *stories().tokenizer, ChatTemplate(TemplateStyle::Plain));
+    p.seed = seed;
+    s.set_sampling(p);
+    std::vector<std::string> replies;
+    replies.push_back(s.submit("Once upon a time").reply);
+    replies.push_back(s.submit("The cat was").reply);
+    replies.push_back(s.regenerate().reply);
+    s.clear();
+    replies.push_back(s.submit("Tom had a dog").reply);
+    return replies;
+  };
+  ClForward opencl(stories().model, test::cl_test_runtime(), ClForwardOptions{256});
+  ASSERT_TRUE(opencl.device_sampling(p)) << "the device chain is not used";
+  const auto reference = make_reference_backend(stories().model, 256);
+  for (uint64_t seed : {1u, 2024u}) {
+    const std::vector<std::string> want = conversation(*reference, seed);
+    EXPECT_EQ(conversation(opencl, seed), want) << "seed " << seed;
+    EXPECT_NE(want[1], want[2]) << "a regenerated reply draws on";
+  }
+}
+
+// The session's Backend with decode_sample left to the host (the default):
+// the same OpenCL logits, sampled by the CPU sampler.
+class HostSampled final : public Backend {
+ public:
+  explicit HostSampled(Backend& b) : b_(b) {}
+  std::string name() const override { return b_.name(); }
+  int n_ctx() const override { return b_.n_ctx(); }
+  int32_t prefill(std::span<const int32_t> tokens, int pos) override {
+    return b_.prefill(tokens, pos);
+  }
+  int32_t decode_argmax(int32_t token, int pos) override { return b_.decode_argmax(token, pos); }
+  std::span<const float> decode_logits(int32_t token, int pos) override {
+    return b_.decode_logits(token, pos);
+  }
+
+ private:
+  Backend& b_;
+};
+
+// Longer sampled replies on OpenCL, on the device chain and on the host
+// from the same backend's logits: the history the device keeps (synced per
+// turn, appended per token) must be the context the host sees.
+TEST(ChatSessionSampling, DeviceChainIsTheHostChainOnOpenCL) {
+  const SamplingParams p = test::Sampling{.temperature = 1.0f,
+                                          .top_k = 20,
+                                          .repeat_penalty = 1.3f,
+                                          .repeat_last_n = 16,
+                                          .frequency_penalty = 0.2f,
+                                          .presence_penalty = 0.1f,
+                                          .seed = 7,
+                                          .max_tokens = 48}
+                               .params();
+  auto conversation = [&](Backend& backend) {
+    ChatSession s(backend, *stories().tokenizer, ChatTemplate(TemplateStyle::Plain));
+    s.set_sampling(p);
+    std::vector<std::string> replies;
+    for (const char* turn : {"Once upon a time", "Lily saw a bird", "Then"}) {
+      replies.push_back(s.submit(turn).reply);
+    }
+    replies.push_back(s.regenerate().reply);
+    return replies;
+  };
+  ClForward device(stories().model, test::cl_test_runtime(), ClForwardOptions{512});
+  ASSERT_TRUE(device.device_sampling(p));
+  ClForward host_logits(stories().model, test::cl_test_runtime(), ClForwardOptions{512});
+  HostSampled host(host_logits);
+  EXPECT_EQ(conversation(device), conversation(host));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ChatSessionTest, ::testing::Values("reference", "opencl"),

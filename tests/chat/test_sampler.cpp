@@ -1,6 +1,8 @@
 // Sampler: each filter on hand-built logits whose probabilities are known
 // (logit = ln p, so softmax at temperature 1 gives p back), the repeat
-// penalty, seeding, and the frequencies of many draws.
+// penalty, seeding, and the frequencies of many draws; the random stream
+// (splitmix64 read as a counter-based hash) against published values and a
+// sequential generator written out here; sampler_exp against std::exp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -183,6 +185,68 @@ TEST(Sampler, FiltersBoundWhatCanBeDrawn) {
   p = plain_sampling(0.01f);  // a very low temperature is nearly greedy
   Sampler cold(p);
   for (int i = 0; i < 200; ++i) EXPECT_EQ(cold.sample(logits, {}), 1);
+}
+
+// The first outputs of splitmix64 seeded with 1234567, as Rosetta Code's
+// "Pseudo-random numbers/Splitmix64" task publishes them.
+TEST(SamplerStream, Splitmix64KnownAnswers) {
+  const uint64_t want[] = {6457827717110365317ull, 3203168211198807973ull, 9817491932198370423ull,
+                           4593380528125082431ull, 16408922859458223821ull};
+  for (uint64_t i = 0; i < 5; ++i) EXPECT_EQ(sample_random_bits(1234567, i), want[i]) << i;
+}
+
+// The draw-th value is the (draw+1)-th output of the sequential generator
+// (Vigna's splitmix64.c: state += golden gamma, then the mix).
+TEST(SamplerStream, CounterIsTheSequentialGenerator) {
+  for (uint64_t seed : {0ull, 1ull, 42ull, 0xFFFFFFFFFFFFFFFFull, 0x0123456789ABCDEFull}) {
+    uint64_t state = seed;
+    for (uint64_t draw = 0; draw < 1000; ++draw) {
+      uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      z ^= z >> 31;
+      ASSERT_EQ(sample_random_bits(seed, draw), z) << "seed " << seed << " draw " << draw;
+      const double u = sample_uniform(seed, draw);
+      ASSERT_EQ(u, std::ldexp(double(z >> 11), -53));
+      ASSERT_GE(u, 0.0);
+      ASSERT_LT(u, 1.0);
+    }
+  }
+}
+
+TEST(SamplerStream, DrawCounterRestartsWithReseed) {
+  Sampler s(plain_sampling(1.0f));
+  EXPECT_EQ(s.take_draw(), 0u);
+  EXPECT_EQ(s.take_draw(), 1u);
+  s.sample(std::vector<float>{0, 0}, {});  // draw 2
+  EXPECT_EQ(s.take_draw(), 3u);
+  s.reseed();
+  EXPECT_EQ(s.take_draw(), 0u);
+  s.set_params(plain_sampling(0.5f));
+  EXPECT_EQ(s.take_draw(), 0u);
+}
+
+TEST(SamplerExp, AgreesWithStdExp) {
+  for (double d = -87.0; d <= 0.0; d += 0.0137) {
+    const double want = std::exp(d);
+    ASSERT_NEAR(sampler_exp(d), want, want * 1e-14) << d;
+  }
+  EXPECT_EQ(sampler_exp(0.0), 1.0);
+  EXPECT_EQ(sampler_exp(-87.5), 0.0);  // below float's normal range
+  EXPECT_EQ(sampler_exp(-INFINITY), 0.0);
+  EXPECT_EQ(sampler_exp(NAN), 0.0);
+}
+
+TEST(Sampler, InfiniteLogitsShareTheMass) {
+  std::vector<Candidate> c = sorted_candidates(std::vector<float>{1, INFINITY, 3, INFINITY, NAN});
+  softmax_candidates(c, 0.7f);
+  ASSERT_EQ(c.size(), 4u);  // NaN is never a candidate
+  EXPECT_EQ(c[0].p, 0.5f);
+  EXPECT_EQ(c[1].p, 0.5f);
+  EXPECT_EQ(c[2].p, 0.0f);
+  std::vector<Candidate> low = sorted_candidates(std::vector<float>{-INFINITY, -INFINITY});
+  softmax_candidates(low, 1.0f);
+  EXPECT_EQ(low[0].p, 0.5f);
 }
 
 }  // namespace

@@ -84,8 +84,8 @@ inline std::vector<KernelTuning> matvec_tunings() {
 
 inline std::string describe(const KernelTuning& t) {
   return "tpr " + std::to_string(t.tpr) + " rows " + std::to_string(t.rows) + " att_wg " +
-         std::to_string(t.att_wg) + " argmax_wg " + std::to_string(t.argmax_wg) +
-         (t.nv_shfl ? " nv_shfl" : "") +
+         std::to_string(t.att_wg) + " argmax_wg " + std::to_string(t.argmax_wg) + " sample_wg " +
+         std::to_string(t.sample_wg) + (t.nv_shfl ? " nv_shfl" : "") +
          (t.cpu_kernels
               ? " cpu_kernels nr " + std::to_string(t.cpu_nr) + (t.cpu_portable ? " portable" : "")
               : "");

@@ -51,6 +51,7 @@ TEST(Tuning, CpuDefaults) {
   EXPECT_EQ(p.rows, 32);
   EXPECT_EQ(p.att_wg, 64);
   EXPECT_EQ(p.argmax_wg, 64);
+  EXPECT_EQ(p.sample_wg, 1);  // a work-group runs serially: no atomics
   EXPECT_TRUE(p.cpu_kernels);
   EXPECT_EQ(p.cpu_nr, 4);
   EXPECT_TRUE(p.cpu_fuse);
@@ -71,6 +72,7 @@ TEST(Tuning, NvidiaDefaults) {
   EXPECT_EQ(t.decode.plan.rows, 4);
   EXPECT_EQ(t.decode.plan.att_wg, 128);
   EXPECT_EQ(t.decode.plan.argmax_wg, 256);
+  EXPECT_EQ(t.decode.plan.sample_wg, 256);
   EXPECT_FALSE(t.decode.plan.cpu_kernels);
   EXPECT_TRUE(t.decode.plan.nv_shfl);
   EXPECT_FALSE(t.prefill.mm_direct);
@@ -137,6 +139,7 @@ TEST(TuningKeys, NamesAreUniqueAndTyped) {
   for (const char* n : {"tpr",
                         "rows",
                         "att_wg",
+                        "sample_wg",
                         "cpu_kernels",
                         "cpu_nr",
                         "cpu_fuse",

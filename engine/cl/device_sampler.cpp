@@ -1,0 +1,165 @@
+// DeviceSampler: validate, fetch the kernel, allocate the candidates'
+// scratch, bind the arguments by name once; per step set the parameters and
+// enqueue the one launch (sample_chain: a group per chunk of the vocabulary,
+// the last one to finish merging their candidates).
+#include "engine/cl/device_sampler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "engine/chat/sampler.h"
+
+namespace clchat {
+
+namespace {
+
+// Vocabulary ids a group selects from, at least: small enough that a GPU
+// has a group per SM or so for the largest vocabularies (262,144 / 4,096 =
+// 64 groups), large enough that the final merge stays short.
+constexpr int k_min_chunk = 4096;
+constexpr int k_max_groups = 64;
+
+}  // namespace
+
+std::unique_ptr<DeviceSampler> DeviceSampler::create(const ClRuntime& rt, ClPrograms& programs,
+                                                     int n_vocab, int n_ctx, const ClMem& logits,
+                                                     const ClMem& ids) {
+  if (!rt.device().has_extension("cl_khr_fp64")) {
+    spdlog::info("{} has no cl_khr_fp64: sampling runs on the host", rt.device().name);
+    return nullptr;
+  }
+  try {
+    return std::unique_ptr<DeviceSampler>(
+        new DeviceSampler(rt, programs, n_vocab, n_ctx, logits, ids));
+  } catch (const KernelArgError&) {
+    throw;  // a bug in clchat, not the device
+  } catch (const ClError& e) {
+    if (is_out_of_memory(e.code())) throw;
+    spdlog::warn("sampling on the device unavailable ({}); sampling runs on the host", e.what());
+    return nullptr;
+  }
+}
+
+DeviceSampler::DeviceSampler(const ClRuntime& rt, ClPrograms& programs, int n_vocab, int n_ctx,
+                             const ClMem& logits, const ClMem& ids)
+    : rt_(rt), n_vocab_(n_vocab), n_ctx_(n_ctx), known_(size_t(n_ctx) + 1, -1) {
+  if (n_vocab < 1 || n_ctx < 1) throw std::invalid_argument("DeviceSampler: empty vocabulary");
+  wg_ = programs.tuning().sample_wg;
+  const bool serial = wg_ == 1;  // CPU devices: a group per core
+  const int max_groups = serial ? std::max(1, int(rt.device().compute_units)) : k_max_groups;
+  n_groups_ = std::clamp((n_vocab + k_min_chunk - 1) / k_min_chunk, 1, max_groups);
+  chunk_ = (n_vocab + n_groups_ - 1) / n_groups_;
+  const int k_max = k_device_top_k_max;
+  history_ = rt.alloc((size_t(n_ctx) + 1) * 4);
+  part_ = rt.alloc(size_t(n_groups_) * size_t(k_max) * 8);
+  part_n_ = rt.alloc(size_t(n_groups_) * 4);
+  done_ = rt.alloc(4);
+  const cl_uint zero = 0;
+  cl_check(clEnqueueWriteBuffer(rt.queue(), done_.get(), CL_TRUE, 0, 4, &zero, 0, nullptr, nullptr),
+           "clEnqueueWriteBuffer(done)");
+  kernel_ = programs.sample_kernel("sample_chain", k_max);
+  const KernelArgs args = {{"logits", logits},
+                           {"n_vocab", cl_int(n_vocab)},
+                           {"chunk", cl_int(chunk_)},
+                           {"history", history_},
+                           {"pos", cl_int(0)},
+                           {"n_recent", cl_int(0)},
+                           {"repeat_penalty", cl_float(1)},
+                           {"frequency_penalty", cl_float(0)},
+                           {"presence_penalty", cl_float(0)},
+                           {"top_k", cl_int(1)},
+                           {"temperature", cl_float(0)},
+                           {"top_p", cl_float(1)},
+                           {"min_p", cl_float(0)},
+                           {"seed", cl_ulong(0)},
+                           {"draw", cl_ulong(0)},
+                           {"part", part_},
+                           {"part_n", part_n_},
+                           {"done", done_},
+                           {"done_base", cl_uint(0)},
+                           {"ids", ids}};
+  args.bind(kernel_);
+  arg_pos_ = args.index("pos");
+  arg_n_recent_ = args.index("n_recent");
+  arg_repeat_ = args.index("repeat_penalty");
+  arg_frequency_ = args.index("frequency_penalty");
+  arg_presence_ = args.index("presence_penalty");
+  arg_top_k_ = args.index("top_k");
+  arg_temperature_ = args.index("temperature");
+  arg_top_p_ = args.index("top_p");
+  arg_min_p_ = args.index("min_p");
+  arg_seed_ = args.index("seed");
+  arg_draw_ = args.index("draw");
+  arg_done_base_ = args.index("done_base");
+}
+
+int DeviceSampler::n_recent(const SamplingParams& p, int pos) {
+  if (!p.penalized()) return 0;  // nothing to look back for
+  return std::min(p.repeat_last_n, pos + 1);
+}
+
+bool DeviceSampler::holds(std::span<const int32_t> recent, int pos, const SamplingParams& p) const {
+  const int n = n_recent(p, pos);
+  if (recent.size() < size_t(n)) return false;
+  for (int i = 0; i < n; ++i) {
+    if (known_[size_t(pos - i)] != recent[recent.size() - 1 - size_t(i)]) return false;
+  }
+  return true;
+}
+
+void DeviceSampler::sync(std::span<const int32_t> recent, int pos, const SamplingParams& p) {
+  if (pos < 0 || pos >= n_ctx_)
+    throw std::out_of_range("DeviceSampler: position outside the context");
+  const int n = n_recent(p, pos);
+  if (recent.size() < size_t(n)) {
+    throw std::invalid_argument("DeviceSampler: fewer recent tokens than the penalty window");
+  }
+  // The differing span of the window, positions [lo, hi].
+  int lo = -1, hi = -1;
+  for (int q = pos + 1 - n; q <= pos; ++q) {
+    if (known_[size_t(q)] != recent[recent.size() - 1 - size_t(pos - q)]) {
+      if (lo < 0) lo = q;
+      hi = q;
+    }
+  }
+  if (lo < 0) return;
+  const int32_t* src = &recent[recent.size() - 1 - size_t(pos - lo)];
+  const size_t count = size_t(hi - lo + 1);
+  cl_check(clEnqueueWriteBuffer(rt_.queue(), history_.get(), CL_TRUE, size_t(lo) * 4, count * 4,
+                                src, 0, nullptr, nullptr),
+           "clEnqueueWriteBuffer(history)");
+  std::copy(src, src + count, known_.begin() + lo);
+}
+
+void DeviceSampler::enqueue(const SamplingParams& p, uint64_t draw, int pos) {
+  if (pos < 0 || pos >= n_ctx_)
+    throw std::out_of_range("DeviceSampler: position outside the context");
+  if (!device_samplable(p)) throw std::logic_error("DeviceSampler: parameters for the host");
+  const int top_k = p.greedy() ? 1 : p.top_k;
+  const cl_kernel k = kernel_.get();
+  set_arg(k, arg_pos_, cl_int(pos));
+  set_arg(k, arg_n_recent_, cl_int(n_recent(p, pos)));
+  set_arg(k, arg_repeat_, cl_float(p.repeat_penalty));
+  set_arg(k, arg_frequency_, cl_float(p.frequency_penalty));
+  set_arg(k, arg_presence_, cl_float(p.presence_penalty));
+  set_arg(k, arg_top_k_, cl_int(top_k));
+  set_arg(k, arg_temperature_, cl_float(p.temperature));
+  set_arg(k, arg_top_p_, cl_float(p.top_p));
+  set_arg(k, arg_min_p_, cl_float(p.min_p));
+  set_arg(k, arg_seed_, cl_ulong(p.seed));
+  set_arg(k, arg_draw_, cl_ulong(draw));
+  set_arg(k, arg_done_base_, cl_uint(done_base_));
+  const size_t local = size_t(wg_), global = size_t(n_groups_) * local;
+  cl_check(clEnqueueNDRangeKernel(rt_.queue(), k, 1, nullptr, &global, &local, 0, nullptr, nullptr),
+           "clEnqueueNDRangeKernel(sample_chain)");
+  done_base_ += uint32_t(n_groups_);
+  if (pos + 1 <= n_ctx_) known_[size_t(pos) + 1] = -1;  // the pick, unknown until read back
+}
+
+void DeviceSampler::picked(int pos, int32_t id) {
+  if (pos >= 0 && pos < n_ctx_) known_[size_t(pos) + 1] = id;
+}
+
+}  // namespace clchat

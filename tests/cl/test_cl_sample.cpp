@@ -1,0 +1,327 @@
+// kernels/sample.cl through its host wrapper (DeviceSampler) on the test
+// device (PoCL here) against the CPU sampler (sample_token): for the same
+// logits, recent tokens, seed and draw number both must choose the same id,
+// every time (the chain computes the CPU's roundings, so there is no
+// tolerance). Vocabulary sizes from 1 to Gemma 3's 262,144; logits random,
+// tied (a few distinct values), with NaN, +inf and -inf, all NaN, all -inf;
+// top_k from 1 to 256 and above the vocabulary; top-p and min-p on and off;
+// penalties over windows with repeated ids, greedy among them; work-groups of
+// 1 (the CPU devices'), 64 and 256 items. Chained steps check that the
+// kernel's own append to the history is what the next step's penalties see.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/chat/sampler.h"
+#include "engine/cl/device_sampler.h"
+#include "tests/cl/cl_test_support.h"
+#include "tests/sampling_params.h"
+
+namespace clchat {
+namespace {
+
+constexpr float k_nan = std::numeric_limits<float>::quiet_NaN();
+constexpr float k_inf = std::numeric_limits<float>::infinity();
+constexpr int k_ctx = 2048;
+
+// The device chain for one vocabulary size and one work-group size.
+struct Chain {
+  ClMem logits, ids;
+  std::unique_ptr<DeviceSampler> sampler;
+  int n_vocab = 0;
+
+  Chain(int n_vocab_, int sample_wg) : n_vocab(n_vocab_) {
+    KernelTuning t = KernelTuning::for_device(test::cl_test_runtime().device());
+    t.sample_wg = sample_wg;
+    logits = test::cl_buffer(std::vector<float>(size_t(n_vocab), 0.0f));
+    ids = test::cl_buffer(std::vector<int32_t>(4, 0));
+    sampler = DeviceSampler::create(test::cl_test_runtime(), test::cl_programs(t), n_vocab, k_ctx,
+                                    logits, ids);
+  }
+
+  void upload(const std::vector<float>& x) const {
+    cl_check(clEnqueueWriteBuffer(test::cl_test_runtime().queue(), logits.get(), CL_TRUE, 0,
+                                  x.size() * 4, x.data(), 0, nullptr, nullptr),
+             "clEnqueueWriteBuffer(logits)");
+  }
+  // ids[0] before a step: any id (the argmax the step would leave there).
+  void set_id(int32_t id) const {
+    cl_check(clEnqueueWriteBuffer(test::cl_test_runtime().queue(), ids.get(), CL_TRUE, 0, 4, &id, 0,
+                                  nullptr, nullptr),
+             "clEnqueueWriteBuffer(ids)");
+  }
+  int32_t read_id() const { return test::cl_read<int32_t>(ids, 1)[0]; }
+
+  // One step at the position of recent's last token, the host syncing the
+  // history first.
+  int32_t sample(const std::vector<float>& x, const SamplingParams& p, uint64_t draw,
+                 const std::vector<int32_t>& recent) const {
+    upload(x);
+    set_id(3);
+    const int pos = int(recent.size()) - 1;
+    sampler->sync(recent, pos, p);
+    sampler->enqueue(p, draw, pos);
+    const int32_t id = read_id();
+    sampler->picked(pos, id);
+    return id;
+  }
+};
+
+bool device_has_fp64() { return test::cl_test_runtime().device().has_extension("cl_khr_fp64"); }
+
+std::vector<int> work_groups() {
+  const int device = KernelTuning::for_device(test::cl_test_runtime().device()).sample_wg;
+  std::vector<int> wgs = {device};
+  for (int wg : {1, 64, 256}) {
+    if (wg != device) wgs.push_back(wg);
+  }
+  return wgs;
+}
+
+// Logits of one kind for n ids.
+std::vector<float> make_logits(const std::string& kind, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const size_t un = size_t(n);
+  std::vector<float> x = test::random_floats(un, seed, -6.0f, 6.0f);
+  std::uniform_int_distribution<size_t> at(0, un - 1);
+  if (kind == "ties") {  // a few distinct values: many equal logits, also at the top
+    for (float& v : x) v = std::round(v / 2.0f) * 2.0f;
+  } else if (kind == "nan") {
+    for (size_t i = 0; i < un; i += 3) x[i] = k_nan;
+    x[at(rng)] = k_nan;
+  } else if (kind == "pos_inf") {
+    x[at(rng)] = k_inf;
+    x[at(rng)] = k_inf;
+    x[at(rng)] = k_nan;
+  } else if (kind == "neg_inf") {
+    for (size_t i = 0; i < un; i += 2) x[i] = -k_inf;
+  } else if (kind == "all_nan") {
+    x.assign(un, k_nan);
+  } else if (kind == "all_neg_inf") {
+    x.assign(un, -k_inf);
+  } else if (kind == "zeros") {  // +0 and -0 compare equal: ties by id
+    for (size_t i = 0; i < un; ++i) x[i] = (i % 2) ? -0.0f : 0.0f;
+  } else if (kind == "peaked") {  // one clear winner, the rest far below
+    for (float& v : x) v -= 20.0f;
+    x[at(rng)] = 10.0f;
+  }
+  return x;
+}
+
+// Recent tokens (positions 0..pos) drawn from few ids, so the window repeats
+// ids, with some outside the vocabulary's low ids.
+std::vector<int32_t> make_recent(int n_vocab, int pos, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int distinct = std::max(1, std::min(n_vocab, 24));
+  std::uniform_int_distribution<int32_t> pick(0, distinct - 1);
+  std::uniform_int_distribution<int32_t> any(0, n_vocab - 1);
+  std::vector<int32_t> r(size_t(pos) + 1);
+  for (int32_t& id : r) id = (rng() % 4 == 0) ? any(rng) : pick(rng);
+  return r;
+}
+
+struct Params {
+  std::string name;
+  SamplingParams p;
+};
+
+std::vector<Params> param_sets() {
+  using S = test::Sampling;
+  std::vector<Params> out = {
+      {"chat_defaults", S{.top_p = 0.95f, .min_p = 0.05f, .repeat_penalty = 1.1f}.params()},
+      {"plain_top_k", S{.temperature = 1.0f}.params()},
+      {"top_k_1", S{.temperature = 0.7f, .top_k = 1}.params()},
+      {"top_k_256_hot", S{.temperature = 2.5f, .top_k = 256}.params()},
+      {"top_p_only", S{.temperature = 1.2f, .top_k = 256, .top_p = 0.5f}.params()},
+      {"min_p_only", S{.temperature = 1.0f, .top_k = 200, .min_p = 0.2f}.params()},
+      {"cold", S{.temperature = 0.05f,
+                 .top_k = 20,
+                 .top_p = 0.9f,
+                 .repeat_penalty = 1.3f,
+                 .repeat_last_n = 16}
+                   .params()},
+      {"all_penalties", S{.temperature = 0.9f,
+                          .top_k = 64,
+                          .top_p = 0.95f,
+                          .min_p = 0.05f,
+                          .repeat_penalty = 1.25f,
+                          .repeat_last_n = 128,
+                          .frequency_penalty = 0.4f,
+                          .presence_penalty = 0.6f}
+                            .params()},
+      {"frequency_heavy",
+       S{.temperature = 1.5f, .top_k = 32, .repeat_last_n = 256, .frequency_penalty = 0.7f}
+           .params()},
+      {"presence_long_window",
+       S{.temperature = 1.0f, .top_k = 8, .repeat_last_n = 1024, .presence_penalty = 1.5f}
+           .params()},
+      {"greedy_penalised", S{.temperature = 0.0f,
+                             .top_p = 0.95f,
+                             .min_p = 0.05f,
+                             .repeat_penalty = 1.5f,
+                             .frequency_penalty = 0.3f,
+                             .presence_penalty = 0.2f}
+                               .params()},
+  };
+  for (size_t i = 0; i < out.size(); ++i) out[i].p.seed = 0x5eed0000u + i;
+  return out;
+}
+
+class ClSample : public testing::TestWithParam<int> {};
+
+TEST_P(ClSample, MatchesTheCpuSampler) {
+  if (!device_has_fp64())
+    GTEST_SKIP() << "the device has no cl_khr_fp64: sampling stays on the host";
+  const int n_vocab = GetParam();
+  // Big vocabularies cost the CPU reference a sort of every id: fewer draws.
+  const int draws = n_vocab >= 100000 ? 1 : n_vocab >= 10000 ? 3 : 8;
+  const std::vector<std::string> kinds = {"random",  "recent_high", "ties",  "nan",
+                                          "pos_inf", "neg_inf",     "zeros", "peaked",
+                                          "all_nan", "all_neg_inf"};
+  std::vector<float> scratch;
+  for (int wg : work_groups()) {
+    Chain chain(n_vocab, wg);
+    ASSERT_NE(chain.sampler, nullptr) << "the device chain did not build";
+    uint32_t seed = 1;
+    int n_checked = 0;
+    for (const Params& ps : param_sets()) {
+      for (const std::string& kind : kinds) {
+        for (int d = 0; d < draws; ++d, ++seed) {
+          std::vector<float> x = make_logits(kind, n_vocab, seed);
+          const std::vector<int32_t> recent = make_recent(n_vocab, 40 + int(seed % 300), seed);
+          if (kind == "recent_high") {
+            // The recent ids lead by far, close together (some tied), so
+            // they stay ahead after the penalties: what the penalties do to
+            // each (by its count) decides the pick.
+            for (int32_t id : recent) x[size_t(id)] = 20.0f + float(id % 5) * 0.05f;
+          }
+          const uint64_t draw = seed * 7u;
+          const int32_t want = sample_token(ps.p, x, recent, draw, scratch);
+          const int32_t got = chain.sample(x, ps.p, draw, recent);
+          ASSERT_EQ(got, want) << "work-group " << wg << ", " << ps.name << ", logits " << kind
+                               << ", draw " << draw;
+          ++n_checked;
+        }
+      }
+    }
+    EXPECT_GT(n_checked, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabularies, ClSample,
+                         testing::Values(1, 2, 7, 255, 1000, 4097, 32000, 49152, 262144),
+                         [](const testing::TestParamInfo<int>& info) {
+                           std::string name = "n";
+                           name += std::to_string(info.param);
+                           return name;
+                         });
+
+// The chain's picks draw what the probabilities say: on a fixed vocabulary
+// the device's counts over many draws are the CPU's (same ids), and the
+// draws are not all one id (the random stream moves with the draw number).
+TEST(ClSampleStream, DrawNumbersGiveDifferentIdsAsTheCpuDoes) {
+  if (!device_has_fp64()) GTEST_SKIP() << "no cl_khr_fp64";
+  const int n_vocab = 300;
+  Chain chain(n_vocab, KernelTuning::for_device(test::cl_test_runtime().device()).sample_wg);
+  ASSERT_NE(chain.sampler, nullptr);
+  const SamplingParams p = test::Sampling{.temperature = 1.0f, .top_k = 50, .seed = 77}.params();
+  const std::vector<float> x = test::random_floats(size_t(n_vocab), 5, -2.0f, 2.0f);
+  const std::vector<int32_t> recent = {1, 2, 3};
+  std::vector<float> scratch;
+  std::vector<int> seen(size_t(n_vocab), 0);
+  for (uint64_t draw = 0; draw < 200; ++draw) {
+    const int32_t got = chain.sample(x, p, draw, recent);
+    ASSERT_EQ(got, sample_token(p, x, recent, draw, scratch)) << "draw " << draw;
+    ++seen[size_t(got)];
+  }
+  int distinct = 0;
+  for (int c : seen) distinct += c > 0;
+  EXPECT_GT(distinct, 20);
+}
+
+// Steps in a row with no host sync after the first: each step's penalties
+// must see the ids the chain appended itself (history[pos + 1]).
+TEST(ClSampleChained, TheChainAppendsItsPickToTheHistory) {
+  if (!device_has_fp64()) GTEST_SKIP() << "no cl_khr_fp64";
+  for (int wg : work_groups()) {
+    const int n_vocab = 8;  // the picks repeat within the window: counts above 1
+    Chain chain(n_vocab, wg);
+    ASSERT_NE(chain.sampler, nullptr);
+    // Mild penalties on nearly flat logits: a recent id stays in the running,
+    // and how often it occurred decides by how much.
+    SamplingParams p = test::Sampling{.temperature = 0.05f,
+                                      .top_k = 6,
+                                      .repeat_penalty = 1.02f,
+                                      .repeat_last_n = 8,
+                                      .frequency_penalty = 0.01f,
+                                      .presence_penalty = 0.005f,
+                                      .seed = 9}
+                           .params();
+    for (bool greedy : {false, true}) {
+      if (greedy) p.temperature = 0.0f;
+      std::vector<int32_t> recent = make_recent(n_vocab, 20, 3);
+      std::vector<float> scratch;
+      int pos = int(recent.size()) - 1;
+      chain.sampler->sync(recent, pos, p);
+      for (int step = 0; step < 40; ++step, ++pos) {
+        // Nearly flat logits: the penalties move the pick.
+        const std::vector<float> x =
+            test::random_floats(size_t(n_vocab), 100 + uint32_t(step), 0.9f, 1.0f);
+        const int32_t want = sample_token(p, x, recent, uint64_t(step), scratch);
+        chain.upload(x);
+        chain.set_id(0);
+        EXPECT_TRUE(chain.sampler->holds(recent, pos, p)) << "step " << step;
+        chain.sampler->enqueue(p, uint64_t(step), pos);
+        const int32_t got = chain.read_id();
+        chain.sampler->picked(pos, got);
+        ASSERT_EQ(got, want) << "work-group " << wg << (greedy ? ", greedy" : "") << ", step "
+                             << step;
+        recent.push_back(got);
+      }
+    }
+  }
+}
+
+// A failed decode step leaves ids[0] < 0 (the persistent kernel's barrier
+// gave up): the chain keeps that mark for the host to see.
+TEST(ClSampleChained, AFailedStepsMarkIsKept) {
+  if (!device_has_fp64()) GTEST_SKIP() << "no cl_khr_fp64";
+  Chain chain(100, KernelTuning::for_device(test::cl_test_runtime().device()).sample_wg);
+  ASSERT_NE(chain.sampler, nullptr);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  chain.upload(test::random_floats(100, 1));
+  chain.set_id(-2);
+  chain.sampler->enqueue(p, 0, 5);
+  EXPECT_EQ(chain.read_id(), -2);
+}
+
+TEST(ClSampleParams, WhatTheDeviceTakes) {
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_k = 40;
+  EXPECT_TRUE(device_samplable(p));
+  p.top_k = 256;
+  EXPECT_TRUE(device_samplable(p));
+  p.top_k = 257;
+  EXPECT_FALSE(device_samplable(p));
+  p.top_k = 0;  // all: the host
+  EXPECT_FALSE(device_samplable(p));
+  p.temperature = 0.0f;  // greedy: top_k unused
+  EXPECT_TRUE(device_samplable(p));
+  p.repeat_penalty = 1.1f;
+  p.repeat_last_n = 1024;
+  EXPECT_TRUE(device_samplable(p));
+  p.repeat_last_n = 1025;
+  EXPECT_FALSE(device_samplable(p));
+  p.repeat_last_n = -1;  // the whole context
+  EXPECT_FALSE(device_samplable(p));
+}
+
+}  // namespace
+}  // namespace clchat

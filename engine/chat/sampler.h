@@ -105,6 +105,10 @@ class Sampler {
   // The draw number of the next token, counted as drawn (for a caller that
   // draws elsewhere, e.g. on the device: Backend::decode_sample).
   uint64_t take_draw() { return draws_++; }
+  // Tokens drawn since the last reseed, and going back to such a count (a
+  // failed turn is undone as if never sent: its draws too).
+  uint64_t draws() const { return draws_; }
+  void set_draws(uint64_t n) { draws_ = n; }
 
   // The next token: sample_token() with the next draw number.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> recent);

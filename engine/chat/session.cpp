@@ -141,7 +141,7 @@ bool ChatSession::plan_prompt(std::vector<int32_t>& prompt, TurnResult& result,
 }
 
 ChatSession::Snapshot ChatSession::snapshot() const {
-  return {turns_, tokens_, pending_, synced_, reply_start_};
+  return {turns_, tokens_, pending_, synced_, reply_start_, sampler_.draws()};
 }
 
 void ChatSession::restore(Snapshot before) {
@@ -151,6 +151,7 @@ void ChatSession::restore(Snapshot before) {
   const bool cache_intact = tokens_.size() >= before.tokens.size() &&
                             std::equal(before.tokens.begin(), before.tokens.end(), tokens_.begin());
   turns_ = std::move(before.turns);
+  sampler_.set_draws(before.draws);  // the same seed then gives the same text
   if (cache_intact) {
     tokens_ = std::move(before.tokens);
     pending_ = before.pending;

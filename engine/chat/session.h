@@ -117,6 +117,7 @@ class ChatSession {
     std::vector<int32_t> pending;
     bool synced = true;
     size_t reply_start = 0;
+    uint64_t draws = 0;  // the sampler's draw count
   };
   Snapshot snapshot() const;
   // Back to `before` after a failed backend call; the cache is marked for a

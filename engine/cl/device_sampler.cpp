@@ -60,6 +60,17 @@ DeviceSampler::DeviceSampler(const ClRuntime& rt, ClPrograms& programs, int n_vo
   cl_check(clEnqueueWriteBuffer(rt.queue(), done_.get(), CL_TRUE, 0, 4, &zero, 0, nullptr, nullptr),
            "clEnqueueWriteBuffer(done)");
   kernel_ = programs.sample_kernel("sample_chain", k_max);
+  // The kernel needs groups of wg_ (reqd_work_group_size); a device whose
+  // compiled kernel takes fewer (registers) would fail every launch.
+  size_t kernel_wg = 0;
+  cl_check(clGetKernelWorkGroupInfo(kernel_.get(), rt.device().device, CL_KERNEL_WORK_GROUP_SIZE,
+                                    sizeof kernel_wg, &kernel_wg, nullptr),
+           "clGetKernelWorkGroupInfo(sample_chain)");
+  if (kernel_wg < size_t(wg_)) {
+    throw ClError("sample_chain takes work-groups of at most " + std::to_string(kernel_wg) +
+                      ", not " + std::to_string(wg_),
+                  CL_INVALID_WORK_GROUP_SIZE);
+  }
   const KernelArgs args = {{"logits", logits},
                            {"n_vocab", cl_int(n_vocab)},
                            {"chunk", cl_int(chunk_)},

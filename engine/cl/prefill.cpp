@@ -258,6 +258,7 @@ PrefillTuning ClPrefill::attention_tuning() const {
     const bool wide = !rt_.device().is_cpu && c.head_dim > 64;
     t.att_ds = wide ? c.head_dim / 32 : 1;
     if (wide && c.head_dim >= 256) t.att_tk = std::min(t.att_tk, 8);
+    while (t.att_tk % t.att_ks != 0) --t.att_ks;  // key lanes divide the tile
   }
   while ((c.head_dim / 4) % t.att_ds != 0 ||
          size_t(t.att_tq * t.att_ks * t.att_ds) > rt_.device().max_work_group_size) {

@@ -415,6 +415,31 @@ TEST_P(ChatSessionTest, SeededSamplingRepeats) {
   EXPECT_EQ(run(), a);
 }
 
+// A sampled turn that fails mid-reply is undone with the draws it took: sent
+// again, it gives the reply a session that never failed gives.
+TEST_P(ChatSessionTest, FailedSampledTurnGivesBackItsDraws) {
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.seed = 1234;
+  p.max_tokens = 12;
+  auto reply = [&](int fail_at) {
+    FailingBackend backend(make_backend(256));
+    auto s = make_session(backend, p.max_tokens);
+    s->set_sampling(p);
+    backend.fail_at = fail_at;  // the prompt and fail_at - 1 reply steps go through
+    if (fail_at >= 0) {
+      EXPECT_EQ(s->submit("Once upon a time").reason, ev::FinishReason::Error);
+    }
+    backend.fail_at = -1;
+    const TurnResult r = s->submit("Once upon a time");
+    EXPECT_TRUE(r.error.empty()) << r.error;
+    return r.reply;
+  };
+  const std::string never_failed = reply(-1);
+  EXPECT_FALSE(never_failed.empty());
+  EXPECT_EQ(reply(6), never_failed);
+}
+
 // The same sampled conversation (two turns, a regenerated reply, a cleared
 // one) on both backends: the same seed gives the same text. The OpenCL
 // backend samples on the device, the reference on the host.

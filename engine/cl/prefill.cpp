@@ -241,7 +241,9 @@ ClPrefill::Step ClPrefill::norm_step(const ClMem& x, const ClMem& g, const ClMem
 }
 
 // attention_prefill's dim lanes (att_ds 0): on GPUs one per 32 dimensions of
-// heads wider than 64, on CPU devices none. (H100, Gemma 3 270M shape pp512:
+// heads of 256 or more (the size measured; heads of 128 keep one work-item
+// per query until a 128 shape is), on CPU devices none. (H100, Gemma 3 270M
+// shape pp512:
 // 6,524-6,591 tok/s with one work-item holding all 256 dimensions of q and o,
 // 49,774-50,039 with 4 dim lanes, 58,545-58,615 with 8, 54,593-55,121 with 16
 // and 4 queries per work-group; Qwen2.5-0.5B's head of 64 with 2: 46,117-46,557
@@ -255,9 +257,9 @@ PrefillTuning ClPrefill::attention_tuning() const {
   const ModelConfig& c = config_;
   PrefillTuning t = tuning_;
   if (t.att_ds == 0) {
-    const bool wide = !rt_.device().is_cpu && c.head_dim > 64;
+    const bool wide = !rt_.device().is_cpu && c.head_dim >= 256;
     t.att_ds = wide ? c.head_dim / 32 : 1;
-    if (wide && c.head_dim >= 256) t.att_tk = std::min(t.att_tk, 8);
+    if (wide) t.att_tk = std::min(t.att_tk, 8);
     while (t.att_tk % t.att_ks != 0) --t.att_ks;  // key lanes divide the tile
   }
   while ((c.head_dim / 4) % t.att_ds != 0 ||

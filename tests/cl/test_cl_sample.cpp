@@ -295,10 +295,16 @@ TEST(ClSampleChained, AFailedStepsMarkIsKept) {
   ASSERT_NE(chain.sampler, nullptr);
   SamplingParams p;
   p.temperature = 1.0f;
-  chain.upload(test::random_floats(100, 1));
+  std::vector<float> peaked(100, 0.0f);
+  peaked[77] = 60.0f;  // every other id has p < e^-60: the draw takes 77
+  chain.upload(peaked);
   chain.set_id(-2);
   chain.sampler->enqueue(p, 0, 5);
   EXPECT_EQ(chain.read_id(), -2);
+  // The same step after a good one replaces the id it finds there.
+  chain.set_id(3);
+  chain.sampler->enqueue(p, 1, 5);
+  EXPECT_EQ(chain.read_id(), 77);
 }
 
 TEST(ClSampleParams, WhatTheDeviceTakes) {

@@ -469,6 +469,48 @@ TEST(ChatSessionSampling, SameSeedSameTextOnBothBackends) {
   }
 }
 
+// Settings changed between turns (a /set reaches the session only between
+// turns, while the last turn's steps enqueued ahead may still be running on
+// the device; the next turn's prefill drops them): each turn samples with its
+// own settings, device chain and device argmax alike, as the reference does.
+TEST(ChatSessionSampling, SettingsChangedBetweenTurnsOnBothBackends) {
+  using S = test::Sampling;
+  const std::vector<SamplingParams> settings = {
+      S{.top_p = 0.95f, .min_p = 0.05f, .repeat_penalty = 1.1f, .seed = 11, .max_tokens = 20}
+          .params(),
+      S{.temperature = 1.4f, .top_k = 8, .seed = 11, .max_tokens = 20}.params(),
+      S{.temperature = 0.0f, .max_tokens = 20}.params(),  // greedy: the device argmax
+      S{.temperature = 0.6f,
+        .top_k = 100,
+        .repeat_penalty = 1.3f,
+        .repeat_last_n = 8,
+        .presence_penalty = 0.5f,
+        .seed = 99,
+        .max_tokens = 20}
+          .params(),
+  };
+  auto conversation = [&](Backend& backend) {
+    ChatSession s(backend, *stories().tokenizer, ChatTemplate(TemplateStyle::Plain));
+    std::vector<std::string> replies;
+    const char* turns[] = {"Once upon a time", "The cat was", "Tom had a dog", "Then"};
+    for (size_t i = 0; i < settings.size(); ++i) {
+      s.set_sampling(settings[i]);
+      replies.push_back(s.submit(turns[i]).reply);
+    }
+    s.set_sampling(settings[1]);
+    replies.push_back(s.regenerate().reply);
+    return replies;
+  };
+  ClForward opencl(stories().model, test::cl_test_runtime(), ClForwardOptions{256});
+  for (const SamplingParams& p : settings) {
+    if (!p.greedy()) {
+      ASSERT_TRUE(opencl.device_sampling(p)) << "the device chain is not used";
+    }
+  }
+  const auto reference = make_reference_backend(stories().model, 256);
+  EXPECT_EQ(conversation(opencl), conversation(*reference));
+}
+
 // The session's Backend with decode_sample left to the host (the default):
 // the same OpenCL logits, sampled by the CPU sampler.
 class HostSampled final : public Backend {

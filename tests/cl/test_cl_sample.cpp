@@ -3,7 +3,8 @@
 // logits, recent tokens, seed and draw number both must choose the same id,
 // every time (the chain computes the CPU's roundings, so there is no
 // tolerance). Vocabulary sizes from 1 to Gemma 3's 262,144; logits random,
-// tied (a few distinct values), with NaN, +inf and -inf, all NaN, all -inf;
+// tied (a few distinct values), with NaN, +inf and -inf, all NaN, all -inf,
+// falling by id modulo 256 (a group's threshold overflows);
 // top_k from 1 to 256 and above the vocabulary; top-p and min-p on and off;
 // penalties over windows with repeated ids, greedy among them; work-groups of
 // 1 (the CPU devices'), 64 and 256 items. Chained steps check that the
@@ -106,6 +107,12 @@ std::vector<float> make_logits(const std::string& kind, int n, uint32_t seed) {
     x.assign(un, -k_inf);
   } else if (kind == "zeros") {  // +0 and -0 compare equal: ties by id
     for (size_t i = 0; i < un; ++i) x[i] = (i % 2) ? -0.0f : 0.0f;
+  } else if (kind == "stairs") {
+    // Falling with id / 4 modulo 256 (a work-item's ids share it: it reads
+    // float4s): the k work-items with the largest maxima hold all of the top
+    // values, so many more than k reach a group's threshold (its radix
+    // select takes over).
+    for (size_t i = 0; i < un; ++i) x[i] = 10.0f - 0.01f * float(i / 4 % 256) + 0.001f * x[i];
   } else if (kind == "peaked") {  // one clear winner, the rest far below
     for (float& v : x) v -= 20.0f;
     x[at(rng)] = 10.0f;
@@ -182,7 +189,7 @@ TEST_P(ClSample, MatchesTheCpuSampler) {
   const int draws = n_vocab >= 100000 ? 1 : n_vocab >= 10000 ? 3 : 8;
   const std::vector<std::string> kinds = {"random",  "recent_high", "ties",  "nan",
                                           "pos_inf", "neg_inf",     "zeros", "peaked",
-                                          "all_nan", "all_neg_inf"};
+                                          "all_nan", "all_neg_inf", "stairs"};
   std::vector<float> scratch;
   for (int wg : work_groups()) {
     Chain chain(n_vocab, wg);

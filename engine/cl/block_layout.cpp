@@ -225,4 +225,26 @@ void repack_rows(GgmlType type, const uint8_t* data, int n_in, int rows, std::ve
   }
 }
 
+GgmlType device_type(GgmlType type, bool cpu_device) {
+  return cpu_device && type == GgmlType::Q5_0 ? GgmlType::Q8_0 : type;
+}
+
+std::vector<uint8_t> q5_0_as_q8_0(const uint8_t* data, size_t n_blocks) {
+  std::vector<uint8_t> out(n_blocks * sizeof(BlockQ8_0));
+  for (size_t i = 0; i < n_blocks; ++i) {
+    BlockQ5_0 b;
+    std::memcpy(&b, data + i * sizeof(BlockQ5_0), sizeof b);
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    BlockQ8_0 o;
+    o.d = b.d;
+    for (int j = 0; j < 16; ++j) {
+      o.qs[j] = int8_t(((b.qs[j] & 15) | ((qh >> j) & 1) << 4) - 16);
+      o.qs[j + 16] = int8_t(((b.qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16);
+    }
+    std::memcpy(out.data() + i * sizeof(BlockQ8_0), &o, sizeof o);
+  }
+  return out;
+}
+
 }  // namespace clchat

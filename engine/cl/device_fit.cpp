@@ -12,16 +12,18 @@ namespace clchat {
 
 namespace {
 
-// Bytes of the quant payload buffer that repack_matrix() makes from a tensor
-// (the scales go to a second, smaller buffer); floats stay whole.
-uint64_t payload_bytes(const GgufTensor& t) {
+// Bytes of the quant payload buffer that repack_tensor() makes from a tensor
+// (the scales go to a second, smaller buffer) in its device_type; floats
+// stay whole.
+uint64_t payload_bytes(const GgufTensor& t, bool cpu) {
   if (!ggml_is_quantized(t.type)) return t.n_bytes;
-  return t.n_elements / 32 * uint64_t(device_q_bytes(t.type));
+  return t.n_elements / 32 * uint64_t(device_q_bytes(device_type(t.type, cpu)));
 }
 // Payloads and scale records together (K-quants take more than in the file).
-uint64_t device_bytes(const GgufTensor& t) {
+uint64_t device_bytes(const GgufTensor& t, bool cpu) {
   if (!ggml_is_quantized(t.type)) return t.n_bytes;
-  return payload_bytes(t) + t.n_elements / 32 * uint64_t(device_s_bytes(t.type));
+  return payload_bytes(t, cpu) +
+         t.n_elements / 32 * uint64_t(device_s_bytes(device_type(t.type, cpu)));
 }
 
 std::string size_text(uint64_t bytes) {
@@ -41,13 +43,13 @@ bool another_device_might_help(cl_int code) {
 
 }  // namespace
 
-WeightFootprint weight_footprint(const Model& model) {
+WeightFootprint weight_footprint(const Model& model, bool cpu_device) {
   WeightFootprint f;
   const ModelTensors& t = model.tensors;
   auto add = [&](const GgufTensor* tensor) {
     if (!tensor) return;
-    f.total_bytes += device_bytes(*tensor);
-    f.largest_buffer_bytes = std::max(f.largest_buffer_bytes, payload_bytes(*tensor));
+    f.total_bytes += device_bytes(*tensor, cpu_device);
+    f.largest_buffer_bytes = std::max(f.largest_buffer_bytes, payload_bytes(*tensor, cpu_device));
   };
   add(t.token_embd);
   if (!model.config.tied_embeddings) add(t.output);
@@ -59,17 +61,19 @@ WeightFootprint weight_footprint(const Model& model) {
       add(m);  // the optional ones are null unless the model has them
     }
     // Q, K and V of one type are uploaded as one stacked matrix.
-    if (l.wq && l.wk && l.wv && l.wq->type == l.wk->type && l.wq->type == l.wv->type) {
+    const auto type = [&](const GgufTensor* m) { return device_type(m->type, cpu_device); };
+    if (l.wq && l.wk && l.wv && type(l.wq) == type(l.wk) && type(l.wq) == type(l.wv)) {
       f.largest_buffer_bytes =
-          std::max(f.largest_buffer_bytes,
-                   payload_bytes(*l.wq) + payload_bytes(*l.wk) + payload_bytes(*l.wv));
+          std::max(f.largest_buffer_bytes, payload_bytes(*l.wq, cpu_device) +
+                                               payload_bytes(*l.wk, cpu_device) +
+                                               payload_bytes(*l.wv, cpu_device));
     }
   }
   return f;
 }
 
 void check_model_fits(const Model& model, const DeviceInfo& device) {
-  const WeightFootprint f = weight_footprint(model);
+  const WeightFootprint f = weight_footprint(model, device.is_cpu);
   if (f.total_bytes > device.global_mem_bytes) {
     throw ModelTooLargeError("the model's weights need " + size_text(f.total_bytes) + " but " +
                              device.name + " has " + size_text(device.global_mem_bytes) +

@@ -29,7 +29,8 @@ struct WeightFootprint {
   uint64_t total_bytes = 0;  // all weights as uploaded
   uint64_t largest_buffer_bytes = 0;
 };
-WeightFootprint weight_footprint(const Model& model);
+// On a CPU device (cpu_device) or another: the types differ (device_type).
+WeightFootprint weight_footprint(const Model& model, bool cpu_device);
 
 // Throws ModelTooLargeError when the weights cannot fit `device`.
 void check_model_fits(const Model& model, const DeviceInfo& device);

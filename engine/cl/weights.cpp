@@ -21,9 +21,14 @@ RepackedMatrix repack_matrix(GgmlType type, const uint8_t* data, int n_in, int r
   return m;
 }
 
-RepackedMatrix repack_tensor(const GgufFile& file, const GgufTensor& t) {
+RepackedMatrix repack_tensor(const GgufFile& file, const GgufTensor& t, bool cpu_device) {
   const std::vector<uint8_t> bytes = file.tensor_bytes(t);
-  return repack_matrix(t.type, bytes.data(), int(t.dims[0]), int(t.n_rows()));
+  const int n_in = int(t.dims[0]), rows = int(t.n_rows());
+  if (device_type(t.type, cpu_device) != t.type) {  // Q5_0 on a CPU device
+    const std::vector<uint8_t> q8 = q5_0_as_q8_0(bytes.data(), bytes.size() / sizeof(BlockQ5_0));
+    return repack_matrix(GgmlType::Q8_0, q8.data(), n_in, rows);
+  }
+  return repack_matrix(t.type, bytes.data(), n_in, rows);
 }
 
 RepackedMatrix stack_rows(const std::vector<RepackedMatrix>& parts) {
@@ -63,7 +68,7 @@ DeviceMatrix upload_floats(const ClRuntime& rt, const float* data, int n) {
 namespace {
 
 DeviceMatrix upload_tensor(const ClRuntime& rt, const GgufFile& file, const GgufTensor* t) {
-  return upload_matrix(rt, repack_tensor(file, *t));
+  return upload_matrix(rt, repack_tensor(file, *t, rt.device().is_cpu));
 }
 
 // (cos, sin) of each pair's angle (cpu::rope_angle), computed in float64.
@@ -89,7 +94,7 @@ std::vector<float> read_floats(const GgufFile& file, const GgufTensor& t) {
 
 // A 1-row F32 matrix of t's values; empty for a null t.
 DeviceMatrix upload_optional(const ClRuntime& rt, const GgufFile& file, const GgufTensor* t) {
-  return t ? upload_matrix(rt, repack_tensor(file, *t)) : DeviceMatrix{};
+  return t ? upload_tensor(rt, file, t) : DeviceMatrix{};
 }
 
 size_t mem_size(const ClMem& m) {
@@ -103,6 +108,7 @@ size_t mem_size(const ClMem& m) {
 DeviceWeights::DeviceWeights(const Model& model, const ClRuntime& rt, int n_ctx) {
   const ModelTensors& t = model.tensors;
   const GgufFile& f = *model.file;
+  const bool cpu = rt.device().is_cpu;
   token_embd = upload_tensor(rt, f, t.token_embd);
   n_bytes += token_embd.n_bytes;
   if (!model.config.tied_embeddings) {
@@ -114,10 +120,11 @@ DeviceWeights::DeviceWeights(const Model& model, const ClRuntime& rt, int n_ctx)
     Layer w;
     w.attn_norm = upload_tensor(rt, f, l.attn_norm);
     w.ffn_norm = upload_tensor(rt, f, l.ffn_norm);
-    if (l.wq->type == l.wk->type && l.wq->type == l.wv->type) {
-      w.qkv.push_back(upload_matrix(
-          rt,
-          stack_rows({repack_tensor(f, *l.wq), repack_tensor(f, *l.wk), repack_tensor(f, *l.wv)})));
+    const auto type = [&](const GgufTensor* m) { return device_type(m->type, cpu); };
+    if (type(l.wq) == type(l.wk) && type(l.wq) == type(l.wv)) {
+      w.qkv.push_back(
+          upload_matrix(rt, stack_rows({repack_tensor(f, *l.wq, cpu), repack_tensor(f, *l.wk, cpu),
+                                        repack_tensor(f, *l.wv, cpu)})));
     } else {
       for (const GgufTensor* m : {l.wq, l.wk, l.wv}) w.qkv.push_back(upload_tensor(rt, f, m));
     }

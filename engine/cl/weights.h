@@ -1,12 +1,12 @@
 // Weights on the device. Matrices are uploaded once, read-only, in their GGUF
-// storage type, in the block layout of engine/cl/block_layout.h: payloads (q)
-// and scale records (s) of each 32 values in two arrays, so kernels can use
-// aligned vector loads; F32, F16 and BF16 rows as they are. The same layout
-// (rows x blocks, row-major) holds for q and s, so row-wise concatenation of
-// matrices is concatenation of both arrays. DeviceWeights holds a model's
-// matrices in that layout; WeightArena copies them into one buffer for the
-// persistent decode kernels, whose compile-time weight types LayerTypes
-// gathers.
+// storage type (Q5_0 as Q8_0 on CPU devices: device_type), in the block
+// layout of engine/cl/block_layout.h: payloads (q) and scale records (s) of
+// each 32 values in two arrays, so kernels can use aligned vector loads; F32,
+// F16 and BF16 rows as they are. The same layout (rows x blocks, row-major)
+// holds for q and s, so row-wise concatenation of matrices is concatenation
+// of both arrays. DeviceWeights holds a model's matrices in that layout;
+// WeightArena copies them into one buffer for the persistent decode kernels,
+// whose compile-time weight types LayerTypes gathers.
 #pragma once
 
 #include <array>
@@ -33,8 +33,9 @@ struct RepackedMatrix {
 // ggml_row_bytes(type, n_in) bytes.
 RepackedMatrix repack_matrix(GgmlType type, const uint8_t* data, int n_in, int rows);
 // t's bytes, copied from `file` (GgufFile::tensor_bytes: a file that shrank
-// since it was opened is a GgufError, not SIGBUS), repacked.
-RepackedMatrix repack_tensor(const GgufFile& file, const GgufTensor& t);
+// since it was opened is a GgufError, not SIGBUS), repacked as its
+// device_type (block_layout.h) on a CPU device or another.
+RepackedMatrix repack_tensor(const GgufFile& file, const GgufTensor& t, bool cpu_device);
 // Stacks matrices of equal type and n_in row-wise (e.g. [Wq; Wk; Wv]).
 RepackedMatrix stack_rows(const std::vector<RepackedMatrix>& parts);
 

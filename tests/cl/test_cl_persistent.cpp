@@ -489,7 +489,9 @@ TEST(PersistentDecodeMixed, SecondTypePerRoleMatchesCpu) {
 
 // llama-quantize's Q4_K_M mix: Q, K, Wo, gate and up Q5_0; V Q8_0 in some
 // layers, Q5_0 in the others; down Q6_K in the same layers, Q4_K in the
-// others; Q8_0 embedding (tied).
+// others; Q8_0 embedding (tied). (CPU devices store Q5_0 as Q8_0: there V
+// has one type and Q, K and V are stacked; SecondTypePerRoleMatchesCpu
+// covers V's second type.)
 TEST(PersistentDecodeMixed, Q4KMLikeMixMatchesCpu) {
   if (!persistent_expected()) GTEST_SKIP() << k_not_here;
   std::map<std::string, GgmlType> retype;

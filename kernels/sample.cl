@@ -28,7 +28,7 @@
 // of the larger ones) places the k largest in order. No histogram: logits
 // share a few exponents, and atomics on those few bins serialised the
 // earlier radix select. Where more than RANK_MAX reach T (large k,
-// adversarial layouts, and work-groups of 1, where T is the one maximum) the radix
+// adversarial layouts, and work-groups of 1, where T is 1 unless k is 1) the radix
 // select (select_top: 8 bits a pass from the top, a 256-bin local histogram,
 // until the k-th largest's bin holds exactly the ones still needed) finds
 // them instead. The merge (final_stage) loads the first top_k places of every
@@ -300,6 +300,8 @@ int gather_logits(const __global float* logits, int base, int n, int k, __local 
   }
   if (lid == 0) *s_count = 0;
   const ulong threshold = kth_of_maxima(best, k, tmax, s_t);
+  // Every composite passes: the radix select's.
+  if (threshold == 1 && n > cap) return cap + 1;
   if (best >= threshold) {  // else none of this work-item's is
     for (int j = lid; j < n4; j += SAMPLE_WG) {
       const float4 v = v4[j];
@@ -328,6 +330,7 @@ int gather_local(const __local ulong* src, int m, int k, __local ulong* tmax, __
   for (int j = lid; j < m; j += SAMPLE_WG) best = max(best, src[j]);
   if (lid == 0) *s_count = 0;
   const ulong threshold = kth_of_maxima(best, k, tmax, s_t);
+  if (threshold == 1 && m > cap) return cap + 1;  // every one passes: the radix select's
   if (best >= threshold) {
     for (int j = lid; j < m; j += SAMPLE_WG) gather_one(src[j], threshold, dst, cap, s_count);
   }
@@ -362,10 +365,10 @@ int group_top(const __global float* logits, int base, int n, int k, __local ulon
 }
 
 // The sum of p[0 .. n) in order, in double, and each running sum to
-// mass[i] where mass is not null. The loads run 8 ahead of the additions
-// (p and mass are both local: the compiler would not move a load of one
-// above a store to the other).
-double running_sum(const __local float* p, int n, __local double* mass) {
+// mass[i] where `write`. The loads run 8 ahead of the additions (p and mass
+// are both local: the compiler would not move a load of one above a store to
+// the other).
+double running_sum(const __local float* p, int n, bool write, __local double* mass) {
   double acc = 0;
   for (int i0 = 0; i0 < n; i0 += 8) {
     float q[8];
@@ -375,7 +378,7 @@ double running_sum(const __local float* p, int n, __local double* mass) {
     for (int u = 0; u < 8; ++u) {
       if (i0 + u < n) {
         acc += q[u];
-        if (mass) mass[i0 + u] = acc;
+        if (write) mass[i0 + u] = acc;
       }
     }
   }
@@ -405,16 +408,18 @@ void final_stage(const __global ulong* part, const __global int* part_n, int n_g
                  __local ulong* tmax, __local ulong* sorted, __local float* p, __local double* mass,
                  __local double* s_sum, __local ulong* s_prefix, __local int* s_state) {
   const int lid = get_local_id(0);
-  // The first top_k places of every list to buf[g * top_k ..] (0 where a
-  // list is shorter: no composite), their candidates at the threshold to
-  // the upper half.
+  // The first top_k places of every list to buf, place by place (entry i of
+  // list g at i * n_groups + g, 0 where a list is shorter: no composite), so
+  // that a set of work-items holds different places of different lists (list
+  // by list, with top_k 64 every set held one place of each list: a loose
+  // threshold); their candidates at the threshold to the upper half.
   const int upper = MERGE_MAX / 2;
   const int m = n_groups * top_k;
   int n = -1;
   if (m <= upper) {
 #pragma unroll 4
     for (int j = lid; j < m; j += SAMPLE_WG) {  // the loads issued together
-      const int g = j / top_k, i = j - g * top_k;
+      const int i = j / n_groups, g = j - i * n_groups;
       const ulong c = part[g * K_MAX + i];
       buf[j] = i < part_n[g] ? c : 0;
     }
@@ -443,7 +448,7 @@ void final_stage(const __global ulong* part, const __global int* part_n, int n_g
     barrier(CLK_LOCAL_MEM_FENCE);
   }
   if (!greedy && n > 0) {
-    if (lid == 0) *s_sum = running_sum(p, n, 0);  // in the CPU's order
+    if (lid == 0) *s_sum = running_sum(p, n, false, mass);  // in the CPU's order
     barrier(CLK_LOCAL_MEM_FENCE);
     const double sum = *s_sum;
     for (int i = lid; i < n; i += SAMPLE_WG) p[i] = (float)(p[i] / sum);
@@ -456,7 +461,7 @@ void final_stage(const __global ulong* part, const __global int* part_n, int n_g
   if (n > 0 && !greedy) {
     // mass[i]: the probabilities' running sum in the CPU's order, which its
     // top-p filter, kept mass and draw each add up again (the same roundings).
-    running_sum(p, n, mass);
+    running_sum(p, n, true, mass);
     int kept = n;
     // top_p_filter
     if (top_p < 1.0f) kept = 1 + first_reaching(mass, n, (double)top_p, false);
@@ -477,9 +482,11 @@ void final_stage(const __global ulong* part, const __global int* part_n, int n_g
 // vocabulary (part[g * K_MAX ..], part_n[g]); the last group to finish runs
 // final_stage. done[0] counts the groups that finished; the last one sets it
 // back to 0 (every other group has counted by then, and the next launch
-// starts after this one ends), so a launch the host enqueued and that never
-// ran leaves nothing behind. No group waits for another, so any number of
-// groups may run at a time.
+// starts after this one ends: the engine's one in-order queue; a second or
+// an out-of-order queue would break this), so a launch the host enqueued and
+// that never ran leaves nothing behind; one that stops part-way (a device
+// fault) would leave a count, as the host-counted base before it did. No
+// group waits for another, so any number of groups may run at a time.
 __kernel __attribute__((reqd_work_group_size(SAMPLE_WG, 1, 1))) void sample_chain(
     __global float* logits, int n_vocab, int chunk, __global int* history, int pos, int n_recent,
     float repeat_penalty, float frequency_penalty, float presence_penalty, int top_k,

@@ -48,8 +48,8 @@ void repack_rows(GgmlType type, const uint8_t* data, int n_in, int rows, std::ve
 // nibbles split and the fifth bits or'ed in: on the 2-core EPYC (PoCL,
 // 2026-11-27) SmolLM2-135M's Q4_K_M file, Q5_0 in 166 of its matrices,
 // decoded at a median 0.89x of the Q4_1 file's speed with them as Q8_0,
-// 0.81x as Q5_0 (ten alternating rounds), for 34 bytes per 32 values
-// instead of 22.
+// 0.81x as Q5_0 (ten alternating rounds), for 34 bytes per 32 values on the
+// device instead of 24 (22 in the file).
 GgmlType device_type(GgmlType type, bool cpu_device);
 
 // n_blocks GGUF Q5_0 blocks -> as many GGUF Q8_0 blocks of the same values:

@@ -77,6 +77,19 @@ DeviceSampler::DeviceSampler(const ClRuntime& rt, ClPrograms& programs, int n_vo
                       ", not " + std::to_string(wg_),
                   CL_INVALID_WORK_GROUP_SIZE);
   }
+  // ~29 KB of local memory at 256 work-items (more with larger groups): a
+  // device with less would fail every launch.
+  // (Not an out-of-memory code: create() falls back to the host for this.)
+  cl_ulong kernel_local = 0;
+  cl_check(clGetKernelWorkGroupInfo(kernel_.get(), rt.device().device, CL_KERNEL_LOCAL_MEM_SIZE,
+                                    sizeof kernel_local, &kernel_local, nullptr),
+           "clGetKernelWorkGroupInfo(sample_chain, local memory)");
+  if (kernel_local > rt.device().local_mem_bytes) {
+    throw ClError("sample_chain needs " + std::to_string(kernel_local) +
+                      " bytes of local memory, the device has " +
+                      std::to_string(rt.device().local_mem_bytes),
+                  CL_INVALID_WORK_GROUP_SIZE);
+  }
   const KernelArgs args = {{"logits", logits},
                            {"n_vocab", cl_int(n_vocab)},
                            {"chunk", cl_int(chunk_)},

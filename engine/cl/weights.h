@@ -52,7 +52,8 @@ DeviceMatrix upload_matrix(const ClRuntime& rt, const RepackedMatrix& m);
 DeviceMatrix upload_floats(const ClRuntime& rt, const float* data, int n);  // 1-row F32
 
 // The model's weights on the device, read-only once uploaded, and the RoPE
-// table; shapes (rows, values per row), in the file's types unless F32.
+// table; shapes (rows, values per row), in their device_type()s (the file's
+// but Q5_0 on CPU devices) unless F32.
 struct DeviceWeights {
   struct Layer {
     DeviceMatrix attn_norm;  // (1, n_embd) F32

@@ -4,11 +4,13 @@
 // every time (the chain computes the CPU's roundings, so there is no
 // tolerance). Vocabulary sizes from 1 to Gemma 3's 262,144; logits random,
 // tied (a few distinct values), with NaN, +inf and -inf, all NaN, all -inf,
-// falling by id modulo 256 (a group's threshold overflows);
+// falling with id / 4 modulo 256 (a group's threshold overflows for top_k of
+// about 32 and more);
 // top_k from 1 to 256 and above the vocabulary; top-p and min-p on and off;
 // penalties over windows with repeated ids, greedy among them; work-groups of
-// 1 (the CPU devices'), 64 and 256 items. Chained steps check that the
-// kernel's own append to the history is what the next step's penalties see.
+// 1 (the CPU devices'), 64, 256 and 512 items (where the device takes 512).
+// Chained steps check that the kernel's own append to the history is what the
+// next step's penalties see.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -78,8 +80,13 @@ bool device_has_fp64() { return test::cl_test_runtime().device().has_extension("
 std::vector<int> work_groups() {
   const int device = KernelTuning::for_device(test::cl_test_runtime().device()).sample_wg;
   std::vector<int> wgs = {device};
-  for (int wg : {1, 64, 256}) {
-    if (wg != device) wgs.push_back(wg);
+  const size_t max_wg = test::cl_test_runtime().device().max_work_group_size;
+  for (int wg : {1, 64, 256, 512}) {
+    if (wg == device || size_t(wg) > max_wg) continue;
+    // 512 only where the compiled kernel takes groups that large (NVIDIA's
+    // takes 256, for its registers: DeviceSampler then samples on the host).
+    if (wg == 512 && !Chain(1, wg).sampler) continue;
+    wgs.push_back(wg);
   }
   return wgs;
 }
@@ -110,8 +117,8 @@ std::vector<float> make_logits(const std::string& kind, int n, uint32_t seed) {
   } else if (kind == "stairs") {
     // Falling with id / 4 modulo 256 (a work-item's ids share it: it reads
     // float4s): the k work-items with the largest maxima hold all of the top
-    // values, so many more than k reach a group's threshold (its radix
-    // select takes over).
+    // values, so many more than k reach a group's threshold (from top_k ~32
+    // at 256 work-items its radix select takes over).
     for (size_t i = 0; i < un; ++i) x[i] = 10.0f - 0.01f * float(i / 4 % 256) + 0.001f * x[i];
   } else if (kind == "peaked") {  // one clear winner, the rest far below
     for (float& v : x) v -= 20.0f;

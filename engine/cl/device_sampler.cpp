@@ -15,15 +15,11 @@ namespace clchat {
 
 namespace {
 
-// Vocabulary ids a group selects from, at least, and the most groups on a
-// GPU: the last group merges n_groups lists of top_k in local memory
-// (sample.cl's MERGE_MAX / 2 = 1,024 candidates: top_k up to 64 with 16
-// groups), so more groups than that cost more in the merge than they save
-// in the chunks (H100: 49,152 ids in 12 groups of 4,096, 262,144 in 16).
+// Vocabulary ids a group selects from, at least: small enough that a GPU
+// has a group per SM or so for the largest vocabularies (262,144 / 4,096 =
+// 64 groups), large enough that the final merge stays short.
 constexpr int k_min_chunk = 4096;
-constexpr int k_max_groups = 16;
-// A chunk starts on a multiple of this many ids (the kernel reads float4s).
-constexpr int k_chunk_align = 64;
+constexpr int k_max_groups = 64;
 
 }  // namespace
 
@@ -55,8 +51,6 @@ DeviceSampler::DeviceSampler(const ClRuntime& rt, ClPrograms& programs, int n_vo
   const int max_groups = serial ? std::max(1, int(rt.device().compute_units)) : k_max_groups;
   n_groups_ = std::clamp((n_vocab + k_min_chunk - 1) / k_min_chunk, 1, max_groups);
   chunk_ = (n_vocab + n_groups_ - 1) / n_groups_;
-  chunk_ = (chunk_ + k_chunk_align - 1) / k_chunk_align * k_chunk_align;
-  n_groups_ = (n_vocab + chunk_ - 1) / chunk_;
   const int k_max = k_device_top_k_max;
   history_ = rt.alloc((size_t(n_ctx) + 1) * 4);
   part_ = rt.alloc(size_t(n_groups_) * size_t(k_max) * 8);
@@ -77,9 +71,8 @@ DeviceSampler::DeviceSampler(const ClRuntime& rt, ClPrograms& programs, int n_vo
                       ", not " + std::to_string(wg_),
                   CL_INVALID_WORK_GROUP_SIZE);
   }
-  // ~29 KB of local memory at 256 work-items (more with larger groups): a
-  // device with less would fail every launch.
-  // (Not an out-of-memory code: create() falls back to the host for this.)
+  // Nor may it need more local memory than the device has. (Not an
+  // out-of-memory code: create() falls back to the host for this.)
   cl_ulong kernel_local = 0;
   cl_check(clGetKernelWorkGroupInfo(kernel_.get(), rt.device().device, CL_KERNEL_LOCAL_MEM_SIZE,
                                     sizeof kernel_local, &kernel_local, nullptr),
@@ -108,6 +101,7 @@ DeviceSampler::DeviceSampler(const ClRuntime& rt, ClPrograms& programs, int n_vo
                            {"part", part_},
                            {"part_n", part_n_},
                            {"done", done_},
+                           {"done_base", cl_uint(0)},
                            {"ids", ids}};
   args.bind(kernel_);
   arg_pos_ = args.index("pos");
@@ -121,6 +115,7 @@ DeviceSampler::DeviceSampler(const ClRuntime& rt, ClPrograms& programs, int n_vo
   arg_min_p_ = args.index("min_p");
   arg_seed_ = args.index("seed");
   arg_draw_ = args.index("draw");
+  arg_done_base_ = args.index("done_base");
 }
 
 int DeviceSampler::n_recent(const SamplingParams& p, int pos) {
@@ -178,9 +173,11 @@ void DeviceSampler::enqueue(const SamplingParams& p, uint64_t draw, int pos) {
   set_arg(k, arg_min_p_, cl_float(p.min_p));
   set_arg(k, arg_seed_, cl_ulong(p.seed));
   set_arg(k, arg_draw_, cl_ulong(draw));
+  set_arg(k, arg_done_base_, cl_uint(done_base_));
   const size_t local = size_t(wg_), global = size_t(n_groups_) * local;
   cl_check(clEnqueueNDRangeKernel(rt_.queue(), k, 1, nullptr, &global, &local, 0, nullptr, nullptr),
            "clEnqueueNDRangeKernel(sample_chain)");
+  done_base_ += uint32_t(n_groups_);
   if (pos + 1 <= n_ctx_) known_[size_t(pos) + 1] = -1;  // the pick, unknown until read back
 }
 

@@ -66,16 +66,17 @@ class DeviceSampler {
   const int n_ctx_;
   int wg_ = 1;  // work-items per group (KernelTuning::sample_wg)
   int n_groups_ = 1;
-  int chunk_ = 0;  // vocabulary ids per group
-  ClMem history_;  // (n_ctx + 1) int: the token at each position
-  ClMem part_;     // (n_groups, k_device_top_k_max) ulong: each group's candidates
-  ClMem part_n_;   // (n_groups) int: how many
-  ClMem done_;     // (1) uint: groups of the running launch finished (its last sets 0)
+  int chunk_ = 0;           // vocabulary ids per group
+  ClMem history_;           // (n_ctx + 1) int: the token at each position
+  ClMem part_;              // (n_groups, k_device_top_k_max) ulong: each group's candidates
+  ClMem part_n_;            // (n_groups) int: how many
+  ClMem done_;              // (1) uint: groups finished, over all launches (wraps)
+  uint32_t done_base_ = 0;  // its value when the next launch begins
   ClKernel kernel_;
   // Per-step arguments (indices in the kernel's list).
   cl_uint arg_pos_ = 0, arg_n_recent_ = 0, arg_repeat_ = 0, arg_frequency_ = 0, arg_presence_ = 0,
           arg_top_k_ = 0, arg_temperature_ = 0, arg_top_p_ = 0, arg_min_p_ = 0, arg_seed_ = 0,
-          arg_draw_ = 0;
+          arg_draw_ = 0, arg_done_base_ = 0;
   std::vector<int32_t> known_;  // (n_ctx + 1): what history holds, -1: not known
 };
 

@@ -4,8 +4,7 @@
 // every time (the chain computes the CPU's roundings, so there is no
 // tolerance). Vocabulary sizes from 1 to Gemma 3's 262,144; logits random,
 // tied (a few distinct values), with NaN, +inf and -inf, all NaN, all -inf,
-// falling with id / 4 modulo 256 (a group's threshold overflows for top_k of
-// about 32 and more);
+// falling with id / 4 modulo 256;
 // top_k from 1 to 256 and above the vocabulary; top-p and min-p on and off;
 // penalties over windows with repeated ids, greedy among them; work-groups of
 // 1 (the CPU devices'), 64, 256 and 512 items (where the device takes 512).
@@ -115,10 +114,9 @@ std::vector<float> make_logits(const std::string& kind, int n, uint32_t seed) {
   } else if (kind == "zeros") {  // +0 and -0 compare equal: ties by id
     for (size_t i = 0; i < un; ++i) x[i] = (i % 2) ? -0.0f : 0.0f;
   } else if (kind == "stairs") {
-    // Falling with id / 4 modulo 256 (a work-item's ids share it: it reads
-    // float4s): the k work-items with the largest maxima hold all of the top
-    // values, so many more than k reach a group's threshold (from top_k ~32
-    // at 256 work-items its radix select takes over).
+    // Falling with id / 4 modulo 256: the top values sit in a few of every
+    // 1,024 ids, so any split of a chunk over work-items that goes by
+    // position gives some of them all of the top values.
     for (size_t i = 0; i < un; ++i) x[i] = 10.0f - 0.01f * float(i / 4 % 256) + 0.001f * x[i];
   } else if (kind == "peaked") {  // one clear winner, the rest far below
     for (float& v : x) v -= 20.0f;

@@ -7,6 +7,7 @@
 
 #include "engine/cl/block_layout.h"
 #include "engine/cl/build_error.h"
+#include "engine/cl/weights.h"
 
 namespace clchat {
 
@@ -60,9 +61,7 @@ WeightFootprint weight_footprint(const Model& model, bool cpu_device) {
           l.bk, l.bv, l.q_norm, l.k_norm, l.post_attn_norm, l.post_ffn_norm}) {
       add(m);  // the optional ones are null unless the model has them
     }
-    // Q, K and V of one type are uploaded as one stacked matrix.
-    const auto type = [&](const GgufTensor* m) { return device_type(m->type, cpu_device); };
-    if (l.wq && l.wk && l.wv && type(l.wq) == type(l.wk) && type(l.wq) == type(l.wv)) {
+    if (qkv_stacked(l, cpu_device)) {  // uploaded as one matrix
       f.largest_buffer_bytes =
           std::max(f.largest_buffer_bytes, payload_bytes(*l.wq, cpu_device) +
                                                payload_bytes(*l.wk, cpu_device) +

@@ -31,6 +31,12 @@ RepackedMatrix repack_tensor(const GgufFile& file, const GgufTensor& t, bool cpu
   return repack_matrix(t.type, bytes.data(), n_in, rows);
 }
 
+bool qkv_stacked(const LayerTensors& l, bool cpu_device) {
+  if (!l.wq || !l.wk || !l.wv) return false;
+  const GgmlType q = device_type(l.wq->type, cpu_device);
+  return device_type(l.wk->type, cpu_device) == q && device_type(l.wv->type, cpu_device) == q;
+}
+
 RepackedMatrix stack_rows(const std::vector<RepackedMatrix>& parts) {
   RepackedMatrix out;
   if (parts.empty()) return out;
@@ -120,8 +126,7 @@ DeviceWeights::DeviceWeights(const Model& model, const ClRuntime& rt, int n_ctx)
     Layer w;
     w.attn_norm = upload_tensor(rt, f, l.attn_norm);
     w.ffn_norm = upload_tensor(rt, f, l.ffn_norm);
-    const auto type = [&](const GgufTensor* m) { return device_type(m->type, cpu); };
-    if (type(l.wq) == type(l.wk) && type(l.wq) == type(l.wv)) {
+    if (qkv_stacked(l, cpu)) {
       w.qkv.push_back(
           upload_matrix(rt, stack_rows({repack_tensor(f, *l.wq, cpu), repack_tensor(f, *l.wk, cpu),
                                         repack_tensor(f, *l.wv, cpu)})));

@@ -36,6 +36,10 @@ RepackedMatrix repack_matrix(GgmlType type, const uint8_t* data, int n_in, int r
 // since it was opened is a GgufError, not SIGBUS), repacked as its
 // device_type (block_layout.h) on a CPU device or another.
 RepackedMatrix repack_tensor(const GgufFile& file, const GgufTensor& t, bool cpu_device);
+// Whether a layer's Q, K and V are uploaded as one stacked matrix: all three
+// there and of one device_type (block_layout.h). DeviceWeights uploads by it
+// and weight_footprint (device_fit.h) sizes by it.
+bool qkv_stacked(const LayerTensors& l, bool cpu_device);
 // Stacks matrices of equal type and n_in row-wise (e.g. [Wq; Wk; Wv]).
 RepackedMatrix stack_rows(const std::vector<RepackedMatrix>& parts);
 

@@ -101,19 +101,6 @@ void print_profile(const ProfileReport& p) {
   }
 }
 
-// The device's tuning with the switches and every --tune applied, checked
-// against the device (a bad value: UsageError).
-Tuning bench_tuning(const BenchOptions& opt, const DeviceInfo& device) {
-  try {
-    Tuning t = Tuning::for_device(device, opt.switches);
-    for (const std::string& kv : opt.tune) set_tuning(t, kv);
-    t.check(device);
-    return t;
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
-}
-
 // --tune help: every key with its type, this device's default and what it
 // sets.
 void print_tuning_keys(const BenchOptions& opt) {
@@ -158,7 +145,7 @@ void bench(const BenchOptions& opt) {
   try {
     const DeviceInfo device = select_device(opt.device);
     ClForwardOptions fo;
-    fo.tuning = bench_tuning(opt, device);
+    fo.tuning = tuning_with(device, opt.switches, opt.tune);
     model = load_model(path);
     rt = std::make_unique<ClRuntime>(device, opt.profile, opt.switches.kernel_cache);
     fo.n_ctx = opt.n_depth + std::max(opt.n_prompt, opt.n_gen) + 1;
@@ -283,10 +270,7 @@ void add_bench_command(CLI::App& app, EngineSwitches& engine) {
   cmd->add_option("--device", opt->device, "OpenCL device: cpu, gpu, INDEX or NAME substring");
   cmd->add_flag("--profile", opt->profile, "Per-kernel and per-layer device times (OpenCL events)");
   add_engine_flags(*cmd, engine);
-  cmd->add_option("--tune", opt->tune,
-                  "Set a decode or prefill tuning field for A/B runs (repeatable; --tune help "
-                  "lists the keys, their types and this device's defaults)")
-      ->type_name("KEY=VALUE");
+  add_tune_option(*cmd, opt->tune);
   cmd->callback([opt, &engine] {
     opt->switches = engine;
     bench(*opt);

@@ -31,6 +31,7 @@ struct PerplexityOptions {
   std::string backend = "opencl";
   std::string device;
   EngineSwitches switches;
+  std::vector<std::string> tune;  // --tune KEY=VALUE
 };
 
 // log p(target) under softmax(logits), in float64.
@@ -64,7 +65,7 @@ void perplexity(const PerplexityOptions& opt) {
     ClForwardOptions fo;
     fo.n_ctx = n_ctx;
     fo.prefill_chunk = opt.chunk;
-    fo.tuning = Tuning::for_device(device, opt.switches);
+    fo.tuning = tuning_with(device, opt.switches, opt.tune);
     backend = std::make_unique<ClForward>(model, *runtime, fo);
   }
   std::fprintf(stderr, "perplexity: %zu tokens, %d windows of %d, %s\n", tokens.size(), n_windows,
@@ -121,6 +122,7 @@ void add_perplexity_command(CLI::App& app, EngineSwitches& engine) {
       ->check(CLI::IsMember({"opencl", "reference"}));
   cmd->add_option("--device", opt->device, "OpenCL device: cpu, gpu, INDEX or NAME substring");
   add_engine_flags(*cmd, engine);
+  add_tune_option(*cmd, opt->tune);
   cmd->callback([opt, &engine] {
     opt->switches = engine;
     perplexity(*opt);

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "config/number_rules.h"
+#include "engine/cl/tuning.h"
 #include "engine/messages.h"
 #include "engine/model/quant_mix.h"
 #include "engine/model/synthetic.h"
@@ -65,6 +67,12 @@ uint64_t seed_or_random(int64_t seed);
 
 // --no-persistent, --no-tensor-cores, --no-lookahead, --kernel-cache DIR.
 void add_engine_flags(CLI::App& cmd, EngineSwitches& switches);
+// --tune KEY=VALUE (repeatable), a tuning field for A/B runs.
+CLI::Option* add_tune_option(CLI::App& cmd, std::vector<std::string>& tune);
+// The device's tuning with the switches and every KEY=VALUE of `tune`
+// applied, checked against the device (a bad key or value: UsageError).
+Tuning tuning_with(const DeviceInfo& device, const EngineSwitches& switches,
+                   const std::vector<std::string>& tune);
 
 // The model to use when -m is not given: $CLCHAT_MODEL, else the default
 // SmolLM2 GGUF under assets/models/ (beside the executable's source tree or the

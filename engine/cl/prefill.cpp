@@ -75,6 +75,12 @@ ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeigh
   att_ = rt_.alloc(n * size_t(c.n_embd_q()) * 4);
   g_ = rt_.alloc(n * size_t(c.n_ff) * 4);
   u_ = rt_.alloc(n * size_t(c.n_ff) * 4);
+  if (tuning_.mm_q8) {
+    const int widest = std::max({c.n_embd, c.n_embd_q(), c.n_ff});
+    xq_ = rt_.alloc(q8_value_bytes(chunk_, widest));
+    xd_ = rt_.alloc(q8_scale_bytes(chunk_, widest));
+    xs_ = rt_.alloc(q8_scale_bytes(chunk_, widest));
+  }
   build_steps();
   if (decode_programs_) build_decode_steps();
 }
@@ -97,10 +103,16 @@ std::string ClPrefill::matmul_defines(GgmlType type, const PrefillTuning& t) {
          " -DMM_NT=" + std::to_string(t.mm_nt) + (t.mm_direct ? " -DMM_DIRECT=1" : "");
 }
 
+std::string ClPrefill::q8_defines(GgmlType type, const PrefillTuning& t) {
+  return " -DWTYPE=" + std::to_string(int(type)) + " -DQ8_VR=" + std::to_string(t.q8_vr) +
+         " -DQ8_TG=" + std::to_string(t.q8_tg);
+}
+
 std::string ClPrefill::attention_defines(int head_dim, const PrefillTuning& t) {
   return " -DHEAD_DIM=" + std::to_string(head_dim) + " -DATT_TQ=" + std::to_string(t.att_tq) +
          " -DATT_TK=" + std::to_string(t.att_tk) + " -DATT_KS=" + std::to_string(t.att_ks) +
-         " -DATT_DS=" + std::to_string(std::max(t.att_ds, 1));
+         " -DATT_DS=" + std::to_string(std::max(t.att_ds, 1)) +
+         (t.att_direct ? " -DATT_DIRECT=1" : "");
 }
 
 std::string ClPrefill::mma_defines(GgmlType type, const PrefillTuning& t) {
@@ -223,6 +235,77 @@ ClPrefill::Step ClPrefill::matmul_step(const DeviceMatrix& w, const ClMem& x, in
   return s;
 }
 
+bool ClPrefill::q8_weights(const DeviceMatrix& w) const {
+  const bool type_ok =
+      w.type == GgmlType::Q4_0 || w.type == GgmlType::Q4_1 || w.type == GgmlType::Q8_0;
+  return tuning_.mm_q8 && type_ok && w.n_in % 32 == 0 && xq_;
+}
+
+// x (chunk, ld_x) -> xq_, xd_, xs_; one work-item per token and block, groups
+// of 8 tokens (the last one padded with zeros).
+ClPrefill::Step ClPrefill::quantize_step(const ClMem& x, int ld_x, int n_in) {
+  Step s;
+  s.kernel = kernel("matmul_q8", q8_defines(GgmlType::Q8_0, tuning_), "quantize_x_q8");
+  s.global0 = size_t(n_in / 32);
+  s.local0 = elementwise_local(s.global0, rt_.device().max_work_group_size / 8);
+  s.local1 = 8;
+  s.tokens_per_group = 8;
+  s.label = "quantize_x";
+  const KernelArgs args = {{"x", x},
+                           {"ld_x", cl_int(ld_x)},
+                           {"n_in", cl_int(n_in)},
+                           {"n_tok", cl_int(0)},
+                           {"xq", xq_},
+                           {"xd", xd_},
+                           {"xs", xs_}};
+  args.bind(s.kernel);
+  s.arg_n_tok = int(args.index("n_tok"));
+  return s;
+}
+
+// Work-groups of 16 work-items along rows (PoCL runs a group's items in
+// one thread: 16 x q8_vr rows share the cached activations of its tokens).
+ClPrefill::Step ClPrefill::matmul_q8_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out,
+                                          int ld_out, int out_off, bool accumulate,
+                                          const char* label) {
+  Step s;
+  const PrefillTuning& t = tuning_;
+  s.kernel = kernel("matmul_q8", q8_defines(w.type, t), "matmul_q8");
+  s.local0 = std::min<size_t>(16, rt_.device().max_work_group_size);
+  s.global0 = ceil_div(ceil_div(size_t(w.rows), size_t(t.q8_vr)), s.local0) * s.local0;
+  s.local1 = 1;
+  s.tokens_per_group = 8 * t.q8_tg;
+  s.label = label;
+  s.q8_input = &x;
+  const KernelArgs args = {{"wq", w.q},
+                           {"ws", w.s},
+                           {"n_in", cl_int(w.n_in)},
+                           {"n_rows", cl_int(w.rows)},
+                           {"xq", xq_},
+                           {"xd", xd_},
+                           {"xs", xs_},
+                           {"n_tok", cl_int(0)},
+                           {"out", out},
+                           {"ld_out", cl_int(ld_out)},
+                           {"out_off", cl_int(out_off)},
+                           {"accumulate", cl_int(accumulate ? 1 : 0)}};
+  args.bind(s.kernel);
+  s.arg_n_tok = int(args.index("n_tok"));
+  return s;
+}
+
+void ClPrefill::add_matmul(const DeviceMatrix& w, const ClMem& x, int ld_x, const ClMem& out,
+                           int ld_out, int out_off, bool accumulate, const char* label) {
+  if (!q8_weights(w)) {
+    steps_.push_back(matmul_step(w, x, ld_x, out, ld_out, out_off, accumulate, label));
+    return;
+  }
+  if (steps_.empty() || steps_.back().q8_input != &x) {
+    steps_.push_back(quantize_step(x, ld_x, w.n_in));
+  }
+  steps_.push_back(matmul_q8_step(w, x, out, ld_out, out_off, accumulate, label));
+}
+
 ClPrefill::Step ClPrefill::norm_step(const ClMem& x, const ClMem& g, const ClMem& out,
                                      const char* label, bool accumulate) {
   Step s;
@@ -256,6 +339,11 @@ ClPrefill::Step ClPrefill::norm_step(const ClMem& x, const ClMem& g, const ClMem
 PrefillTuning ClPrefill::attention_tuning() const {
   const ModelConfig& c = config_;
   PrefillTuning t = tuning_;
+  if (t.att_direct) {  // no lanes, no local memory
+    t.att_ks = 1;
+    t.att_ds = 1;
+    return t;
+  }
   if (t.att_ds == 0) {
     const bool wide = !rt_.device().is_cpu && c.head_dim >= 256;
     t.att_ds = wide ? c.head_dim / 32 : 1;
@@ -306,7 +394,8 @@ void ClPrefill::build_steps() {
   const PrefillTuning att_tuning = attention_tuning();
   for (int il = 0; il < config_.n_layer; ++il) add_layer_steps(il, att_tuning);
   // final norm of rows row0.. and lm_head, for run_logits (logits_ set later)
-  head_norm_ = norm_step(x_, w_.output_norm.q, xn_, "output_norm");
+  head_steps_.clear();
+  head_steps_.push_back(norm_step(x_, w_.output_norm.q, xn_, "output_norm"));
 }
 
 // g = act(g) * u, act the model's (SiLU or GELU)
@@ -409,10 +498,10 @@ void ClPrefill::add_residual_steps(const DeviceMatrix& w, const ClMem& in, int l
                                    const char* norm_label) {
   const int n_embd = config_.n_embd;
   if (!post_norm.q) {
-    steps_.push_back(matmul_step(w, in, ld_in, x_, n_embd, 0, true, label));
+    add_matmul(w, in, ld_in, x_, n_embd, 0, true, label);
     return;
   }
-  steps_.push_back(matmul_step(w, in, ld_in, xn_, n_embd, 0, false, label));
+  add_matmul(w, in, ld_in, xn_, n_embd, 0, false, label);
   steps_.push_back(norm_step(xn_, post_norm.q, x_, norm_label, true));
 }
 
@@ -425,7 +514,7 @@ void ClPrefill::add_layer_steps(int il, const PrefillTuning& att_tuning) {
   steps_.push_back(norm_step(x_, w.attn_norm.q, xn_, "attn_norm"));
   int row_base = 0;
   for (const DeviceMatrix& m : w.qkv) {
-    steps_.push_back(matmul_step(m, xn_, c.n_embd, qkv_, n_qkv, row_base, false, "qkv"));
+    add_matmul(m, xn_, c.n_embd, qkv_, n_qkv, row_base, false, "qkv");
     row_base += m.rows;
   }
   steps_.push_back(c.plain_llama()
@@ -436,8 +525,8 @@ void ClPrefill::add_layer_steps(int il, const PrefillTuning& att_tuning) {
   add_residual_steps(w.wo, att_, n_q, w.post_attn_norm, "wo", "post_attn_norm");
   // h = act(Wg xn) * (Wu xn), xn = rmsnorm(x) * ffn_norm
   steps_.push_back(norm_step(x_, w.ffn_norm.q, xn_, "ffn_norm"));
-  steps_.push_back(matmul_step(w.ffn_gate, xn_, c.n_embd, g_, c.n_ff, 0, false, "ffn_gate"));
-  steps_.push_back(matmul_step(w.ffn_up, xn_, c.n_embd, u_, c.n_ff, 0, false, "ffn_up"));
+  add_matmul(w.ffn_gate, xn_, c.n_embd, g_, c.n_ff, 0, false, "ffn_gate");
+  add_matmul(w.ffn_up, xn_, c.n_embd, u_, c.n_ff, 0, false, "ffn_up");
   steps_.push_back(activation_step());
   // x += Wd h (post-norm'ed when the model has post-norms)
   add_residual_steps(w.ffn_down, g_, c.n_ff, w.post_ffn_norm, "ffn_down", "post_ffn_norm");
@@ -452,7 +541,9 @@ ClPrefill::Step ClPrefill::attention_step(int il, cl_ulong layer_off,
       kernel("attention_prefill", attention_defines(c.head_dim, att_tuning), "attention_prefill");
   att.global0 = size_t(c.n_head);
   att.local0 = 1;
-  att.local1 = size_t(att_tuning.att_tq) * size_t(att_tuning.att_ks) * size_t(att_tuning.att_ds);
+  att.local1 = att_tuning.att_direct ? 1
+                                     : size_t(att_tuning.att_tq) * size_t(att_tuning.att_ks) *
+                                           size_t(att_tuning.att_ds);
   att.tokens_per_group = att_tuning.att_tq;
   att.label = "attention";
   const KernelArgs att_args = {{"q", q_},
@@ -710,7 +801,9 @@ void ClPrefill::run_logits(int n_tokens, int pos, int first_out, std::vector<flo
     const size_t cap = std::min<size_t>(128u << 20, rt_.device().max_alloc_bytes);
     head_rows_ = int(std::clamp<size_t>(cap / row_bytes, 1, size_t(chunk_)));
     logits_ = rt_.alloc(size_t(head_rows_) * row_bytes);
-    head_matmul_ = matmul_step(w_.head(), xn_, c.n_embd, logits_, c.n_vocab, 0, false, "lm_head");
+    steps_.swap(head_steps_);  // add_matmul appends to steps_
+    add_matmul(w_.head(), xn_, c.n_embd, logits_, c.n_vocab, 0, false, "lm_head");
+    steps_.swap(head_steps_);
   }
   const size_t row_floats = size_t(c.n_vocab);
   out.resize(size_t(n_tokens - first_out) * row_floats);
@@ -721,8 +814,8 @@ void ClPrefill::run_logits(int n_tokens, int pos, int first_out, std::vector<flo
     // rows of this chunk that are wanted: [row0, n_chunk)
     for (int row0 = std::max(0, first_out - done); row0 < n_chunk; row0 += head_rows_) {
       const int n_rows = std::min(head_rows_, n_chunk - row0);
-      enqueue(head_norm_, n_rows, 0, 0, row0);  // xn[0..n_rows) = norm(x[row0..])
-      enqueue(head_matmul_, n_rows, 0, 0, 0);
+      // xn[0..n_rows) = norm(x[row0..]), then the lm_head
+      for (Step& s : head_steps_) enqueue(s, n_rows, 0, 0, row0);
       const size_t dst_row = size_t(done + row0 - first_out);
       cl_check(clEnqueueReadBuffer(rt_.queue(), logits_.get(), CL_TRUE, 0,
                                    size_t(n_rows) * row_floats * 4,

@@ -89,9 +89,11 @@ PrefillTuning PrefillTuning::for_device(const DeviceInfo& device) {
     t.mm_nr = 16;
     t.mm_wt = 12;
     t.mm_nt = 1;
+    t.mm_q8 = true;
     t.att_tq = 16;
     t.att_tk = 32;
     t.att_ks = 1;  // PoCL: one work-item per query already fills the cores
+    t.att_direct = true;
     t.norm_wg = 16;
   }
   // Tensor cores through inline PTX: NVIDIA's OpenCL only (still subject to
@@ -121,6 +123,10 @@ void PrefillTuning::check(const DeviceInfo& device) const {
                                 ", att_tq " + std::to_string(att_tq) + ", att_tk " +
                                 std::to_string(att_tk) + ", att_ks " + std::to_string(att_ks) +
                                 ", att_ds " + std::to_string(att_ds) + ") for " + device.name);
+  }
+  if (q8_vr < 1 || q8_vr > 8 || q8_tg < 1 || q8_tg > 8) {
+    throw std::invalid_argument("invalid 8-bit prefill tuning (q8_vr " + std::to_string(q8_vr) +
+                                ", q8_tg " + std::to_string(q8_tg) + "): 1 to 8 each");
   }
   if (!pow2(norm_wg) || size_t(norm_wg) > max_wg) {
     throw std::invalid_argument("invalid prefill norm work-group " + std::to_string(norm_wg) +
@@ -243,6 +249,12 @@ const std::vector<TuningKey>& tuning_keys() {
                [](T& t) -> int& { return t.prefill.mm_nt; }),
       key<bool>("mm_direct", "prefill matmul: no local memory, vectorized along k",
                 [](T& t) -> bool& { return t.prefill.mm_direct; }),
+      key<bool>("mm_q8", "prefill matmul: 8-bit activations for Q4_0/Q4_1/Q8_0 weights",
+                [](T& t) -> bool& { return t.prefill.mm_q8; }),
+      key<int>("q8_vr", "8-bit prefill matmul: rows per work-item (1..8)",
+               [](T& t) -> int& { return t.prefill.q8_vr; }),
+      key<int>("q8_tg", "8-bit prefill matmul: groups of 8 tokens per work-item (1..8)",
+               [](T& t) -> int& { return t.prefill.q8_tg; }),
       key<int>("att_tq", "prefill attention: queries per work-group",
                [](T& t) -> int& { return t.prefill.att_tq; }),
       key<int>("att_tk", "prefill attention: keys per local-memory tile",
@@ -251,6 +263,8 @@ const std::vector<TuningKey>& tuning_keys() {
                [](T& t) -> int& { return t.prefill.att_ks; }),
       key<int>("att_ds", "prefill attention: dim lanes per query and key lane (0: by head size)",
                [](T& t) -> int& { return t.prefill.att_ds; }),
+      key<bool>("att_direct", "prefill attention: no local memory, att_tq queries per work-item",
+                [](T& t) -> bool& { return t.prefill.att_direct; }),
       key<int>("norm_wg", "prefill rmsnorm work-group (power of two)",
                [](T& t) -> int& { return t.prefill.norm_wg; }),
       key<bool>("tensor_cores", "prefill: NVIDIA tensor-core matmul (after a self-test)",

@@ -105,9 +105,20 @@ struct PrefillTuning {
   // then also shortens att_tk for heads of 256 on GPUs)
   int att_ds = 0;
   int norm_wg = 64;  // rmsnorm_rows work-group (power of two)
+  // attention without local memory or barriers, att_tq queries per
+  // work-item walking the keys in tiles of att_tk (attention_prefill.cl, CPU
+  // variant; att_ks and att_ds then 1)
+  bool att_direct = false;
   // matmul without local memory, vectorized along k (matmul.cl, CPU variant);
   // then mm_vr may be any row count.
   bool mm_direct = false;
+  // Matmuls of Q4_0, Q4_1 and Q8_0 weights (Q5_0 is Q8_0 on CPU devices)
+  // through kernels/matmul_q8.cl: the activations quantized to 8 bits per
+  // block of 32 first (as llama.cpp's CPU backend does), then integer dot
+  // products; q8_vr rows x q8_tg groups of 8 tokens per work-item. CPU
+  // devices (x86 with AVX2 runs it as vpmaddubsw / vpmaddwd).
+  bool mm_q8 = false;
+  int q8_vr = 1, q8_tg = 4;
   // NVIDIA only: quantized weights through kernels/matmul_mma.cl (tensor-core
   // mma.sync by inline PTX), per weight type after ClPrefill's self-test.
   // false: the portable kernel. Tile: mma_wr x mma_wn warps, each mma_mi x

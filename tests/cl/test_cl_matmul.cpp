@@ -8,6 +8,11 @@
 //     column range of a wider output (the stacked q;k;v when types differ);
 //     with the device's tuning, the GPU tuning and an odd one (1 row per
 //     work-item, tiles of 3 x 10), so edge tiles are tested on a CPU too;
+//   - matmul_q8 (kernels/matmul_q8.cl, 8-bit activations) for Q4_0, Q4_1 and
+//     Q8_0 at the shapes of whole blocks, the same token counts and modes,
+//     with the CPU default tiling, an odd one and the portable code: against
+//     the float64 product with x quantized as the kernel's definition says
+//     (written in the test from that definition) and, looser, the exact one;
 //   - embed_rows for every type, ids read from the device at an offset.
 //   - on NVIDIA's OpenCL only (skipped elsewhere, saying so): the tensor-core
 //     kernel kernels/matmul_mma.cl for the quantized types, same cases, with
@@ -20,8 +25,10 @@
 // them (and around the written column range) that must stay NaN.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -163,17 +170,79 @@ std::vector<MatmulCase> matmul_cases() {
 
 class ClMatmul : public testing::TestWithParam<MatmulCase> {};
 
-// Launches a matmul kernel (set up by the caller) over n_tok tokens.
-using Launch = std::function<void(const ClKernel&, int n_tok)>;
+// Runs one kernel variant: out (+)= W x for n_tok tokens of n_in values
+// (token t at x + t * n_in), written at column off of rows ld floats apart.
+using RunVariant = std::function<void(const TestMatrix& w, const ClMem& x, int n_tok,
+                                      const ClMem& out, int ld, int off, bool accumulate)>;
+
+// A variant, its name, and the activations its reference multiplies (the
+// given ones, or what 8-bit quantization leaves of them) with the tolerance
+// of ||delta|| / ||ref||.
+struct Variant {
+  RunVariant run;
+  std::string name;
+  bool eight_bit_x = false;
+};
+
+// The float matmul (matmul.cl) with tuning t.
+Variant matmul_variant(GgmlType type, const PrefillTuning& t) {
+  auto k = std::make_shared<ClKernel>(matmul_kernel(type, t));
+  RunVariant run = [k, t](const TestMatrix& w, const ClMem& x, int n_tok, const ClMem& out, int ld,
+                          int off, bool acc) {
+    set_args(*k, w.dev.q, w.dev.s, cl_int(w.n_in), cl_int(w.rows), x, cl_int(w.n_in), cl_int(n_tok),
+             out, cl_int(ld), cl_int(off), cl_int(acc ? 1 : 0));
+    run_matmul(*k, t, w.rows, n_tok);
+  };
+  return {run, describe(t)};
+}
+
+// x as kernels/matmul_q8.cl's quantize_x_q8 defines it (llama.cpp's Q8_0
+// rule per 16 values: d = max|x| / 127, q = round-half-even(x * 127 / max|x|)),
+// written here from that definition: the values d * q.
+std::vector<float> eight_bit(const std::vector<float>& x) {
+  std::vector<float> y(x.size());
+  for (size_t b = 0; b + 16 <= x.size(); b += 16) {
+    float amax = 0;
+    for (size_t i = b; i < b + 16; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+    for (size_t i = b; i < b + 16; ++i) y[i] = d * std::nearbyint(x[i] * id);
+  }
+  return y;
+}
+
+// quantize_x_q8 then matmul_q8 with tuning t (-DQ8_PORTABLE=1 when
+// `portable`: the kernel's plain OpenCL C instead of x86 builtins).
+Variant q8_variant(GgmlType type, const PrefillTuning& t, bool portable) {
+  const std::string defines = ClPrefill::q8_defines(type, t) + (portable ? " -DQ8_PORTABLE=1" : "");
+  auto quantize = std::make_shared<ClKernel>(build_kernel("matmul_q8", defines, "quantize_x_q8"));
+  auto k = std::make_shared<ClKernel>(build_kernel("matmul_q8", defines, "matmul_q8"));
+  RunVariant run = [quantize, k, t](const TestMatrix& w, const ClMem& x, int n_tok,
+                                    const ClMem& out, int ld, int off, bool acc) {
+    const ClRuntime& rt = test::cl_test_runtime();
+    const ClMem xq = rt.alloc(ClPrefill::q8_value_bytes(n_tok, w.n_in));
+    const ClMem xd = rt.alloc(ClPrefill::q8_scale_bytes(n_tok, w.n_in));
+    const ClMem xs = rt.alloc(ClPrefill::q8_scale_bytes(n_tok, w.n_in));
+    set_args(*quantize, x, cl_int(w.n_in), cl_int(w.n_in), cl_int(n_tok), xq, xd, xs);
+    run_2d(*quantize, size_t(w.n_in / 32), test::round_up(size_t(n_tok), 8), 0, 0);
+    set_args(*k, w.dev.q, w.dev.s, cl_int(w.n_in), cl_int(w.rows), xq, xd, xs, cl_int(n_tok), out,
+             cl_int(ld), cl_int(off), cl_int(acc ? 1 : 0));
+    const size_t groups = test::round_up(size_t(n_tok), 8) / 8;
+    run_2d(*k, (size_t(w.rows) + size_t(t.q8_vr) - 1) / size_t(t.q8_vr),
+           (groups + size_t(t.q8_tg) - 1) / size_t(t.q8_tg), 0, 0);
+  };
+  return {run,
+          "q8 vr " + std::to_string(t.q8_vr) + " tg " + std::to_string(t.q8_tg) +
+              (portable ? " portable" : ""),
+          true};
+}
 
 // out[t] = W x[t]; out[t] += W x[t]; and out[t][off .. off + rows) = W x[t]
 // inside rows of ld = rows + 2 * off columns, for every token count, with
-// each kernel variant (kernel, its launch, a description).
-struct Variant {
-  ClKernel kernel;
-  Launch launch;
-  std::string name;
-};
+// each kernel variant. Against the float64 product of the weights' values
+// and x (|| delta || / || ref || within tolerance(type)); 8-bit variants
+// against x as they quantize it (1e-4: only float rounding and the odd
+// quantization step that lands on the other side of a tie), and within 1e-2
+// of the exact product (the 8-bit error on random data: ~5e-3).
 void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Variant>& variants) {
   const uint32_t seed = uint32_t(shape.n_in * 131 + shape.rows);
   const TestMatrix w = test::make_test_matrix(type, shape.n_in, shape.rows, seed);
@@ -181,23 +250,27 @@ void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Var
   const auto x = test::random_floats(size_t(max_tok) * size_t(shape.n_in), seed + 1);
   const auto init = test::random_floats(size_t(max_tok) * size_t(shape.rows), seed + 2);
   const ClMem x_dev = cl_buffer(x);
+  auto product = [&](const std::vector<float>& xs, int n_tok) {
+    std::vector<double> ref(size_t(n_tok) * size_t(shape.rows));
+    for (int tok = 0; tok < n_tok; ++tok) {
+      for (int r = 0; r < shape.rows; ++r) {
+        double s = 0;
+        for (int i = 0; i < shape.n_in; ++i) {
+          s += double(w.values[size_t(r) * shape.n_in + i]) * xs[size_t(tok) * shape.n_in + i];
+        }
+        ref[size_t(tok) * shape.rows + r] = s;
+      }
+    }
+    return ref;
+  };
+  const auto x8 = eight_bit(x);
 
   for (const Variant& v : variants) {
     SCOPED_TRACE(v.name);
-    const ClKernel& k = v.kernel;
     for (int n_tok : k_token_counts) {
       SCOPED_TRACE("n_tok " + std::to_string(n_tok));
-      // float64 reference
-      std::vector<double> ref(size_t(n_tok) * size_t(shape.rows));
-      for (int tok = 0; tok < n_tok; ++tok) {
-        for (int r = 0; r < shape.rows; ++r) {
-          double s = 0;
-          for (int i = 0; i < shape.n_in; ++i) {
-            s += double(w.values[size_t(r) * shape.n_in + i]) * x[size_t(tok) * shape.n_in + i];
-          }
-          ref[size_t(tok) * shape.rows + r] = s;
-        }
-      }
+      const std::vector<double> exact = product(x, n_tok);
+      const std::vector<double> ref = v.eight_bit_x ? product(x8, n_tok) : exact;
       for (int mode = 0; mode < 3; ++mode) {  // plain, accumulate, offset
         SCOPED_TRACE(mode == 0 ? "plain" : mode == 1 ? "accumulate" : "offset");
         const int off = mode == 2 ? 5 : 0;
@@ -211,28 +284,33 @@ void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Var
                                         nullptr),
                    "clEnqueueWriteBuffer");
         }
-        set_args(k, w.dev.q, w.dev.s, cl_int(shape.n_in), cl_int(shape.rows), x_dev,
-                 cl_int(shape.n_in), cl_int(n_tok), out, cl_int(ld), cl_int(off),
-                 cl_int(mode == 1 ? 1 : 0));
-        v.launch(k, n_tok);
+        v.run(w, x_dev, n_tok, out, ld, off, mode == 1);
         const auto got = cl_read(out, n_out);
         std::vector<float> got_rows;
-        std::vector<double> want = ref;
+        std::vector<double> want = ref, want_exact = exact;
         size_t untouched_written = 0;
         for (int tok = 0; tok < n_tok; ++tok) {
           for (int c = 0; c < ld; ++c) {
-            const float v = got[size_t(tok) * ld + c];
+            const float value = got[size_t(tok) * ld + c];
             if (c < off || c >= off + shape.rows) {
-              untouched_written += !std::isnan(v);
+              untouched_written += !std::isnan(value);
             } else {
-              got_rows.push_back(v);
+              got_rows.push_back(value);
             }
           }
         }
         if (mode == 1) {
-          for (size_t e = 0; e < want.size(); ++e) want[e] += init[e];
+          for (size_t e = 0; e < want.size(); ++e) {
+            want[e] += init[e];
+            want_exact[e] += init[e];
+          }
         }
-        EXPECT_LE(test::relative_error(got_rows, want), tolerance(type));
+        if (v.eight_bit_x) {
+          EXPECT_LE(test::relative_error(got_rows, want), 1e-4);
+          EXPECT_LE(test::relative_error(got_rows, want_exact), 1e-2);
+        } else {
+          EXPECT_LE(test::relative_error(got_rows, want), tolerance(type));
+        }
         EXPECT_EQ(untouched_written, 0u) << "write outside the column range";
         EXPECT_EQ(test::count_overwritten(got, size_t(n_tok) * ld), 0u) << "write past the end";
       }
@@ -243,13 +321,25 @@ void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Var
 TEST_P(ClMatmul, PlainAccumulateAndOffsetMatchReference) {
   const auto [shape, type] = GetParam();
   std::vector<Variant> variants;
-  for (const PrefillTuning& t : matmul_tunings()) {
-    variants.push_back(
-        {matmul_kernel(type, t),
-         [t, rows = shape.rows](const ClKernel& k, int n_tok) { run_matmul(k, t, rows, n_tok); },
-         describe(t)});
-  }
+  for (const PrefillTuning& t : matmul_tunings()) variants.push_back(matmul_variant(type, t));
   check_matmul(shape, type, variants);
+}
+
+// kernels/matmul_q8.cl: Q4_0, Q4_1 and Q8_0 rows of whole blocks, with the
+// CPU default tiling, odd ones, and the portable code.
+TEST_P(ClMatmul, EightBitActivationKernelMatchesReference) {
+  const auto [shape, type] = GetParam();
+  if (type != GgmlType::Q4_0 && type != GgmlType::Q4_1 && type != GgmlType::Q8_0) {
+    GTEST_SKIP() << "matmul_q8 takes Q4_0, Q4_1 and Q8_0";
+  }
+  PrefillTuning def, odd, portable;
+  odd.q8_vr = 3;
+  odd.q8_tg = 2;
+  portable.q8_vr = 2;
+  portable.q8_tg = 1;
+  check_matmul(shape, type,
+               {q8_variant(type, def, false), q8_variant(type, odd, false),
+                q8_variant(type, portable, true)});
 }
 
 // The tensor-core kernel: quantized types only, NVIDIA only.
@@ -259,16 +349,19 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
   if (!device_is_nvidia()) GTEST_SKIP() << "the tensor-core kernel runs on NVIDIA's OpenCL only";
   std::vector<Variant> variants;
   for (const PrefillTuning& t : mma_tunings()) {
-    variants.push_back({build_kernel("matmul_mma", ClPrefill::mma_defines(type, t), "matmul_mma"),
-                        [t, rows = shape.rows](const ClKernel& k, int n_tok) {
-                          run_2d(k,
-                                 test::round_up(size_t(rows), size_t(t.mma_tile_rows())) /
-                                     t.mma_tile_rows() * t.mma_threads(),
-                                 test::round_up(size_t(n_tok), size_t(t.mma_tile_tokens())) /
-                                     t.mma_tile_tokens(),
-                                 size_t(t.mma_threads()), 1);
-                        },
-                        describe_mma(t)});
+    auto k = std::make_shared<ClKernel>(
+        build_kernel("matmul_mma", ClPrefill::mma_defines(type, t), "matmul_mma"));
+    RunVariant run = [k, t](const TestMatrix& w, const ClMem& x, int n_tok, const ClMem& out,
+                            int ld, int off, bool acc) {
+      set_args(*k, w.dev.q, w.dev.s, cl_int(w.n_in), cl_int(w.rows), x, cl_int(w.n_in),
+               cl_int(n_tok), out, cl_int(ld), cl_int(off), cl_int(acc ? 1 : 0));
+      run_2d(*k,
+             test::round_up(size_t(w.rows), size_t(t.mma_tile_rows())) / t.mma_tile_rows() *
+                 t.mma_threads(),
+             test::round_up(size_t(n_tok), size_t(t.mma_tile_tokens())) / t.mma_tile_tokens(),
+             size_t(t.mma_threads()), 1);
+    };
+    variants.push_back({run, describe_mma(t)});
   }
   check_matmul(shape, type, variants);
 }

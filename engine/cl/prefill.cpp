@@ -75,11 +75,11 @@ ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeigh
   att_ = rt_.alloc(n * size_t(c.n_embd_q()) * 4);
   g_ = rt_.alloc(n * size_t(c.n_ff) * 4);
   u_ = rt_.alloc(n * size_t(c.n_ff) * 4);
-  if (tuning_.mm_q8) {
+  if (tuning_.mm_x16) {
     const int widest = std::max({c.n_embd, c.n_embd_q(), c.n_ff});
-    xq_ = rt_.alloc(q8_value_bytes(chunk_, widest));
-    xd_ = rt_.alloc(q8_scale_bytes(chunk_, widest));
-    xs_ = rt_.alloc(q8_scale_bytes(chunk_, widest));
+    xq_ = rt_.alloc(x16_value_bytes(chunk_, widest));
+    xd_ = rt_.alloc(x16_scale_bytes(chunk_, widest));
+    xs_ = rt_.alloc(x16_scale_bytes(chunk_, widest));
   }
   build_steps();
   if (decode_programs_) build_decode_steps();
@@ -103,9 +103,9 @@ std::string ClPrefill::matmul_defines(GgmlType type, const PrefillTuning& t) {
          " -DMM_NT=" + std::to_string(t.mm_nt) + (t.mm_direct ? " -DMM_DIRECT=1" : "");
 }
 
-std::string ClPrefill::q8_defines(GgmlType type, const PrefillTuning& t) {
-  return " -DWTYPE=" + std::to_string(int(type)) + " -DQ8_VR=" + std::to_string(t.q8_vr) +
-         " -DQ8_TG=" + std::to_string(t.q8_tg);
+std::string ClPrefill::x16_defines(GgmlType type, const PrefillTuning& t) {
+  return " -DWTYPE=" + std::to_string(int(type)) + " -DX16_VR=" + std::to_string(t.x16_vr) +
+         " -DX16_TG=" + std::to_string(t.x16_tg);
 }
 
 std::string ClPrefill::attention_defines(int head_dim, const PrefillTuning& t) {
@@ -235,17 +235,18 @@ ClPrefill::Step ClPrefill::matmul_step(const DeviceMatrix& w, const ClMem& x, in
   return s;
 }
 
-bool ClPrefill::q8_weights(const DeviceMatrix& w) const {
-  const bool type_ok =
-      w.type == GgmlType::Q4_0 || w.type == GgmlType::Q4_1 || w.type == GgmlType::Q8_0;
-  return tuning_.mm_q8 && type_ok && w.n_in % 32 == 0 && xq_;
+bool ClPrefill::x16_weights(const DeviceMatrix& w) const {
+  const bool type_ok = w.type == GgmlType::Q4_0 || w.type == GgmlType::Q4_1 ||
+                       w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_K ||
+                       w.type == GgmlType::Q6_K;
+  return tuning_.mm_x16 && type_ok && w.n_in % 32 == 0 && xq_;
 }
 
 // x (chunk, ld_x) -> xq_, xd_, xs_; one work-item per token and block, groups
 // of 8 tokens (the last one padded with zeros).
 ClPrefill::Step ClPrefill::quantize_step(const ClMem& x, int ld_x, int n_in) {
   Step s;
-  s.kernel = kernel("matmul_q8", q8_defines(GgmlType::Q8_0, tuning_), "quantize_x_q8");
+  s.kernel = kernel("matmul_x16", x16_defines(GgmlType::Q8_0, tuning_), "quantize_x16");
   s.global0 = size_t(n_in / 32);
   s.local0 = elementwise_local(s.global0, rt_.device().max_work_group_size / 8);
   s.local1 = 8;
@@ -264,19 +265,19 @@ ClPrefill::Step ClPrefill::quantize_step(const ClMem& x, int ld_x, int n_in) {
 }
 
 // Work-groups of 16 work-items along rows (PoCL runs a group's items in
-// one thread: 16 x q8_vr rows share the cached activations of its tokens).
-ClPrefill::Step ClPrefill::matmul_q8_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out,
-                                          int ld_out, int out_off, bool accumulate,
-                                          const char* label) {
+// one thread: 16 x x16_vr rows share the cached activations of its tokens).
+ClPrefill::Step ClPrefill::matmul_x16_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out,
+                                           int ld_out, int out_off, bool accumulate,
+                                           const char* label) {
   Step s;
   const PrefillTuning& t = tuning_;
-  s.kernel = kernel("matmul_q8", q8_defines(w.type, t), "matmul_q8");
+  s.kernel = kernel("matmul_x16", x16_defines(w.type, t), "matmul_x16");
   s.local0 = std::min<size_t>(16, rt_.device().max_work_group_size);
-  s.global0 = ceil_div(ceil_div(size_t(w.rows), size_t(t.q8_vr)), s.local0) * s.local0;
+  s.global0 = ceil_div(ceil_div(size_t(w.rows), size_t(t.x16_vr)), s.local0) * s.local0;
   s.local1 = 1;
-  s.tokens_per_group = 8 * t.q8_tg;
+  s.tokens_per_group = 8 * t.x16_tg;
   s.label = label;
-  s.q8_input = &x;
+  s.x16_input = &x;
   const KernelArgs args = {{"wq", w.q},
                            {"ws", w.s},
                            {"n_in", cl_int(w.n_in)},
@@ -296,14 +297,14 @@ ClPrefill::Step ClPrefill::matmul_q8_step(const DeviceMatrix& w, const ClMem& x,
 
 void ClPrefill::add_matmul(const DeviceMatrix& w, const ClMem& x, int ld_x, const ClMem& out,
                            int ld_out, int out_off, bool accumulate, const char* label) {
-  if (!q8_weights(w)) {
+  if (!x16_weights(w)) {
     steps_.push_back(matmul_step(w, x, ld_x, out, ld_out, out_off, accumulate, label));
     return;
   }
-  if (steps_.empty() || steps_.back().q8_input != &x) {
+  if (steps_.empty() || steps_.back().x16_input != &x) {
     steps_.push_back(quantize_step(x, ld_x, w.n_in));
   }
-  steps_.push_back(matmul_q8_step(w, x, out, ld_out, out_off, accumulate, label));
+  steps_.push_back(matmul_x16_step(w, x, out, ld_out, out_off, accumulate, label));
 }
 
 ClPrefill::Step ClPrefill::norm_step(const ClMem& x, const ClMem& g, const ClMem& out,

@@ -98,9 +98,9 @@ class ClPrefill {
     int att_window = 0;
     int layer = -1;  // decode steps: the layer it belongs to (profile), -1: none
     const char* label = "";
-    // matmul_q8 steps: the activations they read quantized (xq_), so a
-    // following matmul of the same input skips quantize_x_q8.
-    const ClMem* q8_input = nullptr;
+    // matmul_x16 steps: the activations they read quantized (xq_), so a
+    // following matmul of the same input skips quantize_x16.
+    const ClMem* x16_input = nullptr;
   };
 
   void build_steps();
@@ -109,15 +109,15 @@ class ClPrefill {
   Step embed_step();
   Step matmul_step(const DeviceMatrix& w, const ClMem& x, int ld_x, const ClMem& out, int ld_out,
                    int out_off, bool accumulate, const char* label);
-  // out (+)= W x for the chunk as steps_: matmul_step, or with 8-bit
-  // activations (q8_weights) quantize_x_q8 (unless the step before
-  // quantized the same x) and matmul_q8.
+  // out (+)= W x for the chunk as steps_: matmul_step, or with 16-bit
+  // activations (x16_weights) quantize_x16 (unless the step before
+  // quantized the same x) and matmul_x16.
   void add_matmul(const DeviceMatrix& w, const ClMem& x, int ld_x, const ClMem& out, int ld_out,
                   int out_off, bool accumulate, const char* label);
-  bool q8_weights(const DeviceMatrix& w) const;
+  bool x16_weights(const DeviceMatrix& w) const;
   Step quantize_step(const ClMem& x, int ld_x, int n_in);
-  Step matmul_q8_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out, int ld_out,
-                      int out_off, bool accumulate, const char* label);
+  Step matmul_x16_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out, int ld_out,
+                       int out_off, bool accumulate, const char* label);
   Step norm_step(const ClMem& x, const ClMem& g, const ClMem& out, const char* label,
                  bool accumulate = false);
   // Where head_rows finds q, k and v: rows of ld floats, q at 0.
@@ -147,14 +147,15 @@ class ClPrefill {
   // The -D options of kernels/matmul.cl for weights of `type` (also used by
   // the kernel tests).
   static std::string matmul_defines(GgmlType type, const PrefillTuning& t);
-  // Of kernels/matmul_q8.cl (Q4_0, Q4_1 or Q8_0).
-  static std::string q8_defines(GgmlType type, const PrefillTuning& t);
+  // Of kernels/matmul_x16.cl (Q4_0, Q4_1, Q8_0, Q4_K or Q6_K).
+  static std::string x16_defines(GgmlType type, const PrefillTuning& t);
   // Bytes of its quantized activations for n_tok tokens of n_in values:
-  // int8 values, then per block the scales and the scaled sums (floats).
-  static size_t q8_value_bytes(int n_tok, int n_in) {
+  // 16-bit values, then per 16 values a float scale and per 32 a float sum.
+  static size_t x16_values(int n_tok, int n_in) {
     return size_t((n_tok + 7) / 8) * 8 * size_t(n_in);
   }
-  static size_t q8_scale_bytes(int n_tok, int n_in) { return q8_value_bytes(n_tok, n_in) / 16 * 4; }
+  static size_t x16_value_bytes(int n_tok, int n_in) { return x16_values(n_tok, n_in) * 2; }
+  static size_t x16_scale_bytes(int n_tok, int n_in) { return x16_values(n_tok, n_in) / 16 * 4; }
   static std::string mma_defines(GgmlType type, const PrefillTuning& t);
   static std::string attention_defines(int head_dim, const PrefillTuning& t);
   static bool mma_type(GgmlType type) {
@@ -206,7 +207,7 @@ class ClPrefill {
   ClMem q_;             // roped queries (chunk, n_embd_q)
   ClMem att_;           // attention output (chunk, n_embd_q)
   ClMem g_, u_;         // FFN gate / up, then h = silu(g) * u in g_ (chunk, n_ff)
-  ClMem xq_, xd_, xs_;  // 8-bit activations of the widest input (matmul_q8.cl), or none
+  ClMem xq_, xd_, xs_;  // 16-bit activations of the widest input (matmul_x16.cl), or none
   ClMem logits_;        // (head_rows_, n_vocab), allocated by the first run_logits
   int head_rows_ = 0;   // positions per lm_head launch in run_logits
 

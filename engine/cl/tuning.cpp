@@ -89,7 +89,7 @@ PrefillTuning PrefillTuning::for_device(const DeviceInfo& device) {
     t.mm_nr = 16;
     t.mm_wt = 12;
     t.mm_nt = 1;
-    t.mm_q8 = true;
+    t.mm_x16 = true;
     t.att_tq = 16;
     t.att_tk = 32;
     t.att_ks = 1;  // PoCL: one work-item per query already fills the cores
@@ -124,9 +124,9 @@ void PrefillTuning::check(const DeviceInfo& device) const {
                                 std::to_string(att_tk) + ", att_ks " + std::to_string(att_ks) +
                                 ", att_ds " + std::to_string(att_ds) + ") for " + device.name);
   }
-  if (q8_vr < 1 || q8_vr > 8 || q8_tg < 1 || q8_tg > 8) {
-    throw std::invalid_argument("invalid 8-bit prefill tuning (q8_vr " + std::to_string(q8_vr) +
-                                ", q8_tg " + std::to_string(q8_tg) + "): 1 to 8 each");
+  if (x16_vr < 1 || x16_vr > 8 || x16_tg < 1 || x16_tg > 8) {
+    throw std::invalid_argument("invalid 16-bit prefill tuning (x16_vr " + std::to_string(x16_vr) +
+                                ", x16_tg " + std::to_string(x16_tg) + "): 1 to 8 each");
   }
   if (!pow2(norm_wg) || size_t(norm_wg) > max_wg) {
     throw std::invalid_argument("invalid prefill norm work-group " + std::to_string(norm_wg) +
@@ -249,12 +249,13 @@ const std::vector<TuningKey>& tuning_keys() {
                [](T& t) -> int& { return t.prefill.mm_nt; }),
       key<bool>("mm_direct", "prefill matmul: no local memory, vectorized along k",
                 [](T& t) -> bool& { return t.prefill.mm_direct; }),
-      key<bool>("mm_q8", "prefill matmul: 8-bit activations for Q4_0/Q4_1/Q8_0 weights",
-                [](T& t) -> bool& { return t.prefill.mm_q8; }),
-      key<int>("q8_vr", "8-bit prefill matmul: rows per work-item (1..8)",
-               [](T& t) -> int& { return t.prefill.q8_vr; }),
-      key<int>("q8_tg", "8-bit prefill matmul: groups of 8 tokens per work-item (1..8)",
-               [](T& t) -> int& { return t.prefill.q8_tg; }),
+      key<bool>("mm_x16",
+                "prefill matmul: 16-bit integer activations (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K)",
+                [](T& t) -> bool& { return t.prefill.mm_x16; }),
+      key<int>("x16_vr", "16-bit prefill matmul: rows per work-item (1..8)",
+               [](T& t) -> int& { return t.prefill.x16_vr; }),
+      key<int>("x16_tg", "16-bit prefill matmul: groups of 8 tokens per work-item (1..8)",
+               [](T& t) -> int& { return t.prefill.x16_tg; }),
       key<int>("att_tq", "prefill attention: queries per work-group",
                [](T& t) -> int& { return t.prefill.att_tq; }),
       key<int>("att_tk", "prefill attention: keys per local-memory tile",

@@ -112,13 +112,13 @@ struct PrefillTuning {
   // matmul without local memory, vectorized along k (matmul.cl, CPU variant);
   // then mm_vr may be any row count.
   bool mm_direct = false;
-  // Matmuls of Q4_0, Q4_1 and Q8_0 weights (Q5_0 is Q8_0 on CPU devices)
-  // through kernels/matmul_q8.cl: the activations quantized to 8 bits per
-  // block of 32 first (as llama.cpp's CPU backend does), then integer dot
-  // products; q8_vr rows x q8_tg groups of 8 tokens per work-item. CPU
-  // devices (x86 with AVX2 runs it as vpmaddubsw / vpmaddwd).
-  bool mm_q8 = false;
-  int q8_vr = 1, q8_tg = 4;
+  // Matmuls of Q4_0, Q4_1, Q8_0, Q4_K and Q6_K weights (Q5_0 is Q8_0 on CPU
+  // devices) through kernels/matmul_x16.cl: the activations quantized to
+  // 16-bit integers per 16 values first, then integer dot products;
+  // x16_vr rows x x16_tg groups of 8 tokens per work-item. CPU devices (x86
+  // with AVX2 runs it as vpmaddwd).
+  bool mm_x16 = false;
+  int x16_vr = 1, x16_tg = 4;
   // NVIDIA only: quantized weights through kernels/matmul_mma.cl (tensor-core
   // mma.sync by inline PTX), per weight type after ClPrefill's self-test.
   // false: the portable kernel. Tile: mma_wr x mma_wn warps, each mma_mi x

@@ -507,7 +507,9 @@ TEST(ClForward, DebugToggleDoesNotChangeIds) {
 
 // prefill(tokens) must give the id and leave the cache of N decode_argmax
 // calls: the next position's logits are then identical (same kernels, same
-// order), and match the CPU reference. Also in two chunks (pos > 0).
+// order; within 1e-4 where the prefill multiplies 16-bit integer activations,
+// PrefillTuning::mm_x16: 1.3e-5 measured), and match the CPU reference. Also
+// in two chunks (pos > 0).
 void expect_prefill_equals_decode(const Model& model, const std::vector<int32_t>& tokens) {
   const int n = int(tokens.size());
   const int32_t next_token = tokens[0];
@@ -516,6 +518,7 @@ void expect_prefill_equals_decode(const Model& model, const std::vector<int32_t>
   const std::vector<float> ref = cpu.forward(next_token, n);
 
   ClRuntime& rt = test::cl_test_runtime();
+  const double same = Tuning::for_device(rt.device()).prefill.mm_x16 ? 1e-4 : 1e-6;
   ClForward seq(model, rt, ClForwardOptions{n + 1});
   int32_t seq_id = -1;
   for (int i = 0; i < n; ++i) seq_id = seq.decode_argmax(tokens[size_t(i)], i);
@@ -526,7 +529,7 @@ void expect_prefill_equals_decode(const Model& model, const std::vector<int32_t>
   EXPECT_EQ(pre.prefill(tokens, 0), seq_id);
   const auto pre_span = pre.decode_logits(next_token, n);
   const std::vector<float> pre_logits(pre_span.begin(), pre_span.end());
-  EXPECT_LE(test::relative_error(pre_logits, seq_logits), 1e-6);
+  EXPECT_LE(test::relative_error(pre_logits, seq_logits), same);
   EXPECT_LE(test::relative_error(pre_logits, ref), k_logits_tol);
 
   ClForward chunks(model, rt, ClForwardOptions{n + 1});
@@ -536,7 +539,7 @@ void expect_prefill_equals_decode(const Model& model, const std::vector<int32_t>
   const auto chunk_span = chunks.decode_logits(next_token, n);
   EXPECT_LE(
       test::relative_error(std::vector<float>(chunk_span.begin(), chunk_span.end()), seq_logits),
-      1e-6);
+      same);
 }
 
 TEST(ClForward, PrefillEqualsSequentialDecodeStories260K) {

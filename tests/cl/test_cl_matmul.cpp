@@ -8,11 +8,12 @@
 //     column range of a wider output (the stacked q;k;v when types differ);
 //     with the device's tuning, the GPU tuning and an odd one (1 row per
 //     work-item, tiles of 3 x 10), so edge tiles are tested on a CPU too;
-//   - matmul_q8 (kernels/matmul_q8.cl, 8-bit activations) for Q4_0, Q4_1 and
-//     Q8_0 at the shapes of whole blocks, the same token counts and modes,
-//     with the CPU default tiling, an odd one and the portable code: against
-//     the float64 product with x quantized as the kernel's definition says
-//     (written in the test from that definition) and, looser, the exact one;
+//   - matmul_x16 (kernels/matmul_x16.cl, 16-bit activations) for Q4_0, Q4_1,
+//     Q8_0, Q4_K and Q6_K at the shapes their rows allow, the same token
+//     counts and modes, with the CPU default tiling, an odd one and the
+//     portable code: against the float64 product with x quantized as the
+//     kernel's definition says (written in the test from that definition,
+//     1e-5) and the exact one (the quantized weights' tolerance);
 //   - embed_rows for every type, ids read from the device at an offset.
 //   - on NVIDIA's OpenCL only (skipped elsewhere, saying so): the tensor-core
 //     kernel kernels/matmul_mma.cl for the quantized types, same cases, with
@@ -175,13 +176,12 @@ class ClMatmul : public testing::TestWithParam<MatmulCase> {};
 using RunVariant = std::function<void(const TestMatrix& w, const ClMem& x, int n_tok,
                                       const ClMem& out, int ld, int off, bool accumulate)>;
 
-// A variant, its name, and the activations its reference multiplies (the
-// given ones, or what 8-bit quantization leaves of them) with the tolerance
-// of ||delta|| / ||ref||.
+// A variant, its name, and whether its reference multiplies what 16-bit
+// quantization leaves of the activations (else the given ones).
 struct Variant {
   RunVariant run;
   std::string name;
-  bool eight_bit_x = false;
+  bool sixteen_bit_x = false;
 };
 
 // The float matmul (matmul.cl) with tuning t.
@@ -196,42 +196,43 @@ Variant matmul_variant(GgmlType type, const PrefillTuning& t) {
   return {run, describe(t)};
 }
 
-// x as kernels/matmul_q8.cl's quantize_x_q8 defines it (llama.cpp's Q8_0
-// rule per 16 values: d = max|x| / 127, q = round-half-even(x * 127 / max|x|)),
-// written here from that definition: the values d * q.
-std::vector<float> eight_bit(const std::vector<float>& x) {
+// x as kernels/matmul_x16.cl's quantize_x16 defines it (per 16 values:
+// d = max|x| / 32767, q = round-half-even(x * 32767 / max|x|)), written here
+// from that definition: the values d * q.
+std::vector<float> sixteen_bit(const std::vector<float>& x) {
   std::vector<float> y(x.size());
   for (size_t b = 0; b + 16 <= x.size(); b += 16) {
     float amax = 0;
     for (size_t i = b; i < b + 16; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+    const float d = amax / 32767.0f, id = amax > 0 ? 32767.0f / amax : 0.0f;
     for (size_t i = b; i < b + 16; ++i) y[i] = d * std::nearbyint(x[i] * id);
   }
   return y;
 }
 
-// quantize_x_q8 then matmul_q8 with tuning t (-DQ8_PORTABLE=1 when
+// quantize_x16 then matmul_x16 with tuning t (-DX16_PORTABLE=1 when
 // `portable`: the kernel's plain OpenCL C instead of x86 builtins).
-Variant q8_variant(GgmlType type, const PrefillTuning& t, bool portable) {
-  const std::string defines = ClPrefill::q8_defines(type, t) + (portable ? " -DQ8_PORTABLE=1" : "");
-  auto quantize = std::make_shared<ClKernel>(build_kernel("matmul_q8", defines, "quantize_x_q8"));
-  auto k = std::make_shared<ClKernel>(build_kernel("matmul_q8", defines, "matmul_q8"));
+Variant x16_variant(GgmlType type, const PrefillTuning& t, bool portable) {
+  const std::string defines =
+      ClPrefill::x16_defines(type, t) + (portable ? " -DX16_PORTABLE=1" : "");
+  auto quantize = std::make_shared<ClKernel>(build_kernel("matmul_x16", defines, "quantize_x16"));
+  auto k = std::make_shared<ClKernel>(build_kernel("matmul_x16", defines, "matmul_x16"));
   RunVariant run = [quantize, k, t](const TestMatrix& w, const ClMem& x, int n_tok,
                                     const ClMem& out, int ld, int off, bool acc) {
     const ClRuntime& rt = test::cl_test_runtime();
-    const ClMem xq = rt.alloc(ClPrefill::q8_value_bytes(n_tok, w.n_in));
-    const ClMem xd = rt.alloc(ClPrefill::q8_scale_bytes(n_tok, w.n_in));
-    const ClMem xs = rt.alloc(ClPrefill::q8_scale_bytes(n_tok, w.n_in));
+    const ClMem xq = rt.alloc(ClPrefill::x16_value_bytes(n_tok, w.n_in));
+    const ClMem xd = rt.alloc(ClPrefill::x16_scale_bytes(n_tok, w.n_in));
+    const ClMem xs = rt.alloc(ClPrefill::x16_scale_bytes(n_tok, w.n_in));
     set_args(*quantize, x, cl_int(w.n_in), cl_int(w.n_in), cl_int(n_tok), xq, xd, xs);
     run_2d(*quantize, size_t(w.n_in / 32), test::round_up(size_t(n_tok), 8), 0, 0);
     set_args(*k, w.dev.q, w.dev.s, cl_int(w.n_in), cl_int(w.rows), xq, xd, xs, cl_int(n_tok), out,
              cl_int(ld), cl_int(off), cl_int(acc ? 1 : 0));
     const size_t groups = test::round_up(size_t(n_tok), 8) / 8;
-    run_2d(*k, (size_t(w.rows) + size_t(t.q8_vr) - 1) / size_t(t.q8_vr),
-           (groups + size_t(t.q8_tg) - 1) / size_t(t.q8_tg), 0, 0);
+    run_2d(*k, (size_t(w.rows) + size_t(t.x16_vr) - 1) / size_t(t.x16_vr),
+           (groups + size_t(t.x16_tg) - 1) / size_t(t.x16_tg), 0, 0);
   };
   return {run,
-          "q8 vr " + std::to_string(t.q8_vr) + " tg " + std::to_string(t.q8_tg) +
+          "x16 vr " + std::to_string(t.x16_vr) + " tg " + std::to_string(t.x16_tg) +
               (portable ? " portable" : ""),
           true};
 }
@@ -239,10 +240,8 @@ Variant q8_variant(GgmlType type, const PrefillTuning& t, bool portable) {
 // out[t] = W x[t]; out[t] += W x[t]; and out[t][off .. off + rows) = W x[t]
 // inside rows of ld = rows + 2 * off columns, for every token count, with
 // each kernel variant. Against the float64 product of the weights' values
-// and x (|| delta || / || ref || within tolerance(type)); 8-bit variants
-// against x as they quantize it (1e-4: only float rounding and the odd
-// quantization step that lands on the other side of a tie), and within 1e-2
-// of the exact product (the 8-bit error on random data: ~5e-3).
+// and x (|| delta || / || ref || within tolerance(type)); 16-bit variants
+// also against x as they quantize it (1e-5: float rounding only).
 void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Variant>& variants) {
   const uint32_t seed = uint32_t(shape.n_in * 131 + shape.rows);
   const TestMatrix w = test::make_test_matrix(type, shape.n_in, shape.rows, seed);
@@ -263,14 +262,14 @@ void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Var
     }
     return ref;
   };
-  const auto x8 = eight_bit(x);
+  const auto x8 = sixteen_bit(x);
 
   for (const Variant& v : variants) {
     SCOPED_TRACE(v.name);
     for (int n_tok : k_token_counts) {
       SCOPED_TRACE("n_tok " + std::to_string(n_tok));
       const std::vector<double> exact = product(x, n_tok);
-      const std::vector<double> ref = v.eight_bit_x ? product(x8, n_tok) : exact;
+      const std::vector<double> ref = v.sixteen_bit_x ? product(x8, n_tok) : exact;
       for (int mode = 0; mode < 3; ++mode) {  // plain, accumulate, offset
         SCOPED_TRACE(mode == 0 ? "plain" : mode == 1 ? "accumulate" : "offset");
         const int off = mode == 2 ? 5 : 0;
@@ -305,12 +304,10 @@ void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Var
             want_exact[e] += init[e];
           }
         }
-        if (v.eight_bit_x) {
-          EXPECT_LE(test::relative_error(got_rows, want), 1e-4);
-          EXPECT_LE(test::relative_error(got_rows, want_exact), 1e-2);
-        } else {
-          EXPECT_LE(test::relative_error(got_rows, want), tolerance(type));
+        if (v.sixteen_bit_x) {
+          EXPECT_LE(test::relative_error(got_rows, want), 1e-5);
         }
+        EXPECT_LE(test::relative_error(got_rows, want_exact), tolerance(type));
         EXPECT_EQ(untouched_written, 0u) << "write outside the column range";
         EXPECT_EQ(test::count_overwritten(got, size_t(n_tok) * ld), 0u) << "write past the end";
       }
@@ -325,21 +322,22 @@ TEST_P(ClMatmul, PlainAccumulateAndOffsetMatchReference) {
   check_matmul(shape, type, variants);
 }
 
-// kernels/matmul_q8.cl: Q4_0, Q4_1 and Q8_0 rows of whole blocks, with the
+// kernels/matmul_x16.cl: Q4_0, Q4_1, Q8_0, Q4_K and Q6_K rows, with the
 // CPU default tiling, odd ones, and the portable code.
-TEST_P(ClMatmul, EightBitActivationKernelMatchesReference) {
+TEST_P(ClMatmul, SixteenBitActivationKernelMatchesReference) {
   const auto [shape, type] = GetParam();
-  if (type != GgmlType::Q4_0 && type != GgmlType::Q4_1 && type != GgmlType::Q8_0) {
-    GTEST_SKIP() << "matmul_q8 takes Q4_0, Q4_1 and Q8_0";
+  if (type != GgmlType::Q4_0 && type != GgmlType::Q4_1 && type != GgmlType::Q8_0 &&
+      type != GgmlType::Q4_K && type != GgmlType::Q6_K) {
+    GTEST_SKIP() << "matmul_x16 takes Q4_0, Q4_1, Q8_0, Q4_K and Q6_K";
   }
   PrefillTuning def, odd, portable;
-  odd.q8_vr = 3;
-  odd.q8_tg = 2;
-  portable.q8_vr = 2;
-  portable.q8_tg = 1;
+  odd.x16_vr = 3;
+  odd.x16_tg = 2;
+  portable.x16_vr = 2;
+  portable.x16_tg = 1;
   check_matmul(shape, type,
-               {q8_variant(type, def, false), q8_variant(type, odd, false),
-                q8_variant(type, portable, true)});
+               {x16_variant(type, def, false), x16_variant(type, odd, false),
+                x16_variant(type, portable, true)});
 }
 
 // The tensor-core kernel: quantized types only, NVIDIA only.

@@ -9,9 +9,8 @@
 //     work-item and tiles of 11 keys;
 //   - rmsnorm_rows, rope_kv_rows and silu_mul against float64 references;
 //   - ClForward::prefill_logits against CpuForward at every position
-//     (||delta|| / ||ref|| <= 1e-3; 3e-2 with 8-bit activations) and
-//     ClForward::prefill's next token against N sequential decode steps
-//     (float activations), for chunk sizes 1, 7, 64 and 512 with prompts
+//     (||delta|| / ||ref|| <= 1e-3) and ClForward::prefill's next token against
+//     N sequential decode steps, for chunk sizes 1, 7, 64 and 512 with prompts
 //     crossing chunk boundaries, prefill split over two calls (the second
 //     chunk attends to the cache of the first), on stories260K (F32),
 //     llama-2-tiny-random (F16) and small synthetic models of every type.
@@ -294,61 +293,44 @@ std::vector<int32_t> some_tokens(int n, int n_vocab) {
 
 // For each chunk size: logits of every position from prefill_logits (in two
 // calls, split at `split`) against CpuForward, and prefill's next token against
-// sequential decode steps of the same ClForward. Twice where the device's
-// prefill quantizes activations to 8 bits (PrefillTuning::mm_q8, CPU
-// devices): with float activations (||delta|| / ||ref|| <= 1e-3, next tokens
-// equal), and as the device runs it (<= 3e-2: the 8-bit activations' error
-// through the layers, 1e-2 on these models; next tokens not compared, the
-// random models' top two logits can be that close).
+// sequential decode steps of the same ClForward.
 void expect_prefill_matches(const Model& model, int n_tokens, std::vector<int> chunks, int split) {
   const auto tokens = some_tokens(n_tokens, model.config.n_vocab);
   CpuForward cpu(model, n_tokens);
   std::vector<std::vector<float>> ref;
   for (int p = 0; p < n_tokens; ++p) ref.push_back(cpu.forward(tokens[size_t(p)], p));
   const int n_vocab = model.config.n_vocab;
-  const Tuning device = Tuning::for_device(test::cl_test_runtime().device());
-  Tuning float_x = device;
-  float_x.prefill.mm_q8 = false;
-  std::vector<std::pair<Tuning, double>> tunings = {{float_x, 1e-3}};
-  if (device.prefill.mm_q8) tunings.emplace_back(device, 3e-2);
-  for (const auto& [tuning, tolerance] : tunings) {
-    const bool exact = tolerance <= 1e-3;
-    SCOPED_TRACE(exact ? "float activations" : "8-bit activations");
-    for (int chunk : chunks) {
-      SCOPED_TRACE("chunk " + std::to_string(chunk));
-      ClForwardOptions opt;
-      opt.n_ctx = n_tokens;
-      opt.prefill_chunk = chunk;
-      opt.tuning = tuning;
-      ClForward cl(model, test::cl_test_runtime(), opt);
-      ASSERT_EQ(cl.prefill_chunk(), std::min(chunk, n_tokens));
-      std::vector<float> first, second;
-      const std::span<const int32_t> all(tokens);
-      cl.prefill_logits(all.first(size_t(split)), 0, 0, first);
-      cl.prefill_logits(all.subspan(size_t(split)), split, 0, second);
-      ASSERT_EQ(first.size(), size_t(split) * n_vocab);
-      ASSERT_EQ(second.size(), size_t(n_tokens - split) * n_vocab);
-      first.insert(first.end(), second.begin(), second.end());
-      for (int p = 0; p < n_tokens; ++p) {
-        const std::vector<float> got(first.begin() + p * n_vocab,
-                                     first.begin() + (p + 1) * n_vocab);
-        ASSERT_LE(test::relative_error(got, ref[size_t(p)]), tolerance) << "position " << p;
-      }
-      // first_out skips the head for earlier positions
-      std::vector<float> tail;
-      cl.prefill_logits(all, 0, n_tokens - 3, tail);
-      ASSERT_EQ(tail.size(), size_t(3) * n_vocab);
-      EXPECT_LE(
-          test::relative_error(std::vector<float>(tail.end() - n_vocab, tail.end()), ref.back()),
-          tolerance);
-      if (!exact) continue;
-      // prefill's next token = the argmax after N sequential decode steps
-      const int32_t batched = cl.prefill(all, 0);
-      int32_t sequential = -1;
-      for (int p = 0; p < n_tokens; ++p) sequential = cl.decode_argmax(tokens[size_t(p)], p);
-      EXPECT_EQ(batched, sequential);
-      EXPECT_EQ(batched, cpu::argmax(ref.back()));
+  for (int chunk : chunks) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    ClForwardOptions opt;
+    opt.n_ctx = n_tokens;
+    opt.prefill_chunk = chunk;
+    ClForward cl(model, test::cl_test_runtime(), opt);
+    ASSERT_EQ(cl.prefill_chunk(), std::min(chunk, n_tokens));
+    std::vector<float> first, second;
+    const std::span<const int32_t> all(tokens);
+    cl.prefill_logits(all.first(size_t(split)), 0, 0, first);
+    cl.prefill_logits(all.subspan(size_t(split)), split, 0, second);
+    ASSERT_EQ(first.size(), size_t(split) * n_vocab);
+    ASSERT_EQ(second.size(), size_t(n_tokens - split) * n_vocab);
+    first.insert(first.end(), second.begin(), second.end());
+    for (int p = 0; p < n_tokens; ++p) {
+      const std::vector<float> got(first.begin() + p * n_vocab, first.begin() + (p + 1) * n_vocab);
+      ASSERT_LE(test::relative_error(got, ref[size_t(p)]), 1e-3) << "position " << p;
     }
+    // first_out skips the head for earlier positions
+    std::vector<float> tail;
+    cl.prefill_logits(all, 0, n_tokens - 3, tail);
+    ASSERT_EQ(tail.size(), size_t(3) * n_vocab);
+    EXPECT_LE(
+        test::relative_error(std::vector<float>(tail.end() - n_vocab, tail.end()), ref.back()),
+        1e-3);
+    // prefill's next token = the argmax after N sequential decode steps
+    const int32_t batched = cl.prefill(all, 0);
+    int32_t sequential = -1;
+    for (int p = 0; p < n_tokens; ++p) sequential = cl.decode_argmax(tokens[size_t(p)], p);
+    EXPECT_EQ(batched, sequential);
+    EXPECT_EQ(batched, cpu::argmax(ref.back()));
   }
 }
 

@@ -1,8 +1,8 @@
 // Prefill matrix-matrix product on CPU devices with the activations as
-// 16-bit integers, for Q4_0, Q4_1, Q8_0, Q4_K and Q6_K weights (-DWTYPE=2, 3,
-// 8, 12 or 14; Q5_0 is Q8_0 on CPU devices) in the block layout of
-// engine/cl/block_layout.h (payloads and scale records in separate buffers;
-// K-quants as their groups of 32 with float scales).
+// 16-bit integers, for Q4_0, Q4_1, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights
+// (-DWTYPE=2, 3, 7, 8, 12, 13 or 14; Q5_0 is Q8_0 on CPU devices) in the
+// block layout of engine/cl/block_layout.h (payloads and scale records in
+// separate buffers; K-quants as their groups of 32 with float scales).
 //
 // Why 16 bits: with llama.cpp's 8-bit activations (one scale per 32 values,
 // or per 16 here) the kernel ran 1.8x faster, but SmolLM2-135M-Instruct's
@@ -21,7 +21,7 @@
 // the order the weights' bytes give them. Alongside, per group and block:
 // the two halves' scales for the 8 tokens (16 floats) and the sum of the
 // quantized block, sum(d q) (8 floats), for the weights' offsets (Q4_0's -8,
-// Q4_1's and Q4_K's m).
+// the m of Q4_1, Q5_1, Q4_K and Q5_K).
 //
 // matmul_x16: out[t][r] (+)= sum_k W[r][k] d q[t][k]. A work-item takes
 // X16_VR rows and X16_TG groups of 8 tokens. Per block, row and half, the 8
@@ -44,9 +44,12 @@
 #define X16_TG 4
 #endif
 
-#if WTYPE != 2 && WTYPE != 3 && WTYPE != 8 && WTYPE != 12 && WTYPE != 14
-#error "matmul_x16: WTYPE must be Q4_0 (2), Q4_1 (3), Q8_0 (8), Q4_K (12) or Q6_K (14)"
+#if WTYPE != 2 && WTYPE != 3 && WTYPE != 7 && WTYPE != 8 && WTYPE != 12 && WTYPE != 13 && \
+    WTYPE != 14
+#error \
+    "matmul_x16: WTYPE must be Q4_0, Q4_1, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K (2, 3, 7, 8, 12, 13, 14)"
 #endif
+#define FIFTH_BIT (WTYPE == 7 || WTYPE == 13)  // Q5_1, Q5_K: bit j of qh is bit 4 of value j
 
 #define KB 32
 #define TOKS 8                 // tokens per group: the 32-bit lanes of a 256-bit register
@@ -187,6 +190,10 @@ __kernel void matmul_x16(const __global uint* wq, const __global void* ws, int n
       const uint4 wv = vload4(0, wq + blk * 4);
 #if WTYPE == 14
       const uint2 top = vload2(1, (const __global uint*)ws + blk * 4);
+#elif WTYPE == 7
+      const uint qh = ((const __global uint*)ws)[blk * 2 + 1];
+#elif WTYPE == 13
+      const uint qh = ((const __global uint*)ws)[blk * 4 + 2];
 #endif
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
@@ -202,6 +209,23 @@ __kernel void matmul_x16(const __global uint* wq, const __global void* ws, int n
           pr[h][0] = __builtin_astype(sw & (ushort16_)(0xff), short16_) - (short16_)(32);
           pr[h][1] = __builtin_astype(sw >> (ushort16_)(8), short16_) - (short16_)(32);
         }
+#elif FIFTH_BIT
+        // pair words as in the Q4 branch below, with the fifth bits of
+        // values 16 h + 4 u + p and + 2 at bits 4 and 20
+        const uint f = qh >> (4 * u), g = qh >> (16 + 4 * u);
+        const uint w = wv[u];
+        const short16_ pr[2][2] = {
+            {__builtin_astype(splat_word((w & 0x000f000fu) | ((f & 1u) << 4) | ((f & 4u) << 18)),
+                              short16_),
+             __builtin_astype(
+                 splat_word(((w >> 8) & 0x000f000fu) | ((f & 2u) << 3) | ((f & 8u) << 17)),
+                 short16_)},
+            {__builtin_astype(
+                 splat_word(((w >> 4) & 0x000f000fu) | ((g & 1u) << 4) | ((g & 4u) << 18)),
+                 short16_),
+             __builtin_astype(
+                 splat_word(((w >> 12) & 0x000f000fu) | ((g & 2u) << 3) | ((g & 8u) << 17)),
+                 short16_)}};
 #else
         const ushort16_ sw = splat_word(wv[u]);
         const short16_ pr[2][2] = {
@@ -236,8 +260,11 @@ __kernel void matmul_x16(const __global uint* wq, const __global void* ws, int n
 #elif WTYPE == 3
         const float2 dm = vload_half2(blk, (const __global half*)ws);
         acc[i][j] = fma(cx, (float8)(dm.x), fma(sx[j], (float8)(dm.y), acc[i][j]));
-#else  // Q4_K: s c - m
-        const float2 sm = vload2(blk, (const __global float*)ws);
+#elif WTYPE == 7  // Q5_1: half d, m, then qh
+        const float2 dm = vload_half2(0, (const __global half*)ws + blk * 4);
+        acc[i][j] = fma(cx, (float8)(dm.x), fma(sx[j], (float8)(dm.y), acc[i][j]));
+#else             // Q4_K, Q5_K: s c - m (records of 8 and 16 bytes)
+        const float2 sm = vload2(0, (const __global float*)ws + blk * (WTYPE == 13 ? 4 : 2));
         acc[i][j] = fma(cx, (float8)(sm.x), fma(sx[j], (float8)(-sm.y), acc[i][j]));
 #endif
 #endif

@@ -237,7 +237,8 @@ ClPrefill::Step ClPrefill::matmul_step(const DeviceMatrix& w, const ClMem& x, in
 
 bool ClPrefill::x16_weights(const DeviceMatrix& w) const {
   const bool type_ok = w.type == GgmlType::Q4_0 || w.type == GgmlType::Q4_1 ||
-                       w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_K ||
+                       w.type == GgmlType::Q5_1 || w.type == GgmlType::Q8_0 ||
+                       w.type == GgmlType::Q4_K || w.type == GgmlType::Q5_K ||
                        w.type == GgmlType::Q6_K;
   return tuning_.mm_x16 && type_ok && w.n_in % 32 == 0 && xq_;
 }

@@ -147,7 +147,7 @@ class ClPrefill {
   // The -D options of kernels/matmul.cl for weights of `type` (also used by
   // the kernel tests).
   static std::string matmul_defines(GgmlType type, const PrefillTuning& t);
-  // Of kernels/matmul_x16.cl (Q4_0, Q4_1, Q8_0, Q4_K or Q6_K).
+  // Of kernels/matmul_x16.cl (Q4_0, Q4_1, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K).
   static std::string x16_defines(GgmlType type, const PrefillTuning& t);
   // Bytes of its quantized activations for n_tok tokens of n_in values:
   // 16-bit values, then per 16 values a float scale and per 32 a float sum.

@@ -250,7 +250,7 @@ const std::vector<TuningKey>& tuning_keys() {
       key<bool>("mm_direct", "prefill matmul: no local memory, vectorized along k",
                 [](T& t) -> bool& { return t.prefill.mm_direct; }),
       key<bool>("mm_x16",
-                "prefill matmul: 16-bit integer activations (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K)",
+                "prefill matmul: 16-bit integer activations (Q4-Q8 and K-quants but Q2_K, Q3_K)",
                 [](T& t) -> bool& { return t.prefill.mm_x16; }),
       key<int>("x16_vr", "16-bit prefill matmul: rows per work-item (1..8)",
                [](T& t) -> int& { return t.prefill.x16_vr; }),

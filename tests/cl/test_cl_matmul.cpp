@@ -9,7 +9,7 @@
 //     with the device's tuning, the GPU tuning and an odd one (1 row per
 //     work-item, tiles of 3 x 10), so edge tiles are tested on a CPU too;
 //   - matmul_x16 (kernels/matmul_x16.cl, 16-bit activations) for Q4_0, Q4_1,
-//     Q8_0, Q4_K and Q6_K at the shapes their rows allow, the same token
+//     Q5_1, Q8_0, Q4_K, Q5_K and Q6_K at the shapes their rows allow, the same token
 //     counts and modes, with the CPU default tiling, an odd one and the
 //     portable code: against the float64 product with x quantized as the
 //     kernel's definition says (written in the test from that definition,
@@ -322,13 +322,14 @@ TEST_P(ClMatmul, PlainAccumulateAndOffsetMatchReference) {
   check_matmul(shape, type, variants);
 }
 
-// kernels/matmul_x16.cl: Q4_0, Q4_1, Q8_0, Q4_K and Q6_K rows, with the
+// kernels/matmul_x16.cl: Q4_0, Q4_1, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K rows, with the
 // CPU default tiling, odd ones, and the portable code.
 TEST_P(ClMatmul, SixteenBitActivationKernelMatchesReference) {
   const auto [shape, type] = GetParam();
-  if (type != GgmlType::Q4_0 && type != GgmlType::Q4_1 && type != GgmlType::Q8_0 &&
-      type != GgmlType::Q4_K && type != GgmlType::Q6_K) {
-    GTEST_SKIP() << "matmul_x16 takes Q4_0, Q4_1, Q8_0, Q4_K and Q6_K";
+  if (type != GgmlType::Q4_0 && type != GgmlType::Q4_1 && type != GgmlType::Q5_1 &&
+      type != GgmlType::Q8_0 && type != GgmlType::Q4_K && type != GgmlType::Q5_K &&
+      type != GgmlType::Q6_K) {
+    GTEST_SKIP() << "matmul_x16 takes Q4_0, Q4_1, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K";
   }
   PrefillTuning def, odd, portable;
   odd.x16_vr = 3;

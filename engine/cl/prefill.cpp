@@ -244,10 +244,11 @@ bool ClPrefill::x16_weights(const DeviceMatrix& w) const {
 }
 
 // x (chunk, ld_x) -> xq_, xd_, xs_; one work-item per token and block, groups
-// of 8 tokens (the last one padded with zeros).
-ClPrefill::Step ClPrefill::quantize_step(const ClMem& x, int ld_x, int n_in) {
+// of 8 tokens (the last one padded with zeros). From the program of the
+// weight type that reads them, so no program is built for it alone.
+ClPrefill::Step ClPrefill::quantize_step(const ClMem& x, int ld_x, int n_in, GgmlType type) {
   Step s;
-  s.kernel = kernel("matmul_x16", x16_defines(GgmlType::Q8_0, tuning_), "quantize_x16");
+  s.kernel = kernel("matmul_x16", x16_defines(type, tuning_), "quantize_x16");
   s.global0 = size_t(n_in / 32);
   s.local0 = elementwise_local(s.global0, rt_.device().max_work_group_size / 8);
   s.local1 = 8;
@@ -296,16 +297,17 @@ ClPrefill::Step ClPrefill::matmul_x16_step(const DeviceMatrix& w, const ClMem& x
   return s;
 }
 
-void ClPrefill::add_matmul(const DeviceMatrix& w, const ClMem& x, int ld_x, const ClMem& out,
-                           int ld_out, int out_off, bool accumulate, const char* label) {
+void ClPrefill::add_matmul(std::vector<Step>& into, const DeviceMatrix& w, const ClMem& x, int ld_x,
+                           const ClMem& out, int ld_out, int out_off, bool accumulate,
+                           const char* label) {
   if (!x16_weights(w)) {
-    steps_.push_back(matmul_step(w, x, ld_x, out, ld_out, out_off, accumulate, label));
+    into.push_back(matmul_step(w, x, ld_x, out, ld_out, out_off, accumulate, label));
     return;
   }
-  if (steps_.empty() || steps_.back().x16_input != &x) {
-    steps_.push_back(quantize_step(x, ld_x, w.n_in));
+  if (into.empty() || into.back().x16_input != &x) {
+    into.push_back(quantize_step(x, ld_x, w.n_in, w.type));
   }
-  steps_.push_back(matmul_x16_step(w, x, out, ld_out, out_off, accumulate, label));
+  into.push_back(matmul_x16_step(w, x, out, ld_out, out_off, accumulate, label));
 }
 
 ClPrefill::Step ClPrefill::norm_step(const ClMem& x, const ClMem& g, const ClMem& out,
@@ -500,10 +502,10 @@ void ClPrefill::add_residual_steps(const DeviceMatrix& w, const ClMem& in, int l
                                    const char* norm_label) {
   const int n_embd = config_.n_embd;
   if (!post_norm.q) {
-    add_matmul(w, in, ld_in, x_, n_embd, 0, true, label);
+    add_matmul(steps_, w, in, ld_in, x_, n_embd, 0, true, label);
     return;
   }
-  add_matmul(w, in, ld_in, xn_, n_embd, 0, false, label);
+  add_matmul(steps_, w, in, ld_in, xn_, n_embd, 0, false, label);
   steps_.push_back(norm_step(xn_, post_norm.q, x_, norm_label, true));
 }
 
@@ -516,7 +518,7 @@ void ClPrefill::add_layer_steps(int il, const PrefillTuning& att_tuning) {
   steps_.push_back(norm_step(x_, w.attn_norm.q, xn_, "attn_norm"));
   int row_base = 0;
   for (const DeviceMatrix& m : w.qkv) {
-    add_matmul(m, xn_, c.n_embd, qkv_, n_qkv, row_base, false, "qkv");
+    add_matmul(steps_, m, xn_, c.n_embd, qkv_, n_qkv, row_base, false, "qkv");
     row_base += m.rows;
   }
   steps_.push_back(c.plain_llama()
@@ -527,8 +529,8 @@ void ClPrefill::add_layer_steps(int il, const PrefillTuning& att_tuning) {
   add_residual_steps(w.wo, att_, n_q, w.post_attn_norm, "wo", "post_attn_norm");
   // h = act(Wg xn) * (Wu xn), xn = rmsnorm(x) * ffn_norm
   steps_.push_back(norm_step(x_, w.ffn_norm.q, xn_, "ffn_norm"));
-  add_matmul(w.ffn_gate, xn_, c.n_embd, g_, c.n_ff, 0, false, "ffn_gate");
-  add_matmul(w.ffn_up, xn_, c.n_embd, u_, c.n_ff, 0, false, "ffn_up");
+  add_matmul(steps_, w.ffn_gate, xn_, c.n_embd, g_, c.n_ff, 0, false, "ffn_gate");
+  add_matmul(steps_, w.ffn_up, xn_, c.n_embd, u_, c.n_ff, 0, false, "ffn_up");
   steps_.push_back(activation_step());
   // x += Wd h (post-norm'ed when the model has post-norms)
   add_residual_steps(w.ffn_down, g_, c.n_ff, w.post_ffn_norm, "ffn_down", "post_ffn_norm");
@@ -803,9 +805,7 @@ void ClPrefill::run_logits(int n_tokens, int pos, int first_out, std::vector<flo
     const size_t cap = std::min<size_t>(128u << 20, rt_.device().max_alloc_bytes);
     head_rows_ = int(std::clamp<size_t>(cap / row_bytes, 1, size_t(chunk_)));
     logits_ = rt_.alloc(size_t(head_rows_) * row_bytes);
-    steps_.swap(head_steps_);  // add_matmul appends to steps_
-    add_matmul(w_.head(), xn_, c.n_embd, logits_, c.n_vocab, 0, false, "lm_head");
-    steps_.swap(head_steps_);
+    add_matmul(head_steps_, w_.head(), xn_, c.n_embd, logits_, c.n_vocab, 0, false, "lm_head");
   }
   const size_t row_floats = size_t(c.n_vocab);
   out.resize(size_t(n_tokens - first_out) * row_floats);

@@ -109,13 +109,13 @@ class ClPrefill {
   Step embed_step();
   Step matmul_step(const DeviceMatrix& w, const ClMem& x, int ld_x, const ClMem& out, int ld_out,
                    int out_off, bool accumulate, const char* label);
-  // out (+)= W x for the chunk as steps_: matmul_step, or with 16-bit
-  // activations (x16_weights) quantize_x16 (unless the step before
+  // out (+)= W x for the chunk, appended to `into`: matmul_step, or with
+  // 16-bit activations (x16_weights) quantize_x16 (unless the step before
   // quantized the same x) and matmul_x16.
-  void add_matmul(const DeviceMatrix& w, const ClMem& x, int ld_x, const ClMem& out, int ld_out,
-                  int out_off, bool accumulate, const char* label);
+  void add_matmul(std::vector<Step>& into, const DeviceMatrix& w, const ClMem& x, int ld_x,
+                  const ClMem& out, int ld_out, int out_off, bool accumulate, const char* label);
   bool x16_weights(const DeviceMatrix& w) const;
-  Step quantize_step(const ClMem& x, int ld_x, int n_in);
+  Step quantize_step(const ClMem& x, int ld_x, int n_in, GgmlType type);
   Step matmul_x16_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out, int ld_out,
                        int out_off, bool accumulate, const char* label);
   Step norm_step(const ClMem& x, const ClMem& g, const ClMem& out, const char* label,

@@ -19,9 +19,12 @@
 // contract mad() into vfmadd. Per block the products go into a float8
 // accumulator per row, summed horizontally once per row. The NR rows (even:
 // RoPE needs the pair (2i, 2i + 1) in one work-item) share each load of x.
-// All arithmetic is float32 multiply-add, like matvec.cl (an int16-quantized
-// x with vpmaddwd was 1.3x faster but moved SmolLM2's logits by 1.8e-3
-// against the reference).
+// All arithmetic is float32 multiply-add, like matvec.cl. rows_dot_x16
+// (further down) is the persistent decode kernel's version for the block
+// types with integer codes: x as 16-bit integers with a scale per 32 values,
+// vpmaddwd. (A first try of int16 x, in 2026-11, moved SmolLM2's logits by
+// 1.8e-3; with a scale per 32 values the kernel is within 1e-5 of the
+// float64 product of the quantized x, test_cl_cpu_dot_x16.)
 //
 // Q5_1, Q4_K, Q5_K and Q6_K (the layer types of K-quant mixes) take the
 // nibble loop with their extra bits or'ed in from small tables (q5_high,
@@ -117,6 +120,12 @@ __constant int q5_high[256][8] __attribute__((aligned(32))) = {Q5H64(0), Q5H64(6
 #define Q6H64(b) Q6H16(b), Q6H16((b) + 16), Q6H16((b) + 32), Q6H16((b) + 48)
 __constant int q6_high[256][4] __attribute__((aligned(16))) = {Q6H64(0), Q6H64(64), Q6H64(128),
                                                                Q6H64(192)};
+
+// The same tables as shorts, for rows_dot_x16's 16-bit codes.
+__constant short q5_high16[256][8] __attribute__((aligned(16))) = {Q5H64(0), Q5H64(64),
+                                                                   Q5H64(128), Q5H64(192)};
+__constant short q6_high16[256][4] __attribute__((aligned(8))) = {Q6H64(0), Q6H64(64), Q6H64(128),
+                                                                  Q6H64(192)};
 
 // 1/sqrt(mean(x^2) + eps) over n values.
 inline float rms_scale(const __global float* x, int n, float eps) {
@@ -282,6 +291,150 @@ CPU_INLINE void rows_dot(const int wt, const __global uchar* wq, const __global 
     }
   }
   FOR_ROWS(r) dots[r] = hsum8(acc[r]);
+}
+
+// ---- 16-bit activations ----------------------------------------------------
+//
+// rows_dot_x16 is rows_dot for the block types whose codes are small
+// integers (X16_TYPE: Q4_0, Q4_1, Q5_1, Q8_0 and the Q5_0 stored as it,
+// Q4_K, Q5_K, Q6_K) with x given as 16-bit integers: per block of 32 values
+// one float scale d (max |x| / 32767, q = round-half-even(x / d)), and the
+// block's sum of d q for the offsets and minimums. The codes are widened to
+// 16 bits (one vpmovzxbw of the 16 nibble bytes: values 0..15 in the low
+// nibbles, 16..31 in the high ones, the order of x) and vpmaddwd sums their
+// products with x's pairs into 8 32-bit lanes; one conversion to float per
+// block and row, where the float loop converts 32 codes. The codes of a
+// block times 32767 stay far inside 32 bits (|code| <= 128: 4 products of
+// at most 2^22 a lane). kernels/matmul_x16.cl does the same for prefill,
+// with a scale per 16 values; its accuracy notes apply.
+#define X16_TYPE(t) \
+  ((t) == 2 || (t) == 3 || (t) == 7 || (t) == 8 || (t) == 12 || (t) == 13 || (t) == 14)
+// x's 16-bit form: q (n values), and per block of 32 the scale d and sum s.
+typedef struct {
+  const __global short16* q;  // two short16 a block: values 0..15, 16..31
+  const __global float* d;
+  const __global float* s;
+} X16;
+
+// Bytes of x16_quantize's output for n values (a multiple of 32): q, then d
+// and s; 128-byte aligned sections.
+#define X16_BYTES(n) ((n)*2 + ((n) / 32 * 8 + 127) / 128 * 128)
+
+// x (n values, a multiple of 32) -> its 16-bit form at `out` (X16_BYTES(n)).
+inline X16 x16_quantize(const __global float* x, int n, __global uchar* out) {
+  __global short* q = (__global short*)out;
+  __global float* d = (__global float*)(out + n * 2);
+  __global float* s = d + n / 32;
+  for (int b = 0; b < n / 32; ++b) {
+    const float8 v0 = vload8(4 * b, x), v1 = vload8(4 * b + 1, x);
+    const float8 v2 = vload8(4 * b + 2, x), v3 = vload8(4 * b + 3, x);
+    const float8 a = fmax(fmax(fabs(v0), fabs(v1)), fmax(fabs(v2), fabs(v3)));
+    const float4 a4 = fmax(a.lo, a.hi);
+    const float amax = fmax(fmax(a4.x, a4.y), fmax(a4.z, a4.w));
+    const float id = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    const int8 c0 = convert_int8_rte(v0 * id), c1 = convert_int8_rte(v1 * id);
+    const int8 c2 = convert_int8_rte(v2 * id), c3 = convert_int8_rte(v3 * id);
+    vstore8(convert_short8(c0), 4 * b, q);
+    vstore8(convert_short8(c1), 4 * b + 1, q);
+    vstore8(convert_short8(c2), 4 * b + 2, q);
+    vstore8(convert_short8(c3), 4 * b + 3, q);
+    const int8 cs = (c0 + c1) + (c2 + c3);
+    const int4 c4 = cs.lo + cs.hi;
+    d[b] = amax / 32767.0f;
+    s[b] = d[b] * (float)((c4.x + c4.y) + (c4.z + c4.w));
+  }
+  const X16 r = {(const __global short16*)q, d, s};
+  return r;
+}
+
+// 32-bit lanes: a[2i] * b[2i] + a[2i + 1] * b[2i + 1] (vpmaddwd).
+inline int8 madd_pairs16(short16 a, short16 b) {
+#if defined(__AVX2__) && !CPU_PORTABLE
+  return as_int8(__builtin_ia32_pmaddwd256(a, b));
+#else
+  const int16 p = convert_int16(a) * convert_int16(b);
+  return p.even + p.odd;
+#endif
+}
+
+// Block blk of a matrix of block type X16_TYPE(wt) times block b of x in
+// 16-bit form: 8 float lanes that sum to the dot product.
+CPU_INLINE float8 block_dot_x16(const int wt, const __global uchar* wq, const __global ushort* ws,
+                                size_t blk, X16 x, int b) {
+  const short16 xl = x.q[2 * b], xh = x.q[2 * b + 1];
+  const float8 dx = (float8)x.d[b];
+  short16 lo, hi;
+  if (wt == 8) {
+    const __global char16* c = (const __global char16*)(wq + blk * 32);
+    lo = convert_short16(c[0]);
+    hi = convert_short16(c[1]);
+  } else {
+    const short16 v = convert_short16(*(const __global uchar16*)(wq + blk * 16));
+    lo = v & (short16)15;
+    hi = v >> (short16)4;
+  }
+  if (wt == 14) {
+    const uint4 rec = ((const __global uint4*)ws)[blk];  // s0, s1, h0, h1
+    lo |= (short16)(vload4(0, q6_high16[rec.z & 0xff]), vload4(0, q6_high16[(rec.z >> 8) & 0xff]),
+                    vload4(0, q6_high16[(rec.z >> 16) & 0xff]), vload4(0, q6_high16[rec.z >> 24]));
+    hi |= (short16)(vload4(0, q6_high16[rec.w & 0xff]), vload4(0, q6_high16[(rec.w >> 8) & 0xff]),
+                    vload4(0, q6_high16[(rec.w >> 16) & 0xff]), vload4(0, q6_high16[rec.w >> 24]));
+    // Two scales a block (values 0..15, 16..31).
+    const float8 t0 = convert_float8(madd_pairs16(lo, xl)) * dx;
+    const float8 t1 = convert_float8(madd_pairs16(hi, xh)) * dx;
+    return fma((float8)as_float(rec.x), t0, (float8)as_float(rec.y) * t1);
+  }
+  float8 d, m = 0.0f;
+  if (wt == 2 || wt == 8) {
+    d = half_to_float8(ws[blk]);
+  } else if (wt == 3) {
+    const ushort2 dm = ((const __global ushort2*)ws)[blk];
+    d = half_to_float8(dm.x);
+    m = half_to_float8(dm.y);
+  } else if (wt == 7) {
+    const uint2 rec = ((const __global uint2*)ws)[blk];  // d, m, qh
+    d = half_to_float8((ushort)rec.x);
+    m = half_to_float8((ushort)(rec.x >> 16));
+    lo |= (short16)(vload8(0, q5_high16[rec.y & 0xff]), vload8(0, q5_high16[(rec.y >> 8) & 0xff]));
+    hi |= (short16)(vload8(0, q5_high16[(rec.y >> 16) & 0xff]), vload8(0, q5_high16[rec.y >> 24]));
+  } else {  // Q4_K, Q5_K: float scale and minus the minimum
+    const uint4 rec = wt == 13 ? ((const __global uint4*)ws)[blk]
+                               : (uint4)(((const __global uint2*)ws)[blk], 0u, 0u);
+    d = (float8)as_float(rec.x);
+    m = (float8)-as_float(rec.y);
+    if (wt == 13) {
+      lo |= (short16)(vload8(0, q5_high16[rec.z & 0xff]), vload8(0, q5_high16[(rec.z >> 8) & 0xff]));
+      hi |= (short16)(vload8(0, q5_high16[(rec.z >> 16) & 0xff]), vload8(0, q5_high16[rec.z >> 24]));
+    }
+  }
+  const float8 t = convert_float8(madd_pairs16(lo, xl) + madd_pairs16(hi, xh));
+  if (wt == 2) return d * fma(t, dx, (float8)-x.s[b]);  // -8 sum(x) over the 8 lanes
+  if (wt == 8) return d * (t * dx);
+  return fma(d, t * dx, m * (float8)(x.s[b] * 0.125f));  // the minimum times sum(x)
+}
+
+// rows_dot (x' = x, no g) of a block type X16_TYPE(wt) with x in 16-bit
+// form. Row after row, each read front to back (x again per row, from L1),
+// with the software prefetch PF_ROWS rows ahead: in a probe of lm_head-sized
+// Q8_0 rows this streamed 1.2-1.9x faster than NR rows read block by block
+// as rows_dot does (whole decode tokens measured alike within the VM's
+// noise). Two accumulators a row, for even and odd blocks.
+CPU_INLINE void rows_dot_x16(const int wt, const __global uchar* wq, const __global ushort* ws,
+                             int n_in, int row0, int n_rows, X16 x, float* dots) {
+  const int nb = n_in / 32;
+  FOR_ROWS(r) {
+    const size_t blk = (size_t)(row0 + r < n_rows ? row0 + r : row0) * nb;
+    float8 acc0 = 0.0f, acc1 = 0.0f;
+    int b = 0;
+    __builtin_prefetch((const __global uchar*)ws + (blk + PF_ROWS * nb) * QT_SB(wt));
+    for (; b + 2 <= nb; b += 2) {
+      if ((b * QT_QB(wt)) % 64 == 0) __builtin_prefetch(wq + (blk + PF_ROWS * nb + b) * QT_QB(wt));
+      acc0 += block_dot_x16(wt, wq, ws, blk + b, x, b);
+      acc1 += block_dot_x16(wt, wq, ws, blk + b + 1, x, b + 1);
+    }
+    if (b < nb) acc0 += block_dot_x16(wt, wq, ws, blk + b, x, b);
+    dots[r] = hsum8(acc0 + acc1);
+  }
 }
 
 // NR row dot products from row0, with x * g * scale when g is given.

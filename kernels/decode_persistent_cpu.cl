@@ -35,8 +35,10 @@
 // without further communication; group 0 resets the counter at the end.
 // Results do not depend on which group computes a row (same code, same order
 // of operations per row). A normed stage's input x * g / rms(x) is made
-// once per stage by each group into its own slot of xn. Rows are computed
-// by cpu_dot.cl's rows_dot (with its software prefetch); attention by
+// once per stage by each group into its own slot of xn, and so is the
+// 16-bit form of a stage's input (x16_quantize) where its matrices' types
+// take it. Rows are computed by cpu_dot.cl's rows_dot_x16 for those types,
+// rows_dot for the others (F32, F16, BF16, Q2_K, Q3_K, IQ4); attention by
 // attend_split8 below (8-wide), or attention_cpu.cl's attend_head (a whole
 // head per claim) when the head size is not a multiple of 8.
 //
@@ -74,8 +76,20 @@
 // multiple of NR rows each (1 to 8 measured alike within the VM's noise,
 // 16 slower; 64-row chunks, the first version, were slower too).
 #define CHUNKS_PER_GROUP 2
-// Floats per group in xn: N_EMBD rounded up to 32 (128-byte aligned slots).
-#define XN_STRIDE ((N_EMBD + 31) / 32 * 32)
+// A group's slot of xn (XN_STRIDE floats, from the host: 128-byte aligned
+// slots): its normed input xg (N_EMBD rounded up to 32 floats), then a
+// stage's input in 16-bit form (cpu_dot.cl's X16_BYTES of the longer of
+// N_EMBD and N_FF, rounded up to 32).
+#define XG_FLOATS ((N_EMBD + 31) / 32 * 32)
+#define X16_MAX_IN (((N_EMBD > N_FF ? N_EMBD : N_FF) + 31) / 32 * 32)
+#if XN_STRIDE < XG_FLOATS + X16_BYTES(X16_MAX_IN) / 4 || XN_STRIDE % 32 != 0
+#error "XN_STRIDE too small for the slot"
+#endif
+// 16-bit activations for the block types that take them (rows_dot_x16; the
+// float rows_dot for the others): SmolLM2-shaped Q4_0 decode 1.1-1.25x
+// faster than with float activations in alternating runs.
+#define USE_X16(t) X16_TYPE(t)
+#define ROLE_X16(role) (USE_X16(WT_##role) || USE_X16(WT_##role##_ALT))
 
 // ---- barrier and work claims --------------------------------------------------
 
@@ -284,6 +298,7 @@ typedef struct {
   __global float* att_part;           // (N_HEAD, ATT_SPLIT_MAX, ATT_PART) split partials
   volatile __global uint* att_count;  // (N_HEAD) splits done per head
   __global float* xg;                 // (N_EMBD) this group's normed input (its slot of xn)
+  __global uchar* xq;                 // a stage's input in 16-bit form (the rest of the slot)
 } State;
 
 // A matrix of the arena: payloads and scales (fp16 bits).
@@ -307,29 +322,49 @@ CPU_INLINE void embed(const Weights* w, __global float* x, int token) {
   }
 }
 
-// rows_dot of matrix m (rows of n_in values) with `in`, m of type type_alt
-// where `alt`, else `type`: a role's two types (alt is a constant false at
-// every call where they are one, USES_ALT, and only `type`'s code is left).
-CPU_INLINE void rows_dot_alt(const int type, const int type_alt, bool alt, Matrix m, int n_in,
-                             int row0, int n_rows, const __global float* in, float* dots) {
-  if (alt) {
-    rows_dot(type_alt, m.q, m.s, n_in, row0, n_rows, in, 0, 0, dots);
+// rows_dot of matrix m (rows of n_in values) of type `type` with `in`, or
+// rows_dot_x16 with in16 (its 16-bit form) where the type takes it.
+CPU_INLINE void rows_dot_typed(const int type, Matrix m, int n_in, int row0, int n_rows,
+                               const __global float* in, X16 in16, float* dots) {
+  if (USE_X16(type)) {
+    rows_dot_x16(type, m.q, m.s, n_in, row0, n_rows, in16, dots);
   } else {
     rows_dot(type, m.q, m.s, n_in, row0, n_rows, in, 0, 0, dots);
   }
+}
+
+// rows_dot_typed with m of type type_alt where `alt`, else `type`: a role's
+// two types (alt is a constant false at every call where they are one,
+// USES_ALT, and only `type`'s code is left).
+CPU_INLINE void rows_dot_alt(const int type, const int type_alt, bool alt, Matrix m, int n_in,
+                             int row0, int n_rows, const __global float* in, X16 in16,
+                             float* dots) {
+  if (alt) {
+    rows_dot_typed(type_alt, m, n_in, row0, n_rows, in, in16, dots);
+  } else {
+    rows_dot_typed(type, m, n_in, row0, n_rows, in, in16, dots);
+  }
+}
+
+// `in` (n values) in 16-bit form in this group's slot where `needed` (a
+// literal), else an unused value.
+CPU_INLINE X16 stage_x16(const State* s, const __global float* in, int n, const bool needed) {
+  if (needed) return x16_quantize(in, n, s->xq);
+  const X16 none = {0, 0, 0};
+  return none;
 }
 
 #if !QKV_STACKED
 // P1's rows from0 .. to - 1 of [Q; K; V] that lie in matrix `m` (0 Q, 1 K,
 // 2 V: rows first .. first + n - 1 of the stack, type `type` or type_alt
 // where `alt`), NR at a time: dots, RoPE, stores.
-CPU_INLINE void qkv_part(const State* s, const __global float2* rope_cs, int type, int type_alt,
-                         bool alt, Matrix m, int first, int n, int from0, int to, ulong cache_off,
-                         int pos) {
+CPU_INLINE void qkv_part(const State* s, X16 xg16, const __global float2* rope_cs, int type,
+                         int type_alt, bool alt, Matrix m, int first, int n, int from0, int to,
+                         ulong cache_off, int pos) {
   const int r_end = min(to, first + n) - first;  // in m's rows
   float dots[NR];
   for (int row0 = max(from0, first) - first; row0 < r_end; row0 += NR) {
-    rows_dot_alt(type, type_alt, alt, m, N_EMBD, row0, r_end, s->xg, dots);
+    rows_dot_alt(type, type_alt, alt, m, N_EMBD, row0, r_end, s->xg, xg16, dots);
     for (int r = 0; r < NR && row0 + r < r_end; r += 2) {
       rope_store_pair(first + row0 + r, dots[r], dots[r + 1], N_EMBD, N_EMBD_KV, HEAD_DIM, N_ROT,
                       rope_cs, pos, s->q, s->k_cache, s->v_cache, cache_off);
@@ -346,6 +381,7 @@ CPU_INLINE void qkv_part(const State* s, const __global float2* rope_cs, int typ
 CPU_INLINE void qkv_rope_append(const Weights* w, const State* s, Grid* g, const __global ulong* lo,
                                 ulong layer_cache, int pos) {
   norm_into(s->x, (const __global float*)(w->arena + lo[LO_ATTN_NORM]), s->xg);
+  const X16 xg16 = stage_x16(s, s->xg, N_EMBD, ROLE_X16(Q) || ROLE_X16(K) || ROLE_X16(V));
   const int chunk = chunk_rows(N_QKV, g->n_groups);
   const ulong cache_off = layer_cache + (ulong)pos * N_EMBD_KV;
 #if QKV_STACKED
@@ -353,7 +389,7 @@ CPU_INLINE void qkv_rope_append(const Weights* w, const State* s, Grid* g, const
   float dots[NR];
   for (uint c; claim(g, n_chunks(N_QKV, chunk), &c);) {
     for (int row0 = c * chunk; row0 < min(N_QKV, (int)(c + 1) * chunk); row0 += NR) {
-      rows_dot(WT_Q, wqkv.q, wqkv.s, N_EMBD, row0, N_QKV, s->xg, 0, 0, dots);
+      rows_dot_typed(WT_Q, wqkv, N_EMBD, row0, N_QKV, s->xg, xg16, dots);
       for (int r = 0; r < NR && row0 + r < N_QKV; r += 2) {
         rope_store_pair(row0 + r, dots[r], dots[r + 1], N_EMBD, N_EMBD_KV, HEAD_DIM, N_ROT,
                         w->rope_cs, pos, s->q, s->k_cache, s->v_cache, cache_off);
@@ -367,11 +403,12 @@ CPU_INLINE void qkv_rope_append(const Weights* w, const State* s, Grid* g, const
   const bool alt_q = USES_ALT(lo, Q), alt_k = USES_ALT(lo, K), alt_v = USES_ALT(lo, V);
   for (uint c; claim(g, n_chunks(N_QKV, chunk), &c);) {
     const int from0 = c * chunk, to = min(N_QKV, (int)(c + 1) * chunk);
-    qkv_part(s, w->rope_cs, WT_Q, WT_Q_ALT, alt_q, wq, 0, N_EMBD, from0, to, cache_off, pos);
-    qkv_part(s, w->rope_cs, WT_K, WT_K_ALT, alt_k, wk, N_EMBD, N_EMBD_KV, from0, to, cache_off,
+    qkv_part(s, xg16, w->rope_cs, WT_Q, WT_Q_ALT, alt_q, wq, 0, N_EMBD, from0, to, cache_off,
              pos);
-    qkv_part(s, w->rope_cs, WT_V, WT_V_ALT, alt_v, wv, N_EMBD + N_EMBD_KV, N_EMBD_KV, from0, to,
+    qkv_part(s, xg16, w->rope_cs, WT_K, WT_K_ALT, alt_k, wk, N_EMBD, N_EMBD_KV, from0, to,
              cache_off, pos);
+    qkv_part(s, xg16, w->rope_cs, WT_V, WT_V_ALT, alt_v, wv, N_EMBD + N_EMBD_KV, N_EMBD_KV, from0,
+             to, cache_off, pos);
   }
 #endif
 }
@@ -398,14 +435,16 @@ CPU_INLINE void attention(const State* s, Grid* g, ulong layer_cache, int pos, i
 }
 
 // P3 and P5: x += W in, W (N_EMBD x n_in) of type `type` (type_alt where
-// `alt`): Wo att, Wd h.
-CPU_INLINE void matvec_residual(Grid* g, int type, int type_alt, bool alt, Matrix m, int n_in,
-                                const __global float* in, __global float* x) {
+// `alt`): Wo att, Wd h; `in` made 16-bit first where `x16` (a literal).
+CPU_INLINE void matvec_residual(const State* s, Grid* g, int type, int type_alt, bool alt,
+                                Matrix m, int n_in, const __global float* in, const bool x16,
+                                __global float* x) {
+  const X16 in16 = stage_x16(s, in, n_in, x16);
   const int chunk = chunk_rows(N_EMBD, g->n_groups);
   float dots[NR];
   for (uint c; claim(g, n_chunks(N_EMBD, chunk), &c);) {
     for (int row0 = c * chunk; row0 < min(N_EMBD, (int)(c + 1) * chunk); row0 += NR) {
-      rows_dot_alt(type, type_alt, alt, m, n_in, row0, N_EMBD, in, dots);
+      rows_dot_alt(type, type_alt, alt, m, n_in, row0, N_EMBD, in, in16, dots);
       for (int r = 0; r < NR && row0 + r < N_EMBD; ++r) x[row0 + r] += dots[r];
     }
   }
@@ -414,6 +453,7 @@ CPU_INLINE void matvec_residual(Grid* g, int type, int type_alt, bool alt, Matri
 // P4: h = silu(Wg x') * (Wu x'), x' = x * ffn_norm / rms(x).
 CPU_INLINE void ffn_gate_up(const Weights* w, const State* s, Grid* g, const __global ulong* lo) {
   norm_into(s->x, (const __global float*)(w->arena + lo[LO_FFN_NORM]), s->xg);
+  const X16 xg16 = stage_x16(s, s->xg, N_EMBD, ROLE_X16(FFN));
   const Matrix wg = layer_matrix(w, lo, LO_GATE_Q, LO_GATE_S);
   const Matrix wu = layer_matrix(w, lo, LO_UP_Q, LO_UP_S);
   const bool alt = USES_ALT(lo, FFN);
@@ -421,8 +461,8 @@ CPU_INLINE void ffn_gate_up(const Weights* w, const State* s, Grid* g, const __g
   float gate[NR], up[NR];
   for (uint c; claim(g, n_chunks(N_FF, chunk), &c);) {
     for (int row0 = c * chunk; row0 < min(N_FF, (int)(c + 1) * chunk); row0 += NR) {
-      rows_dot_alt(WT_FFN, WT_FFN_ALT, alt, wg, N_EMBD, row0, N_FF, s->xg, gate);
-      rows_dot_alt(WT_FFN, WT_FFN_ALT, alt, wu, N_EMBD, row0, N_FF, s->xg, up);
+      rows_dot_alt(WT_FFN, WT_FFN_ALT, alt, wg, N_EMBD, row0, N_FF, s->xg, xg16, gate);
+      rows_dot_alt(WT_FFN, WT_FFN_ALT, alt, wu, N_EMBD, row0, N_FF, s->xg, xg16, up);
       for (int r = 0; r < NR && row0 + r < N_FF; ++r) {
         s->h[row0 + r] = gate[r] / (1.0f + exp(-gate[r])) * up[r];
       }
@@ -434,6 +474,7 @@ CPU_INLINE void ffn_gate_up(const Weights* w, const State* s, Grid* g, const __g
 // candidate -> part_val, part_idx.
 CPU_INLINE void head_logits(const Weights* w, const State* s, Grid* g) {
   norm_into(s->x, (const __global float*)(w->arena + w->out_norm), s->xg);
+  const X16 xg16 = stage_x16(s, s->xg, N_EMBD, USE_X16(WT_HEAD));
   const Matrix wh = {w->arena + w->head_q, (const __global ushort*)(w->arena + w->head_s)};
   const int chunk = chunk_rows(N_VOCAB, g->n_groups);
   float best = 0.0f;
@@ -441,7 +482,7 @@ CPU_INLINE void head_logits(const Weights* w, const State* s, Grid* g) {
   float dots[NR];
   for (uint c; claim(g, n_chunks(N_VOCAB, chunk), &c);) {
     for (int row0 = c * chunk; row0 < min(N_VOCAB, (int)(c + 1) * chunk); row0 += NR) {
-      rows_dot(WT_HEAD, wh.q, wh.s, N_EMBD, row0, N_VOCAB, s->xg, 0, 0, dots);
+      rows_dot_typed(WT_HEAD, wh, N_EMBD, row0, N_VOCAB, s->xg, xg16, dots);
       for (int r = 0; r < NR && row0 + r < N_VOCAB; ++r) {
         s->logits[row0 + r] = dots[r];
         if (beats(dots[r], row0 + r, best, best_i)) {
@@ -492,8 +533,8 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
   Grid g = {group, n_groups, bar, bar_base, 0, abort_flag, spin_ticks, trace, work, 0};
   const Weights w = {arena, layer_off, embd_q, embd_s, head_q, head_s, out_norm, rope_cs};
   __global float* xg = xn + (size_t)group * XN_STRIDE;
-  const State s = {x,        q,        k_cache, v_cache,  att,       h, logits,
-                   part_val, part_idx, scores,  att_part, att_count, xg};
+  const State s = {x,      q,        k_cache,  v_cache, att,      h,         logits,
+                   part_val, part_idx, scores, att_part, att_count, xg, (__global uchar*)(xg + XG_FLOATS)};
   if (trace && group == 0) trace[0] = __builtin_ia32_rdtsc();
 
   if (group == 0) embed(&w, x, ids[token_index]);
@@ -513,15 +554,15 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
     attention(&s, &g, layer_cache, pos, n_split);
     grid_sync(&g);
     // P3: x += Wo att
-    matvec_residual(&g, WT_WO, WT_WO_ALT, USES_ALT(lo, WO), layer_matrix(&w, lo, LO_WO_Q, LO_WO_S),
-                    N_EMBD, att, x);
+    matvec_residual(&s, &g, WT_WO, WT_WO_ALT, USES_ALT(lo, WO),
+                    layer_matrix(&w, lo, LO_WO_Q, LO_WO_S), N_EMBD, att, ROLE_X16(WO), x);
     grid_sync(&g);
     // P4: h = silu(Wg rmsnorm(x)) * (Wu rmsnorm(x))
     ffn_gate_up(&w, &s, &g, lo);
     grid_sync(&g);
     // P5: x += Wd h
-    matvec_residual(&g, WT_DOWN, WT_DOWN_ALT, USES_ALT(lo, DOWN),
-                    layer_matrix(&w, lo, LO_DOWN_Q, LO_DOWN_S), N_FF, h, x);
+    matvec_residual(&s, &g, WT_DOWN, WT_DOWN_ALT, USES_ALT(lo, DOWN),
+                    layer_matrix(&w, lo, LO_DOWN_Q, LO_DOWN_S), N_FF, h, ROLE_X16(DOWN), x);
     grid_sync(&g);
   }
 

@@ -189,12 +189,23 @@ void PersistentDecode::alloc_scratch() {
   att_part_ = rt_.alloc(size_t(c.n_head) * k_att_split_max * size_t(c.head_dim + 2) * 4);
   att_count_ = rt_.alloc(size_t(c.n_head) * 4);
   if (cpu_) {
-    xn_ = rt_.alloc(n_groups_ * (size_t(c.n_embd + 31) / 32 * 32) * 4);  // XN_STRIDE per group
+    xn_ = rt_.alloc(n_groups_ * xn_stride() * 4);
     work_ = rt_.alloc(4);
   } else {
     post_out_ = rt_.alloc(size_t(c.n_embd) * 4);
   }
   trace_ = rt_.alloc((barriers_per_token_ + 1) * 8, true);
+}
+
+// Floats per work-group in xn_ (CPU kernel): the normed input (n_embd
+// rounded up to 32 floats), then a stage's input as 16-bit integers with a
+// scale and a sum per 32 values (cpu_dot.cl's X16_BYTES, 128-byte aligned),
+// for the longer of n_embd and n_ff rounded up to 32; the kernel checks it.
+size_t PersistentDecode::xn_stride() const {
+  auto up32 = [](size_t n) { return (n + 31) / 32 * 32; };
+  const size_t n16 = up32(size_t(std::max(config_.n_embd, config_.n_ff)));
+  const size_t x16_bytes = n16 * 2 + (n16 / 32 * 8 + 127) / 128 * 128;
+  return up32(size_t(config_.n_embd)) + up32(x16_bytes / 4);
 }
 
 // The model's shape and weight types, then the tuning's options.
@@ -225,6 +236,7 @@ std::string PersistentDecode::defines() const {
   // 64 on CPU devices).
   if (tuning_.att_split_pos > 0) d += " -DATT_SPLIT_POS=" + std::to_string(tuning_.att_split_pos);
   if (cpu_) {
+    d += " -DXN_STRIDE=" + std::to_string(xn_stride());
     d += " -DNR=" + std::to_string(tuning_.plan.cpu_nr) +
          (tuning_.plan.cpu_portable ? " -DCPU_PORTABLE=1" : "");
   }

@@ -105,6 +105,7 @@ class PersistentDecode {
   bool build(const std::vector<Shape>& shapes);
   void alloc_scratch();
   std::string defines() const;
+  size_t xn_stride() const;
   std::string graph_defines() const;
   std::string head_prefetch_define() const;
   std::string source() const;
@@ -152,9 +153,9 @@ class PersistentDecode {
   ClMem att_part_;   // (n_head, ATT_SPLIT_MAX, head_dim + 2) float: attention split partials
   ClMem att_count_;  // (n_head) uint: attention splits done per head
   ClMem work_;       // CPU: (1) uint, the chunk-claim counter
-  ClMem xn_;         // CPU: (n_groups, n_embd rounded up to 32) float, each group's normed input
-  ClMem post_out_;   // NVIDIA: (n_embd) float, Wo att and Wd h before their post-norms
-  ClMem trace_;      // (barriers per token + 1) ulong, host-readable: the clock after each barrier
+  ClMem xn_;  // CPU: (n_groups, xn_stride()) floats, each group's normed input and its 16-bit form
+  ClMem post_out_;  // NVIDIA: (n_embd) float, Wo att and Wd h before their post-norms
+  ClMem trace_;     // (barriers per token + 1) ulong, host-readable: the clock after each barrier
   size_t n_groups_ = 0;
   size_t local_size_ = 256;
   uint32_t lead_barriers_ = 0;  // barriers before layer 0 (CPU: after the embedding)

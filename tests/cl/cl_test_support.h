@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -230,6 +231,21 @@ inline std::vector<GgmlType> types_for_row(int n_in) {
     if (ggml_row_bytes(type, uint64_t(n_in))) t.push_back(type);
   }
   return t;
+}
+
+// x as the CPU kernels' 16-bit activations define it, written here from
+// that definition (kernels/matmul_x16.cl's quantize_x16 with groups of 16,
+// cpu_dot.cl's x16_quantize with groups of 32): per group
+// d = max|x| / 32767, q = round-half-even(x * 32767 / max|x|); the values d * q.
+inline std::vector<float> sixteen_bit(const std::vector<float>& x, size_t group) {
+  std::vector<float> y(x.size());
+  for (size_t b = 0; b + group <= x.size(); b += group) {
+    float amax = 0;
+    for (size_t i = b; i < b + group; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 32767.0f, id = amax > 0 ? 32767.0f / amax : 0.0f;
+    for (size_t i = b; i < b + group; ++i) y[i] = d * std::nearbyint(x[i] * id);
+  }
+  return y;
 }
 
 // ||a - b|| / ||b|| with b in float64.

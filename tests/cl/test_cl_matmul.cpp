@@ -196,20 +196,6 @@ Variant matmul_variant(GgmlType type, const PrefillTuning& t) {
   return {run, describe(t)};
 }
 
-// x as kernels/matmul_x16.cl's quantize_x16 defines it (per 16 values:
-// d = max|x| / 32767, q = round-half-even(x * 32767 / max|x|)), written here
-// from that definition: the values d * q.
-std::vector<float> sixteen_bit(const std::vector<float>& x) {
-  std::vector<float> y(x.size());
-  for (size_t b = 0; b + 16 <= x.size(); b += 16) {
-    float amax = 0;
-    for (size_t i = b; i < b + 16; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float d = amax / 32767.0f, id = amax > 0 ? 32767.0f / amax : 0.0f;
-    for (size_t i = b; i < b + 16; ++i) y[i] = d * std::nearbyint(x[i] * id);
-  }
-  return y;
-}
-
 // quantize_x16 then matmul_x16 with tuning t (-DX16_PORTABLE=1 when
 // `portable`: the kernel's plain OpenCL C instead of x86 builtins).
 Variant x16_variant(GgmlType type, const PrefillTuning& t, bool portable) {
@@ -262,7 +248,7 @@ void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Var
     }
     return ref;
   };
-  const auto x8 = sixteen_bit(x);
+  const auto x8 = test::sixteen_bit(x, 16);
 
   for (const Variant& v : variants) {
     SCOPED_TRACE(v.name);

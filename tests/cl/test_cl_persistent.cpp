@@ -506,6 +506,19 @@ TEST(PersistentDecodeMixed, Q4KMLikeMixMatchesCpu) {
   expect_mix_matches_cpu(GgmlType::Q4_0, retype);
 }
 
+// The five-bit types, which the CPU kernel reads with their fifth bits from
+// a table: gate, up and Wo Q5_1 in every layer, down Q5_K in layers 0 and 1
+// and Q5_1 in 2 and 3 (a second type for the role).
+TEST(PersistentDecodeMixed, FiveBitTypesMatchCpu) {
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
+  std::map<std::string, GgmlType> retype;
+  for (int il = 0; il < 4; ++il) {
+    for (const char* m : {"attn_output", "ffn_gate", "ffn_up"}) retype[blk(il, m)] = GgmlType::Q5_1;
+    retype[blk(il, "ffn_down")] = il < 2 ? GgmlType::Q5_K : GgmlType::Q5_1;
+  }
+  expect_mix_matches_cpu(GgmlType::Q4_0, retype);
+}
+
 // More than the kernels take: three types in one role. The plan decodes
 // (and matches the reference).
 TEST(PersistentDecodeMixed, ThreeTypesInARoleKeepThePlan) {

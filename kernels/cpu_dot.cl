@@ -357,12 +357,23 @@ inline int8 madd_pairs16(short16 a, short16 b) {
 #endif
 }
 
-// Block blk of a matrix of block type X16_TYPE(wt) times block b of x in
-// 16-bit form: 8 float lanes that sum to the dot product.
-CPU_INLINE float8 block_dot_x16(const int wt, const __global uchar* wq, const __global ushort* ws,
+// 8 fp16 values -> floats (vcvtph2ps with F16C).
+inline float8 halves_to_float8(ushort8 h) {
+#if USE_F16C
+  return __builtin_ia32_vcvtph2ps256(as_short8(h));
+#else
+  float8 r;
+  float* p = (float*)&r;
+  for (int i = 0; i < 8; ++i) p[i] = half_to_float8(((ushort*)&h)[i]).s0;
+  return r;
+#endif
+}
+
+// The codes of block blk (a matrix of block type X16_TYPE(wt), not Q6_K)
+// times block b of x's 16-bit codes: 8 int lanes that sum to sum(c q).
+// Q4_0's offset and the minimums are left to block_terms8.
+CPU_INLINE int8 block_codes_x16(const int wt, const __global uchar* wq, const __global ushort* ws,
                                 size_t blk, X16 x, int b) {
-  const short16 xl = x.q[2 * b], xh = x.q[2 * b + 1];
-  const float8 dx = (float8)x.d[b];
   short16 lo, hi;
   if (wt == 8) {
     const __global char16* c = (const __global char16*)(wq + blk * 32);
@@ -372,45 +383,87 @@ CPU_INLINE float8 block_dot_x16(const int wt, const __global uchar* wq, const __
     const short16 v = convert_short16(*(const __global uchar16*)(wq + blk * 16));
     lo = v & (short16)15;
     hi = v >> (short16)4;
+    if (wt == 7 || wt == 13) {  // the fifth bits: qh, the record's second / third word
+      const uint qh = ((const __global uint*)ws)[blk * (wt == 7 ? 2 : 4) + (wt == 7 ? 1 : 2)];
+      lo |= (short16)(vload8(0, q5_high16[qh & 0xff]), vload8(0, q5_high16[(qh >> 8) & 0xff]));
+      hi |= (short16)(vload8(0, q5_high16[(qh >> 16) & 0xff]), vload8(0, q5_high16[qh >> 24]));
+    }
   }
+  return madd_pairs16(lo, x.q[2 * b]) + madd_pairs16(hi, x.q[2 * b + 1]);
+}
+
+// For blocks blk .. blk + 7 of such a matrix and blocks b .. b + 7 of x: in
+// lane j, the factor of block j's sum(c q) (its scale times x's) in *scale,
+// and its offset or minimum term in *term (Q4_0: -8 d sum(x), Q4_1, Q5_1,
+// Q4_K, Q5_K: m sum(x), Q8_0: 0). Eight blocks' records at a time, so a
+// block's own work is the integer dot product and one multiply-add.
+CPU_INLINE void block_terms8(const int wt, const __global ushort* ws, size_t blk, X16 x, int b,
+                             float8* scale, float8* term) {
+  const float8 dx = vload8(0, x.d + b), sx = vload8(0, x.s + b);
+  float8 d, m = 0.0f;
+  if (wt == 2 || wt == 8) {
+    d = halves_to_float8(vload8(0, ws + blk));
+    m = wt == 2 ? -8.0f * d : 0.0f;
+  } else if (wt == 3) {
+    const ushort16 dm = vload16(0, ws + blk * 2);
+    d = halves_to_float8(dm.even);
+    m = halves_to_float8(dm.odd);
+  } else if (wt == 7) {
+    const uint16 rec = vload16(0, (const __global uint*)ws + blk * 2);  // (d | m << 16, qh)
+    d = halves_to_float8(convert_ushort8(rec.even & 0xffff));
+    m = halves_to_float8(convert_ushort8(rec.even >> 16));
+  } else if (wt == 12) {
+    const uint16 rec = vload16(0, (const __global uint*)ws + blk * 2);  // (d, -m) as floats
+    d = as_float8(rec.even);
+    m = -as_float8(rec.odd);
+  } else {  // Q5_K: (d, -m, qh, 0)
+    const uint16 r0 = vload16(0, (const __global uint*)ws + blk * 4);
+    const uint16 r1 = vload16(0, (const __global uint*)ws + blk * 4 + 16);
+    d = as_float8((uint8)(r0.s048c, r1.s048c));
+    m = -as_float8((uint8)(r0.s159d, r1.s159d));
+  }
+  *scale = d * dx;
+  *term = m * sx;
+}
+
+// Block blk of a matrix of block type X16_TYPE(wt) times block b of x in
+// 16-bit form, one block at a time (the ends of rows, and Q6_K): 8 float
+// lanes that sum to the dot product.
+CPU_INLINE float8 block_dot_x16(const int wt, const __global uchar* wq, const __global ushort* ws,
+                                size_t blk, X16 x, int b) {
+  const float8 dx = (float8)x.d[b];
   if (wt == 14) {
+    const short16 v = convert_short16(*(const __global uchar16*)(wq + blk * 16));
+    short16 lo = v & (short16)15, hi = v >> (short16)4;
     const uint4 rec = ((const __global uint4*)ws)[blk];  // s0, s1, h0, h1
     lo |= (short16)(vload4(0, q6_high16[rec.z & 0xff]), vload4(0, q6_high16[(rec.z >> 8) & 0xff]),
                     vload4(0, q6_high16[(rec.z >> 16) & 0xff]), vload4(0, q6_high16[rec.z >> 24]));
     hi |= (short16)(vload4(0, q6_high16[rec.w & 0xff]), vload4(0, q6_high16[(rec.w >> 8) & 0xff]),
                     vload4(0, q6_high16[(rec.w >> 16) & 0xff]), vload4(0, q6_high16[rec.w >> 24]));
     // Two scales a block (values 0..15, 16..31).
-    const float8 t0 = convert_float8(madd_pairs16(lo, xl)) * dx;
-    const float8 t1 = convert_float8(madd_pairs16(hi, xh)) * dx;
+    const float8 t0 = convert_float8(madd_pairs16(lo, x.q[2 * b])) * dx;
+    const float8 t1 = convert_float8(madd_pairs16(hi, x.q[2 * b + 1])) * dx;
     return fma((float8)as_float(rec.x), t0, (float8)as_float(rec.y) * t1);
   }
   float8 d, m = 0.0f;
   if (wt == 2 || wt == 8) {
     d = half_to_float8(ws[blk]);
+    if (wt == 2) m = -8.0f * d;
   } else if (wt == 3) {
     const ushort2 dm = ((const __global ushort2*)ws)[blk];
     d = half_to_float8(dm.x);
     m = half_to_float8(dm.y);
   } else if (wt == 7) {
-    const uint2 rec = ((const __global uint2*)ws)[blk];  // d, m, qh
-    d = half_to_float8((ushort)rec.x);
-    m = half_to_float8((ushort)(rec.x >> 16));
-    lo |= (short16)(vload8(0, q5_high16[rec.y & 0xff]), vload8(0, q5_high16[(rec.y >> 8) & 0xff]));
-    hi |= (short16)(vload8(0, q5_high16[(rec.y >> 16) & 0xff]), vload8(0, q5_high16[rec.y >> 24]));
+    const uint rec = ((const __global uint*)ws)[blk * 2];  // d | m << 16
+    d = half_to_float8((ushort)rec);
+    m = half_to_float8((ushort)(rec >> 16));
   } else {  // Q4_K, Q5_K: float scale and minus the minimum
-    const uint4 rec = wt == 13 ? ((const __global uint4*)ws)[blk]
-                               : (uint4)(((const __global uint2*)ws)[blk], 0u, 0u);
+    const uint2 rec = vload2(0, (const __global uint*)ws + blk * (wt == 13 ? 4 : 2));
     d = (float8)as_float(rec.x);
     m = (float8)-as_float(rec.y);
-    if (wt == 13) {
-      lo |= (short16)(vload8(0, q5_high16[rec.z & 0xff]), vload8(0, q5_high16[(rec.z >> 8) & 0xff]));
-      hi |= (short16)(vload8(0, q5_high16[(rec.z >> 16) & 0xff]), vload8(0, q5_high16[rec.z >> 24]));
-    }
   }
-  const float8 t = convert_float8(madd_pairs16(lo, xl) + madd_pairs16(hi, xh));
-  if (wt == 2) return d * fma(t, dx, (float8)-x.s[b]);  // -8 sum(x) over the 8 lanes
-  if (wt == 8) return d * (t * dx);
-  return fma(d, t * dx, m * (float8)(x.s[b] * 0.125f));  // the minimum times sum(x)
+  const float8 t = convert_float8(block_codes_x16(wt, wq, ws, blk, x, b));
+  return fma(d, t * dx, m * (float8)(x.s[b] * 0.125f));  // the term spread over the 8 lanes
 }
 
 // rows_dot (x' = x, no g) of a block type X16_TYPE(wt) with x in 16-bit
@@ -418,22 +471,44 @@ CPU_INLINE float8 block_dot_x16(const int wt, const __global uchar* wq, const __
 // with the software prefetch PF_ROWS rows ahead: in a probe of lm_head-sized
 // Q8_0 rows this streamed 1.2-1.9x faster than NR rows read block by block
 // as rows_dot does (whole decode tokens measured alike within the VM's
-// noise). Two accumulators a row, for even and odd blocks.
+// noise). Eight blocks at a time take their scales and terms from
+// block_terms8; the rest of a row, and Q6_K's two scales a block, go block
+// by block. Two accumulators a row, for even and odd blocks.
 CPU_INLINE void rows_dot_x16(const int wt, const __global uchar* wq, const __global ushort* ws,
                              int n_in, int row0, int n_rows, X16 x, float* dots) {
   const int nb = n_in / 32;
   FOR_ROWS(r) {
     const size_t blk = (size_t)(row0 + r < n_rows ? row0 + r : row0) * nb;
-    float8 acc0 = 0.0f, acc1 = 0.0f;
+    float8 acc0 = 0.0f, acc1 = 0.0f, terms = 0.0f;
     int b = 0;
     __builtin_prefetch((const __global uchar*)ws + (blk + PF_ROWS * nb) * QT_SB(wt));
+    if (wt != 14) {
+      for (; b + 8 <= nb; b += 8) {
+        float8 sc, tm;
+        block_terms8(wt, ws, blk + b, x, b, &sc, &tm);
+        terms += tm;
+        __builtin_prefetch(wq + (blk + PF_ROWS * nb + b) * QT_QB(wt));
+        if (QT_QB(wt) == 32) __builtin_prefetch(wq + (blk + PF_ROWS * nb + b + 2) * QT_QB(wt));
+        acc0 = fma(convert_float8(block_codes_x16(wt, wq, ws, blk + b, x, b)), (float8)sc.s0, acc0);
+        acc1 = fma(convert_float8(block_codes_x16(wt, wq, ws, blk + b + 1, x, b + 1)), (float8)sc.s1, acc1);
+        acc0 = fma(convert_float8(block_codes_x16(wt, wq, ws, blk + b + 2, x, b + 2)), (float8)sc.s2, acc0);
+        acc1 = fma(convert_float8(block_codes_x16(wt, wq, ws, blk + b + 3, x, b + 3)), (float8)sc.s3, acc1);
+        if (QT_QB(wt) == 32) __builtin_prefetch(wq + (blk + PF_ROWS * nb + b + 4) * QT_QB(wt));
+        if (QT_QB(wt) == 32) __builtin_prefetch(wq + (blk + PF_ROWS * nb + b + 6) * QT_QB(wt));
+        else __builtin_prefetch(wq + (blk + PF_ROWS * nb + b + 4) * QT_QB(wt));
+        acc0 = fma(convert_float8(block_codes_x16(wt, wq, ws, blk + b + 4, x, b + 4)), (float8)sc.s4, acc0);
+        acc1 = fma(convert_float8(block_codes_x16(wt, wq, ws, blk + b + 5, x, b + 5)), (float8)sc.s5, acc1);
+        acc0 = fma(convert_float8(block_codes_x16(wt, wq, ws, blk + b + 6, x, b + 6)), (float8)sc.s6, acc0);
+        acc1 = fma(convert_float8(block_codes_x16(wt, wq, ws, blk + b + 7, x, b + 7)), (float8)sc.s7, acc1);
+      }
+    }
     for (; b + 2 <= nb; b += 2) {
       if ((b * QT_QB(wt)) % 64 == 0) __builtin_prefetch(wq + (blk + PF_ROWS * nb + b) * QT_QB(wt));
       acc0 += block_dot_x16(wt, wq, ws, blk + b, x, b);
       acc1 += block_dot_x16(wt, wq, ws, blk + b + 1, x, b + 1);
     }
     if (b < nb) acc0 += block_dot_x16(wt, wq, ws, blk + b, x, b);
-    dots[r] = hsum8(acc0 + acc1);
+    dots[r] = hsum8(acc0 + acc1) + hsum8(terms);
   }
 }
 

@@ -121,12 +121,6 @@ __constant int q5_high[256][8] __attribute__((aligned(32))) = {Q5H64(0), Q5H64(6
 __constant int q6_high[256][4] __attribute__((aligned(16))) = {Q6H64(0), Q6H64(64), Q6H64(128),
                                                                Q6H64(192)};
 
-// The same tables as shorts, for rows_dot_x16's 16-bit codes.
-__constant short q5_high16[256][8] __attribute__((aligned(16))) = {Q5H64(0), Q5H64(64),
-                                                                   Q5H64(128), Q5H64(192)};
-__constant short q6_high16[256][4] __attribute__((aligned(8))) = {Q6H64(0), Q6H64(64), Q6H64(128),
-                                                                  Q6H64(192)};
-
 // 1/sqrt(mean(x^2) + eps) over n values.
 inline float rms_scale(const __global float* x, int n, float eps) {
   float8 acc = 0.0f;
@@ -369,6 +363,23 @@ inline float8 halves_to_float8(ushort8 h) {
 #endif
 }
 
+// Bit i of h (Q5_0, Q5_1, Q5_K's qh for 16 values) as bit 4 of lane i.
+// Compares, not table loads: PoCL split a table's 16-byte loads into pieces
+// (Q5_1 decode ran at 0.4x of Q4_1's).
+inline short16 fifth_bits16(ushort h) {
+  const ushort16 bit = (ushort16)(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192,
+                                  16384, 32768);
+  return as_short16(((ushort16)h & bit) != (ushort16)0) & (short16)16;
+}
+
+// Bits 2i and 2i + 1 of h (Q6_K's top bits of 16 values) as bits 4 and 5
+// of lane i.
+inline short16 top_bits16(uint h) {
+  const ushort16 v = (ushort16)((ushort8)(ushort)h, (ushort8)(ushort)(h >> 16));
+  const ushort16 shift = (ushort16)(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14);
+  return as_short16(((v >> shift) & (ushort16)3) << (ushort16)4);
+}
+
 // The codes of block blk (a matrix of block type X16_TYPE(wt), not Q6_K)
 // times block b of x's 16-bit codes: 8 int lanes that sum to sum(c q).
 // Q4_0's offset and the minimums are left to block_terms8.
@@ -385,8 +396,8 @@ CPU_INLINE int8 block_codes_x16(const int wt, const __global uchar* wq, const __
     hi = v >> (short16)4;
     if (wt == 7 || wt == 13) {  // the fifth bits: qh, the record's second / third word
       const uint qh = ((const __global uint*)ws)[blk * (wt == 7 ? 2 : 4) + (wt == 7 ? 1 : 2)];
-      lo |= (short16)(vload8(0, q5_high16[qh & 0xff]), vload8(0, q5_high16[(qh >> 8) & 0xff]));
-      hi |= (short16)(vload8(0, q5_high16[(qh >> 16) & 0xff]), vload8(0, q5_high16[qh >> 24]));
+      lo |= fifth_bits16((ushort)qh);
+      hi |= fifth_bits16((ushort)(qh >> 16));
     }
   }
   return madd_pairs16(lo, x.q[2 * b]) + madd_pairs16(hi, x.q[2 * b + 1]);
@@ -436,10 +447,8 @@ CPU_INLINE float8 block_dot_x16(const int wt, const __global uchar* wq, const __
     const short16 v = convert_short16(*(const __global uchar16*)(wq + blk * 16));
     short16 lo = v & (short16)15, hi = v >> (short16)4;
     const uint4 rec = ((const __global uint4*)ws)[blk];  // s0, s1, h0, h1
-    lo |= (short16)(vload4(0, q6_high16[rec.z & 0xff]), vload4(0, q6_high16[(rec.z >> 8) & 0xff]),
-                    vload4(0, q6_high16[(rec.z >> 16) & 0xff]), vload4(0, q6_high16[rec.z >> 24]));
-    hi |= (short16)(vload4(0, q6_high16[rec.w & 0xff]), vload4(0, q6_high16[(rec.w >> 8) & 0xff]),
-                    vload4(0, q6_high16[(rec.w >> 16) & 0xff]), vload4(0, q6_high16[rec.w >> 24]));
+    lo = (lo | top_bits16(rec.z)) - (short16)32;
+    hi = (hi | top_bits16(rec.w)) - (short16)32;
     // Two scales a block (values 0..15, 16..31).
     const float8 t0 = convert_float8(madd_pairs16(lo, x.q[2 * b])) * dx;
     const float8 t1 = convert_float8(madd_pairs16(hi, x.q[2 * b + 1])) * dx;

@@ -303,29 +303,45 @@ CPU_INLINE void rows_dot(const int wt, const __global uchar* wq, const __global 
 // with a scale per 16 values; its accuracy notes apply.
 #define X16_TYPE(t) \
   ((t) == 2 || (t) == 3 || (t) == 7 || (t) == 8 || (t) == 12 || (t) == 13 || (t) == 14)
+// The address space of x's 16-bit form: __global (the persistent kernel:
+// a slot per work-group) unless the program is built with -DX16_AS=__local
+// (matvec_cpu.cl: one per work-group in local memory).
+#ifndef X16_AS
+#define X16_AS __global
+#endif
 // x's 16-bit form: q (n values), and per block of 32 the scale d and sum s.
 typedef struct {
-  const __global short16* q;  // two short16 a block: values 0..15, 16..31
-  const __global float* d;
-  const __global float* s;
+  const X16_AS short16* q;  // two short16 a block: values 0..15, 16..31
+  const X16_AS float* d;
+  const X16_AS float* s;
 } X16;
 
 // Bytes of x16_quantize's output for n values (a multiple of 32): q, then d
 // and s; 128-byte aligned sections.
 #define X16_BYTES(n) ((n)*2 + ((n) / 32 * 8 + 127) / 128 * 128)
 
-// x (n values, a multiple of 32) -> its 16-bit form at `out` (X16_BYTES(n)).
-inline X16 x16_quantize(const __global float* x, int n, __global uchar* out) {
-  __global short* q = (__global short*)out;
-  __global float* d = (__global float*)(out + n * 2);
-  __global float* s = d + n / 32;
+// x' (n values, a multiple of 32) -> its 16-bit form at `out` (X16_BYTES(n)),
+// x' = x, or x * scale * g (rounded as norm_into's x[i] * scale * g[i]) when
+// g is given.
+inline X16 x16_quantize(const __global float* x, const __global float* g, float scale, int n,
+                        X16_AS uchar* out) {
+  X16_AS short* q = (X16_AS short*)out;
+  X16_AS float* d = (X16_AS float*)(out + n * 2);
+  X16_AS float* s = d + n / 32;
   for (int b = 0; b < n / 32; ++b) {
-    const float8 v0 = vload8(4 * b, x), v1 = vload8(4 * b + 1, x);
-    const float8 v2 = vload8(4 * b + 2, x), v3 = vload8(4 * b + 3, x);
+    float8 v0 = vload8(4 * b, x), v1 = vload8(4 * b + 1, x);
+    float8 v2 = vload8(4 * b + 2, x), v3 = vload8(4 * b + 3, x);
+    if (g) {
+      v0 = v0 * scale * vload8(4 * b, g);
+      v1 = v1 * scale * vload8(4 * b + 1, g);
+      v2 = v2 * scale * vload8(4 * b + 2, g);
+      v3 = v3 * scale * vload8(4 * b + 3, g);
+    }
     const float8 a = fmax(fmax(fabs(v0), fabs(v1)), fmax(fabs(v2), fabs(v3)));
     const float4 a4 = fmax(a.lo, a.hi);
     const float amax = fmax(fmax(a4.x, a4.y), fmax(a4.z, a4.w));
-    const float id = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    // Blocks below 2^-110 (~8e-34) become zeros: 32767 / amax stays finite.
+    const float id = amax >= 0x1p-110f ? 32767.0f / amax : 0.0f;
     const int8 c0 = convert_int8_rte(v0 * id), c1 = convert_int8_rte(v1 * id);
     const int8 c2 = convert_int8_rte(v2 * id), c3 = convert_int8_rte(v3 * id);
     vstore8(convert_short8(c0), 4 * b, q);
@@ -334,10 +350,17 @@ inline X16 x16_quantize(const __global float* x, int n, __global uchar* out) {
     vstore8(convert_short8(c3), 4 * b + 3, q);
     const int8 cs = (c0 + c1) + (c2 + c3);
     const int4 c4 = cs.lo + cs.hi;
-    d[b] = amax / 32767.0f;
+    // An inf or NaN in the block (exponent bits all set; integer tests, which
+    // -cl-fast-relaxed-math keeps) makes the scale and sum NaN, so it reaches
+    // every dot product as the float loop's arithmetic would spread it.
+    const int8 e = max(max(as_int8(v0) & 0x7fffffff, as_int8(v1) & 0x7fffffff),
+                       max(as_int8(v2) & 0x7fffffff, as_int8(v3) & 0x7fffffff));
+    const int4 e4 = max(e.lo, e.hi);
+    const bool finite = max(max(e4.x, e4.y), max(e4.z, e4.w)) < 0x7f800000;
+    d[b] = finite ? amax / 32767.0f : as_float(0x7fc00000);
     s[b] = d[b] * (float)((c4.x + c4.y) + (c4.z + c4.w));
   }
-  const X16 r = {(const __global short16*)q, d, s};
+  const X16 r = {(const X16_AS short16*)q, d, s};
   return r;
 }
 

@@ -349,7 +349,7 @@ CPU_INLINE void rows_dot_alt(const int type, const int type_alt, bool alt, Matri
 // `in` (n values) in 16-bit form in this group's slot where `needed` (a
 // literal), else an unused value.
 CPU_INLINE X16 stage_x16(const State* s, const __global float* in, int n, const bool needed) {
-  if (needed) return x16_quantize(in, n, s->xq);
+  if (needed) return x16_quantize(in, 0, 1.0f, n, s->xq);
   const X16 none = {0, 0, 0};
   return none;
 }

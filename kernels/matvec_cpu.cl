@@ -49,22 +49,69 @@ inline int block_row0(int block, int n_rows) {
 // The same in the work-group's own block.
 inline int item_row0(int n_rows) { return block_row0(get_group_id(0), n_rows); }
 
-// norm_rows_dot (cpu_dot.cl) for this build's weight type.
+// The block types with integer codes (cpu_dot.cl's X16_TYPE) take x' as
+// 16-bit integers, made once per work-group in local memory (built with
+// -DX16_AS=__local) for rows of up to X16_LOCAL_MAX values; longer rows and
+// the other types take the float loop. The persistent decode kernel
+// quantizes the same way, so the two paths give the same dot products.
+#define X16_LOCAL_MAX 16384
+#define WT_X16 X16_TYPE(WTYPE)
+#if WT_X16
+#define X16_LOCAL __local uchar x16_local[X16_BYTES(X16_LOCAL_MAX)];
+#define X16_LOCAL_ARG x16_local
+#else
+#define X16_LOCAL
+#define X16_LOCAL_ARG 0
+#endif
+
+// x' = x, or x * norm_w / rms(x) when norm_w is given, in 16-bit form when
+// WT_X16 and n_in <= X16_LOCAL_MAX (*use16; else the rows take the float x):
+// the group's first work-item quantizes it into `local_x` (and alone
+// computes rms(x): every work-item doing so cost as much as the rows), then
+// all wait. Every work-item of the group calls this.
+inline X16 group_x16(const __global float* x, const __global float* norm_w, float eps, int n_in,
+                     __local uchar* local_x, bool* use16) {
+  X16 r = {0, 0, 0};
+  *use16 = WT_X16 && n_in <= X16_LOCAL_MAX;
+#if WT_X16
+  if (*use16) {
+    if (get_local_id(0) == 0) {
+      x16_quantize(x, norm_w, norm_w ? rms_scale(x, n_in, eps) : 1.0f, n_in, local_x);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    r.q = (const __local short16*)local_x;
+    r.d = (const __local float*)(local_x + n_in * 2);
+    r.s = r.d + n_in / 32;
+  }
+#endif
+  return r;
+}
+
+// norm_rows_dot (cpu_dot.cl) for this build's weight type, or rows_dot_x16
+// with x16 where use16.
 inline void wt_rows_dot(const __global wq_t* wq, const __global ws_t* ws, int n_in, int row0,
                         int n_rows, const __global float* x, const __global float* norm_w,
-                        float scale, float* dots) {
+                        float scale, X16 x16, bool use16, float* dots) {
+#if WT_X16
+  if (use16) {
+    rows_dot_x16(WTYPE, (const __global uchar*)wq, ws, n_in, row0, n_rows, x16, dots);
+    return;
+  }
+#endif
   norm_rows_dot(WTYPE, (const __global uchar*)wq, ws, n_in, row0, n_rows, x, norm_w, scale, dots);
 }
 
 // This work-item's rows of matvec (nothing when it has none).
 inline void matvec_item(const __global wq_t* wq, const __global ws_t* ws, int n_in, int n_rows,
                         const __global float* x, const __global float* norm_w, float eps,
-                        int accumulate, __global float* out) {
+                        int accumulate, __global float* out, __local uchar* local_x) {
+  bool use16;
+  const X16 x16 = group_x16(x, norm_w, eps, n_in, local_x, &use16);
   const int row0 = item_row0(n_rows);
   if (row0 < 0) return;
+  const float scale = norm_w && !use16 ? rms_scale(x, n_in, eps) : 1.0f;
   float dots[NR];
-  wt_rows_dot(wq, ws, n_in, row0, n_rows, x, norm_w, norm_w ? rms_scale(x, n_in, eps) : 1.0f,
-                dots);
+  wt_rows_dot(wq, ws, n_in, row0, n_rows, x, norm_w, scale, x16, use16, dots);
   for (int r = 0; r < NR && row0 + r < n_rows; ++r) {
     out[row0 + r] = accumulate ? out[row0 + r] + dots[r] : dots[r];
   }
@@ -75,7 +122,8 @@ inline void matvec_item(const __global wq_t* wq, const __global ws_t* ws, int n_
 __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void matvec(
     const __global wq_t* wq, const __global ws_t* ws, int n_in, int n_rows, const __global float* x,
     const __global float* norm_w, float eps, int accumulate, __global float* out) {
-  matvec_item(wq, ws, n_in, n_rows, x, norm_w, eps, accumulate, out);
+  X16_LOCAL
+  matvec_item(wq, ws, n_in, n_rows, x, norm_w, eps, accumulate, out, X16_LOCAL_ARG);
 }
 
 #ifdef WITH_ARGMAX
@@ -92,7 +140,8 @@ __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void matvec_argmax(
     const __global wq_t* wq, const __global ws_t* ws, int n_in, int n_rows, const __global float* x,
     const __global float* norm_w, float eps, __global float* out, __global float* part_val,
     __global int* part_idx, volatile __global uint* n_done, __global int* token) {
-  matvec_item(wq, ws, n_in, n_rows, x, norm_w, eps, 0, out);
+  X16_LOCAL
+  matvec_item(wq, ws, n_in, n_rows, x, norm_w, eps, 0, out, X16_LOCAL_ARG);
   barrier(CLK_GLOBAL_MEM_FENCE);
   if (get_local_id(0) != 0) return;
   const int g = get_group_id(0);
@@ -125,12 +174,15 @@ __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void ffn_gate_up(
     const __global wq_t* wq_gate, const __global ws_t* ws_gate, const __global wq_t* wq_up,
     const __global ws_t* ws_up, int n_in, int n_rows, const __global float* x,
     const __global float* norm_w, float eps, int act, __global float* h) {
+  X16_LOCAL
+  bool use16;
+  const X16 x16 = group_x16(x, norm_w, eps, n_in, X16_LOCAL_ARG, &use16);
   const int row0 = item_row0(n_rows);
   if (row0 < 0) return;
-  const float scale = rms_scale(x, n_in, eps);
+  const float scale = use16 ? 1.0f : rms_scale(x, n_in, eps);
   float gate[NR], up[NR];
-  wt_rows_dot(wq_gate, ws_gate, n_in, row0, n_rows, x, norm_w, scale, gate);
-  wt_rows_dot(wq_up, ws_up, n_in, row0, n_rows, x, norm_w, scale, up);
+  wt_rows_dot(wq_gate, ws_gate, n_in, row0, n_rows, x, norm_w, scale, x16, use16, gate);
+  wt_rows_dot(wq_up, ws_up, n_in, row0, n_rows, x, norm_w, scale, x16, use16, up);
   for (int r = 0; r < NR && row0 + r < n_rows; ++r) {
     h[row0 + r] = ffn_act(gate[r], act) * up[r];
   }
@@ -142,9 +194,9 @@ inline void qkv_rope_rows(const __global wq_t* wq, const __global ws_t* ws, int 
                           const __global float* norm_w, float eps, int n_embd, int n_embd_kv,
                           int head_dim, int n_rot, const __global float2* rope_cs, int pos,
                           __global float* q, __global float* k_cache, __global float* v_cache,
-                          ulong cache_off) {
+                          ulong cache_off, float scale, X16 x16, bool use16) {
   float dots[NR];
-  wt_rows_dot(wq, ws, n_in, row0, n_rows, x, norm_w, rms_scale(x, n_in, eps), dots);
+  wt_rows_dot(wq, ws, n_in, row0, n_rows, x, norm_w, scale, x16, use16, dots);
   for (int r = 0; r < NR && row0 + r < n_rows; r += 2) {
     const int gr = row_base + row0 + r;  // even row of the pair, in q;k;v space
     rope_store_pair(gr, dots[r], dots[r + 1], n_embd, n_embd_kv, head_dim, n_rot, rope_cs, pos, q,
@@ -161,10 +213,14 @@ __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void qkv_rope(
     const __global float* x, const __global float* norm_w, float eps, int n_embd, int n_embd_kv,
     int head_dim, int n_rot, const __global float2* rope_cs, int pos, __global float* q,
     __global float* k_cache, __global float* v_cache, ulong cache_off) {
+  X16_LOCAL
+  bool use16;
+  const X16 x16 = group_x16(x, norm_w, eps, n_in, X16_LOCAL_ARG, &use16);
   const int row0 = item_row0(n_rows);
   if (row0 < 0) return;
+  const float scale = use16 ? 1.0f : rms_scale(x, n_in, eps);
   qkv_rope_rows(wq, ws, n_in, n_rows, row_base, row0, x, norm_w, eps, n_embd, n_embd_kv, head_dim,
-                n_rot, rope_cs, pos, q, k_cache, v_cache, cache_off);
+                n_rot, rope_cs, pos, q, k_cache, v_cache, cache_off, scale, x16, use16);
 }
 
 #ifdef WITH_ATTENTION
@@ -207,12 +263,16 @@ __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void qkv_rope_attenti
     __global float* k_cache, __global float* v_cache, ulong cache_off, int n_head, int n_head_kv,
     __global float* scores, int scores_stride, __global float* att_out,
     volatile __global uint* head_done) {
+  X16_LOCAL
+  bool use16;
+  const X16 x16 = group_x16(x, norm_w, eps, n_in, X16_LOCAL_ARG, &use16);
   const int n_groups = get_num_groups(0);
   const int block = n_groups - 1 - get_group_id(0);
   const int row0 = block_row0(block, n_rows);
   if (row0 >= 0) {
+    const float scale = use16 ? 1.0f : rms_scale(x, n_in, eps);
     qkv_rope_rows(wq, ws, n_in, n_rows, row_base, row0, x, norm_w, eps, n_embd, n_embd_kv, head_dim,
-                  n_rot, rope_cs, pos, q, k_cache, v_cache, cache_off);
+                  n_rot, rope_cs, pos, q, k_cache, v_cache, cache_off, scale, x16, use16);
   }
   barrier(CLK_GLOBAL_MEM_FENCE);
   if (get_local_id(0) != 0) return;

@@ -99,7 +99,7 @@ const ClProgram& ClPrograms::program(const std::string& stem, const std::string&
 
 std::string ClPrograms::matvec_cpu_defines(GgmlType type) const {
   return " -DWTYPE=" + std::to_string(int(type)) + " -DROWS=" + std::to_string(tuning_.rows) +
-         " -DNR=" + std::to_string(tuning_.cpu_nr) +
+         " -DNR=" + std::to_string(tuning_.cpu_nr) + " -DX16_AS=__local" +
          (tuning_.cpu_portable ? " -DCPU_PORTABLE=1" : "");
 }
 

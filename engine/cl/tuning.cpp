@@ -22,7 +22,10 @@ KernelTuning KernelTuning::for_device(const DeviceInfo& device) {
   KernelTuning t;
   if (device.is_cpu) {
     t.tpr = 1;
-    t.rows = 32;  // matvec_cpu.cl: 16..64 measured alike; 32 splits 576 rows evenly on 2 cores
+    // matvec_cpu.cl: a work-group quantizes x once for its rows (16-bit
+    // activations); 128 rows against 32: Gemma 3 270M tg32 57-61 against
+    // 44-50, the SmolLM2 plan 113-114 against 83-89 (2-core VM, 2026-11-27).
+    t.rows = 128;
     t.att_wg = 64;
     t.argmax_wg = 64;
     t.sample_wg = 1;

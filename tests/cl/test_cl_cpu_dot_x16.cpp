@@ -33,7 +33,7 @@ constexpr const char* k_test_kernel = R"CLC(
 __kernel void x16_rows(const __global float* x, int n_in, int n_rows, __global uchar* xq,
                        const __global uchar* wq, const __global ushort* ws,
                        __global float* out) {
-  const X16 x16 = x16_quantize(x, n_in, xq);
+  const X16 x16 = x16_quantize(x, 0, 1.0f, n_in, xq);
   float dots[NR];
   for (int row0 = 0; row0 < n_rows; row0 += NR) {
     rows_dot_x16(WT, wq, ws, n_in, row0, n_rows, x16, dots);

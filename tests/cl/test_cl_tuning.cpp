@@ -48,7 +48,7 @@ TEST(Tuning, CpuDefaults) {
   const Tuning t = Tuning::for_device(cpu_device());
   const KernelTuning& p = t.decode.plan;
   EXPECT_EQ(p.tpr, 1);
-  EXPECT_EQ(p.rows, 32);
+  EXPECT_EQ(p.rows, 128);
   EXPECT_EQ(p.att_wg, 64);
   EXPECT_EQ(p.argmax_wg, 64);
   EXPECT_EQ(p.sample_wg, 1);  // a work-group runs serially: no atomics

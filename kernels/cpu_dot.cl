@@ -20,7 +20,7 @@
 // accumulator per row, summed horizontally once per row. The NR rows (even:
 // RoPE needs the pair (2i, 2i + 1) in one work-item) share each load of x.
 // All arithmetic is float32 multiply-add, like matvec.cl. rows_dot_x16
-// (further down) is the persistent decode kernel's version for the block
+// (further down) is the version both CPU decode paths take for the block
 // types with integer codes: x as 16-bit integers with a scale per 32 values,
 // vpmaddwd. (A first try of int16 x, in 2026-11, moved SmolLM2's logits by
 // 1.8e-3; with a scale per 32 values the kernel is within 1e-5 of the

@@ -13,7 +13,10 @@
 //
 // Fused RMSNorm (norm weight given): each active work-item computes
 // 1/sqrt(mean(x^2) + eps) itself (n_in values, cheap beside NR rows of
-// weights) and multiplies x by the norm weight as it loads it.
+// weights) and multiplies x by the norm weight as it loads it; for the
+// block types with integer codes the group's first work-item does both once
+// while making x's 16-bit form in local memory (group_x16 below, the only
+// barrier before the rows).
 
 #ifndef WTYPE
 #define WTYPE 2

@@ -320,6 +320,13 @@ typedef struct {
 // and s; 128-byte aligned sections.
 #define X16_BYTES(n) ((n)*2 + ((n) / 32 * 8 + 127) / 128 * 128)
 
+// The 16-bit form of n values at `at` (X16_BYTES(n) bytes).
+inline X16 x16_view(X16_AS uchar* at, int n) {
+  const X16_AS float* d = (const X16_AS float*)(at + n * 2);
+  const X16 r = {(const X16_AS short16*)at, d, d + n / 32};
+  return r;
+}
+
 // x' (n values, a multiple of 32) -> its 16-bit form at `out` (X16_BYTES(n)),
 // x' = x, or x * scale * g (rounded as norm_into's x[i] * scale * g[i]) when
 // g is given.
@@ -360,8 +367,7 @@ inline X16 x16_quantize(const __global float* x, const __global float* g, float 
     d[b] = finite ? amax / 32767.0f : as_float(0x7fc00000);
     s[b] = d[b] * (float)((c4.x + c4.y) + (c4.z + c4.w));
   }
-  const X16 r = {(const X16_AS short16*)q, d, s};
-  return r;
+  return x16_view(out, n);
 }
 
 // 32-bit lanes: a[2i] * b[2i] + a[2i + 1] * b[2i + 1] (vpmaddwd).

@@ -82,9 +82,7 @@ inline X16 group_x16(const __global float* x, const __global float* norm_w, floa
       x16_quantize(x, norm_w, norm_w ? rms_scale(x, n_in, eps) : 1.0f, n_in, local_x);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    r.q = (const __local short16*)local_x;
-    r.d = (const __local float*)(local_x + n_in * 2);
-    r.s = r.d + n_in / 32;
+    r = x16_view(local_x, n_in);
   }
 #endif
   return r;
@@ -194,7 +192,7 @@ __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void ffn_gate_up(
 // The rows of qkv_rope from row0 (see below): NR dot products, RoPE, stores.
 inline void qkv_rope_rows(const __global wq_t* wq, const __global ws_t* ws, int n_in, int n_rows,
                           int row_base, int row0, const __global float* x,
-                          const __global float* norm_w, float eps, int n_embd, int n_embd_kv,
+                          const __global float* norm_w, int n_embd, int n_embd_kv,
                           int head_dim, int n_rot, const __global float2* rope_cs, int pos,
                           __global float* q, __global float* k_cache, __global float* v_cache,
                           ulong cache_off, float scale, X16 x16, bool use16) {
@@ -222,7 +220,7 @@ __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void qkv_rope(
   const int row0 = item_row0(n_rows);
   if (row0 < 0) return;
   const float scale = use16 ? 1.0f : rms_scale(x, n_in, eps);
-  qkv_rope_rows(wq, ws, n_in, n_rows, row_base, row0, x, norm_w, eps, n_embd, n_embd_kv, head_dim,
+  qkv_rope_rows(wq, ws, n_in, n_rows, row_base, row0, x, norm_w, n_embd, n_embd_kv, head_dim,
                 n_rot, rope_cs, pos, q, k_cache, v_cache, cache_off, scale, x16, use16);
 }
 
@@ -274,7 +272,7 @@ __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void qkv_rope_attenti
   const int row0 = block_row0(block, n_rows);
   if (row0 >= 0) {
     const float scale = use16 ? 1.0f : rms_scale(x, n_in, eps);
-    qkv_rope_rows(wq, ws, n_in, n_rows, row_base, row0, x, norm_w, eps, n_embd, n_embd_kv, head_dim,
+    qkv_rope_rows(wq, ws, n_in, n_rows, row_base, row0, x, norm_w, n_embd, n_embd_kv, head_dim,
                   n_rot, rope_cs, pos, q, k_cache, v_cache, cache_off, scale, x16, use16);
   }
   barrier(CLK_GLOBAL_MEM_FENCE);

@@ -248,6 +248,18 @@ inline std::vector<float> sixteen_bit(const std::vector<float>& x, size_t group)
   return y;
 }
 
+// W (rows x n_in, row-major) @ x in float64.
+inline std::vector<double> matvec_f64(const std::vector<float>& w, const std::vector<float>& x,
+                                      int n_in, int rows) {
+  std::vector<double> out(size_t(rows), 0.0);
+  for (int r = 0; r < rows; ++r) {
+    for (int i = 0; i < n_in; ++i) {
+      out[size_t(r)] += double(w[size_t(r) * size_t(n_in) + size_t(i)]) * double(x[size_t(i)]);
+    }
+  }
+  return out;
+}
+
 // ||a - b|| / ||b|| with b in float64.
 inline double relative_error(std::span<const float> a, std::span<const double> b) {
   if (a.size() != b.size()) return INFINITY;

@@ -64,16 +64,6 @@ std::vector<X16Case> x16_cases() {
   return cases;
 }
 
-std::vector<double> ref_rows(const std::vector<float>& w, const std::vector<float>& x, int n_in,
-                             int rows) {
-  std::vector<double> out(size_t(rows), 0.0);
-  for (int r = 0; r < rows; ++r) {
-    for (int i = 0; i < n_in; ++i)
-      out[size_t(r)] += double(w[size_t(r) * n_in + i]) * double(x[size_t(i)]);
-  }
-  return out;
-}
-
 // The test kernel for a device type and build variant, built once.
 ClKernel x16_kernel(GgmlType device_type, int nr, bool portable) {
   static std::map<std::string, ClProgram> programs;
@@ -107,8 +97,9 @@ TEST_P(ClCpuDotX16, RowDotsMatchReferences) {
   // Activations with the spread of a hidden state: most small, a few large.
   std::vector<float> x = test::random_floats(size_t(n_in), 99);
   for (size_t i = 0; i < x.size(); i += 37) x[i] *= 40.0f;
-  const std::vector<double> want_q = ref_rows(w.values, test::sixteen_bit(x, 32), n_in, rows);
-  const std::vector<double> want_x = ref_rows(w.values, x, n_in, rows);
+  const std::vector<double> want_q =
+      test::matvec_f64(w.values, test::sixteen_bit(x, 32), n_in, rows);
+  const std::vector<double> want_x = test::matvec_f64(w.values, x, n_in, rows);
 
   const ClMem xb = test::cl_buffer(x);
   const ClMem xq = test::cl_test_runtime().alloc(size_t(n_in) * 4 + 4096);

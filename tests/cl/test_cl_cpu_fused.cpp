@@ -44,15 +44,6 @@ int ref_argmax(const std::vector<float>& v) {
   return best < 0 ? 0 : best;
 }
 
-std::vector<double> ref_matvec(const std::vector<float>& w, const std::vector<float>& x, int n_in,
-                               int rows) {
-  std::vector<double> out(size_t(rows), 0.0);
-  for (int r = 0; r < rows; ++r) {
-    for (int i = 0; i < n_in; ++i) out[size_t(r)] += double(w[size_t(r) * n_in + i]) * x[size_t(i)];
-  }
-  return out;
-}
-
 // A weight matrix made from random rows: some rows set to one value, some
 // copied from another row.
 struct HeadCase {
@@ -118,7 +109,7 @@ TEST(ClCpuFused, MatvecArgmaxPicksTheHostArgmaxOfItsLogits) {
           EXPECT_EQ(test::cl_read<cl_uint>(n_done, 1)[0], 0u) << "counter not reset";
           if (!non_finite) {
             EXPECT_LE(test::relative_error(std::span<const float>(logits),
-                                           ref_matvec(w.values, x, n_in, rows)),
+                                           test::matvec_f64(w.values, x, n_in, rows)),
                       1e-3);
           }
         }

@@ -35,7 +35,10 @@
 // a time, its lanes taking every 32nd block; rows are spread over all warps of
 // the grid. Activations that a stage reads whole (x, att, h) are first staged
 // into local memory with volatile loads, which bypass the non-coherent L1
-// (other work-groups wrote them during this launch).
+// (other work-groups wrote them during this launch): as 16-bit integers with
+// a scale per 32 values where the stage's weight types have codes of at most
+// 8 bits, whose dot products are then integer instructions (XI, below),
+// else as floats.
 //
 // Weights live in one arena buffer; `layer_off` holds byte offsets per layer
 // (LO_* in kernels/persistent_layout.cl, built before this file). Types are
@@ -465,6 +468,147 @@ INLINE float q8_block_dot(uint4 lo, uint4 hi, const __local float* x) {
   return int8_dot_local(lo, x) + int8_dot_local(hi, x + 16);
 }
 
+// ---- 16-bit activations and integer dot products -------------------------------
+
+// A stage whose matrices are all of these types (Q4_0, Q4_1, Q5_0, Q5_1,
+// Q8_0, Q4_K, Q5_K, Q6_K: codes of at most 8 bits) takes its input as 16-bit
+// integers (XI): each block of 32 values as q = round(x * 32767 / max|x|),
+// its scale d = max|x| / 32767 and s = d * sum(q) (the rule of cpu_dot.cl's
+// x16_quantize), XI_W words a block in local memory: 16 of q pairs, d, s,
+// d * sum(q) over the first 16 values (Q6_K's halves), and a word of padding
+// (the eight lanes of a 16-byte access phase then hit distinct banks). The
+// codes' dot products are dp2a instructions (two 16-bit x against two
+// bytes, accumulated in 32 bits) instead of a conversion and an FMA a value:
+// at the Llama 3.2 1B shape the conversions (16 a clock per SM) were the
+// bound, not the weights' bytes (H100, tg128 1,581-1,605 against
+// 1,016-1,021 with float x; SmolLM2-360M 2,008-2,010 against 1,631-1,632,
+// SmolLM2-135M 2,602-2,603 against 2,341-2,344).
+#define XI_TYPE(t) \
+  ((t) == 2 || (t) == 3 || (t) == 6 || (t) == 7 || (t) == 8 || ((t) >= 12 && (t) <= 14))
+#define XI_W 20
+#define XI_ROLE(role) (XI_TYPE(WT_##role) && XI_TYPE(WT_##role##_ALT))
+#define XI_QKV (XI_ROLE(Q) && XI_ROLE(K) && XI_ROLE(V))
+#define XI_WO XI_ROLE(WO)
+#define XI_FFN XI_ROLE(FFN)
+#define XI_DOWN XI_ROLE(DOWN)
+#define XI_HEAD XI_TYPE(WT_HEAD)
+
+// c + x.lo16 * b.byte0 + x.hi16 * b.byte1 (lo) or bytes 2, 3 (hi); bytes
+// unsigned (u) or signed (s).
+INLINE int dp2a_lo_u(uint x, uint b, int c) {
+  int d;
+  asm("dp2a.lo.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(b), "r"(c));
+  return d;
+}
+INLINE int dp2a_hi_u(uint x, uint b, int c) {
+  int d;
+  asm("dp2a.hi.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(b), "r"(c));
+  return d;
+}
+INLINE int dp2a_lo_s(uint x, uint b, int c) {
+  int d;
+  asm("dp2a.lo.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(b), "r"(c));
+  return d;
+}
+INLINE int dp2a_hi_s(uint x, uint b, int c) {
+  int d;
+  asm("dp2a.hi.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(b), "r"(c));
+  return d;
+}
+// sum_j code_j * q_j over a block of nibbles (byte k: value k low, k + 16
+// high) against its 16-bit x (xw: the block's XI_W words).
+INLINE int nibble_dot_xi(uint4 q, const __local uint* xw) {
+  const uint4 x0 = vload4(0, xw), x1 = vload4(1, xw), x2 = vload4(2, xw), x3 = vload4(3, xw);
+  const uint w[4] = {q.x, q.y, q.z, q.w};
+  const uint xa[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+  const uint xb[8] = {x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
+  int acc = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint lo = w[i] & 0x0f0f0f0fu, hi = (w[i] >> 4) & 0x0f0f0f0fu;
+    acc = dp2a_lo_u(xa[2 * i], lo, acc);
+    acc = dp2a_hi_u(xa[2 * i + 1], lo, acc);
+    acc = dp2a_lo_u(xb[2 * i], hi, acc);
+    acc = dp2a_hi_u(xb[2 * i + 1], hi, acc);
+  }
+  return acc;
+}
+// The same for a Q8_0 block's signed bytes (lo: values 0-15, hi: 16-31).
+INLINE int int8_dot_xi(uint4 lo, uint4 hi, const __local uint* xw) {
+  const uint4 x0 = vload4(0, xw), x1 = vload4(1, xw), x2 = vload4(2, xw), x3 = vload4(3, xw);
+  int acc = 0;
+  acc = dp2a_hi_s(x0.y, lo.x, dp2a_lo_s(x0.x, lo.x, acc));
+  acc = dp2a_hi_s(x0.w, lo.y, dp2a_lo_s(x0.z, lo.y, acc));
+  acc = dp2a_hi_s(x1.y, lo.z, dp2a_lo_s(x1.x, lo.z, acc));
+  acc = dp2a_hi_s(x1.w, lo.w, dp2a_lo_s(x1.z, lo.w, acc));
+  acc = dp2a_hi_s(x2.y, hi.x, dp2a_lo_s(x2.x, hi.x, acc));
+  acc = dp2a_hi_s(x2.w, hi.y, dp2a_lo_s(x2.z, hi.y, acc));
+  acc = dp2a_hi_s(x3.y, hi.z, dp2a_lo_s(x3.x, hi.z, acc));
+  acc = dp2a_hi_s(x3.w, hi.w, dp2a_lo_s(x3.z, hi.w, acc));
+  return acc;
+}
+// Bits 0-3 of b to bit 0 of bytes 0-3 (the shifted copies do not overlap).
+INLINE uint spread_bits4(uint b) { return (b * 0x00204081u) & 0x01010101u; }
+// Bit pairs 0-1, 2-3, 4-5, 6-7 of b to bits 0-1 of bytes 0-3.
+INLINE uint spread_pairs4(uint b) {
+  return (b & 3u) | ((b & 0xcu) << 6) | ((b & 0x30u) << 12) | ((b & 0xc0u) << 18);
+}
+// Q5_*: the same with c = nibble | (bit j of qh) << 4.
+INLINE int nibble5_dot_xi(uint4 q, uint qh, const __local uint* xw) {
+  const uint4 x0 = vload4(0, xw), x1 = vload4(1, xw), x2 = vload4(2, xw), x3 = vload4(3, xw);
+  const uint w[4] = {q.x, q.y, q.z, q.w};
+  const uint xa[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+  const uint xb[8] = {x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
+  int acc = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint lo = (w[i] & 0x0f0f0f0fu) | spread_bits4((qh >> (4 * i)) & 15u) << 4;
+    const uint hi = ((w[i] >> 4) & 0x0f0f0f0fu) | spread_bits4((qh >> (16 + 4 * i)) & 15u) << 4;
+    acc = dp2a_lo_u(xa[2 * i], lo, acc);
+    acc = dp2a_hi_u(xa[2 * i + 1], lo, acc);
+    acc = dp2a_lo_u(xb[2 * i], hi, acc);
+    acc = dp2a_hi_u(xb[2 * i + 1], hi, acc);
+  }
+  return acc;
+}
+// Q6_K: (sum c q over values 0-15, over 16-31), c = nibble | (bits 2j, 2j + 1
+// of the half's word) << 4 (the codes before the offset 32).
+INLINE int2 nibble6_dot_xi(uint4 q, uint2 h, const __local uint* xw) {
+  const uint4 x0 = vload4(0, xw), x1 = vload4(1, xw), x2 = vload4(2, xw), x3 = vload4(3, xw);
+  const uint w[4] = {q.x, q.y, q.z, q.w};
+  const uint xa[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+  const uint xb[8] = {x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
+  int2 acc = (int2)(0);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint lo = (w[i] & 0x0f0f0f0fu) | spread_pairs4((h.x >> (8 * i)) & 255u) << 4;
+    const uint hi = ((w[i] >> 4) & 0x0f0f0f0fu) | spread_pairs4((h.y >> (8 * i)) & 255u) << 4;
+    acc.x = dp2a_lo_u(xa[2 * i], lo, acc.x);
+    acc.x = dp2a_hi_u(xa[2 * i + 1], lo, acc.x);
+    acc.y = dp2a_lo_u(xb[2 * i], hi, acc.y);
+    acc.y = dp2a_hi_u(xb[2 * i + 1], hi, acc.y);
+  }
+  return acc;
+}
+// A block's d, s and s over its first 16 values (Q6_K's halves).
+INLINE float4 xi_scales(const __local uint* xw) {
+  return vload4(0, (const __local float*)(xw + 16));
+}
+// One block of a type with a record (ext_record: s, h) or Q4_0 / Q4_1 (s =
+// (d, m)) against its 16-bit x at xw: s.x d sum(c q) + s.y s for all but
+// Q6_K, whose halves have scales of their own and codes offset by 32.
+INLINE float xi_block_dot(int type, uint4 q, float2 s, uint2 h, const __local uint* xw) {
+  const float4 xs = xi_scales(xw);
+  if (type == 14) {
+    const int2 c = nibble6_dot_xi(q, h, xw);
+    return xs.x * (s.x * (float)c.x + s.y * (float)c.y) -
+           32.0f * (s.x * xs.z + s.y * (xs.y - xs.z));
+  }
+  const int c =
+      type == 2 || type == 3 || type == 12 ? nibble_dot_xi(q, xw) : nibble5_dot_xi(q, h.x, xw);
+  return s.x * xs.x * (float)c + s.y * xs.y;
+}
+
 // This lane's share of dot(W[row], x) for a row of n_in values; `wq`/`ws`
 // point at the matrix's payloads and scales in the arena.
 INLINE float row_dot_f32(const __global uchar* wq, int n_in, int row, const __local float* x,
@@ -539,6 +683,34 @@ INLINE float row_dot_ext(int type, const __global uchar* wq, const __global ucha
   }
   return s;
 }
+// A row of an XI_TYPE against 16-bit x (XI).
+INLINE float row_dot_xi(int type, const __global uchar* wq, const __global uchar* ws, int n_in,
+                        int row, const __local float* x, int lane) {
+  const int nb = n_in / 32;
+  const size_t base = (size_t)row * nb;
+  const __global uint4* q = (const __global uint4*)wq;
+  const __local uint* xw = (const __local uint*)x;
+  float s = 0.0f;
+  for (int b = lane; b < nb; b += 32) {
+    if (type == 8) {
+      const float d = vload_half(base + b, (const __global half*)ws);
+      s += d * xi_scales(xw + b * XI_W).x *
+           (float)int8_dot_xi(q[2 * (base + b)], q[2 * (base + b) + 1], xw + b * XI_W);
+    } else {
+      float2 sc;
+      uint2 h = (uint2)(0u);
+      if (ext_type(type)) {
+        ext_record(type, ws, base + b, &sc, &h);
+      } else if (type == 3) {
+        sc = vload_half2(base + b, (const __global half*)ws);
+      } else {
+        sc = (float2)(1.0f, -8.0f) * vload_half(base + b, (const __global half*)ws);
+      }
+      s += xi_block_dot(type, q[base + b], sc, h, xw + b * XI_W);
+    }
+  }
+  return s;
+}
 // The types of kernels/quant_blocks.cl without a loop of their own here.
 INLINE float row_dot_blocks(int type, const __global uchar* wq, const __global uchar* ws, int n_in,
                             int row, const __local float* x, int lane) {
@@ -559,7 +731,8 @@ INLINE float row_dot_blocks(int type, const __global uchar* wq, const __global u
 // The same for a matrix of GGML type `type`: always a WT_* constant, so once
 // inlined only one case is left.
 INLINE float row_dot(int type, const __global uchar* wq, const __global uchar* ws, int n_in,
-                     int row, const __local float* x, int lane) {
+                     int row, const __local float* x, int lane, bool xi) {
+  if (xi) return row_dot_xi(type, wq, ws, n_in, row, x, lane);
   switch (type) {
     case 0:
       return row_dot_f32(wq, n_in, row, x, lane);
@@ -658,6 +831,26 @@ INLINE float row_dot_regs_q8_0(int n_in, const __local float* x, int lane, const
   }
   return acc;
 }
+// A row of an XI_TYPE in registers against 16-bit x (XI).
+INLINE float row_dot_regs_xi(int type, int n_in, const __local float* x, int lane,
+                             const RowRegs* r) {
+  const __local uint* xw = (const __local uint*)x;
+  float acc = 0.0f;
+#pragma unroll
+  for (int k = 0; k < RB; ++k) {
+    const int b = lane + 32 * k;
+    if (b < n_in / 32) {
+      if (type == 8) {
+        acc += r->s[k].x * xi_scales(xw + b * XI_W).x *
+               (float)int8_dot_xi(r->q[2 * k], r->q[2 * k + 1], xw + b * XI_W);
+      } else {
+        acc += xi_block_dot(type, r->q[k], r->s[k], ext_type(type) ? r->h[k] : (uint2)(0u),
+                            xw + b * XI_W);
+      }
+    }
+  }
+  return acc;
+}
 INLINE float row_dot_regs_ext(int type, int n_in, const __local float* x, int lane,
                               const RowRegs* r) {
   float acc = 0.0f;
@@ -670,7 +863,8 @@ INLINE float row_dot_regs_ext(int type, int n_in, const __local float* x, int la
 }
 // This lane's share of dot(W[row], x) with the row in r (row_load).
 INLINE float row_dot_regs(int type, const __global uchar* wq, const __global uchar* ws, int n_in,
-                          int row, const __local float* x, int lane, const RowRegs* r) {
+                          int row, const __local float* x, int lane, const RowRegs* r, bool xi) {
+  if (xi) return row_dot_regs_xi(type, n_in, x, lane, r);
   switch (type) {
     case 2:
     case 3:
@@ -684,7 +878,7 @@ INLINE float row_dot_regs(int type, const __global uchar* wq, const __global uch
     case 14:
       return row_dot_regs_ext(type, n_in, x, lane, r);
     default:  // F32, F16, BF16 and block_values8's types: read from the arena
-      return row_dot(type, wq, ws, n_in, row, x, lane);
+      return row_dot(type, wq, ws, n_in, row, x, lane, false);
   }
 }
 
@@ -701,9 +895,9 @@ INLINE void row_load_alt(int type, int type_alt, bool alt, const __global uchar*
 }
 INLINE float row_dot_regs_alt(int type, int type_alt, bool alt, const __global uchar* wq,
                               const __global uchar* ws, int n_in, int row, const __local float* x,
-                              int lane, const RowRegs* r) {
-  return alt ? row_dot_regs(type_alt, wq, ws, n_in, row, x, lane, r)
-             : row_dot_regs(type, wq, ws, n_in, row, x, lane, r);
+                              int lane, const RowRegs* r, bool xi) {
+  return alt ? row_dot_regs(type_alt, wq, ws, n_in, row, x, lane, r, xi)
+             : row_dot_regs(type, wq, ws, n_in, row, x, lane, r, xi);
 }
 
 // ---- weights into L2 ----------------------------------------------------------
@@ -788,9 +982,50 @@ typedef struct {
 // xl[i] = src[i] for i < n into the padded layout (XP); volatile: written by
 // other work-groups. 16-byte loads: one or two per work-item instead of 3-6
 // scalar ones in a row (n % 4 == 0; groups of 4 never straddle a padded block).
-INLINE void stage_padded(__local float* xl, volatile const __global float* src, int n) {
-  for (int i = get_local_id(0); i < n / 4; i += PWG) {
-    vstore4(((volatile const __global float4*)src)[i], 0, xl + XP(4 * i));
+// Values 4i .. 4i + 3 (v; act: i is in the vector) into the 16-bit layout
+// (XI) at xl. The block's 8 work-items (consecutive lanes) find its scale
+// by shuffles, so every lane of the warp calls this.
+INLINE void xi_store4(__local float* xl, int i, float4 v, bool act) {
+  if (!act) v = (float4)(0.0f);
+  const uint4 a = as_uint4(fabs(v));
+  uint m = max(max(a.x, a.y), max(a.z, a.w));  // |values| compare as their bits
+  m = max(m, as_uint(shfl_bfly(as_float(m), 1)));
+  m = max(m, as_uint(shfl_bfly(as_float(m), 2)));
+  m = max(m, as_uint(shfl_bfly(as_float(m), 4)));
+  // An inf or NaN in the block (bits >= 0x7f800000) makes d and s NaN, as the
+  // float loop would spread it; blocks below 2^-110 become zeros.
+  const bool finite = m < 0x7f800000u;
+  const float amax = as_float(m);
+  const float id = finite && amax >= 0x1p-110f ? 32767.0f / amax : 0.0f;
+  const int4 c = convert_int4_rte(v * id);
+  int sum = (c.x + c.y) + (c.z + c.w);
+  sum += as_int(shfl_bfly(as_float(sum), 1));
+  sum += as_int(shfl_bfly(as_float(sum), 2));
+  const int half_sum = sum;  // values 0-15 in the block's first four work-items
+  sum += as_int(shfl_bfly(as_float(sum), 4));
+  if (act) {
+    __local uint* w = (__local uint*)xl + (i / 8) * XI_W;
+    vstore2((uint2)(((uint)c.x & 0xffffu) | ((uint)c.y << 16),
+                    ((uint)c.z & 0xffffu) | ((uint)c.w << 16)),
+            i % 8, w);
+    if (i % 8 == 0) {
+      const float d = finite ? amax / 32767.0f : as_float(0x7fc00000u);
+      vstore4((float4)(d, d * (float)sum, d * (float)half_sum, 0.0f), 0, (__local float*)(w + 16));
+    }
+  }
+}
+
+INLINE void stage_padded(__local float* xl, volatile const __global float* src, int n, bool xi) {
+  if (xi) {
+    for (int base = 0; base < n / 4; base += PWG) {
+      const int i = base + get_local_id(0);
+      const bool act = i < n / 4;
+      xi_store4(xl, i, act ? ((volatile const __global float4*)src)[i] : (float4)(0.0f), act);
+    }
+  } else {
+    for (int i = get_local_id(0); i < n / 4; i += PWG) {
+      vstore4(((volatile const __global float4*)src)[i], 0, xl + XP(4 * i));
+    }
   }
   barrier(CLK_LOCAL_MEM_FENCE);
 }
@@ -824,17 +1059,29 @@ INLINE float group_rms_scale(float ss, __local float* red) {
 // layout; src null: xl in place; g from load_norm) and the return value is
 // 1 / rms(src), which the caller applies to each row's dot product
 // (dot(W, x * g) * scale), so one local barrier suffices.
+// xi: the 16-bit layout (XI) instead, from registers (with src null, after
+// the whole work-group has read xl).
 INLINE float stage_norm(__local float* xl, volatile const __global float* src, const float4* gw,
-                        __local float* red) {
+                        __local float* red, bool xi) {
   const int lid = get_local_id(0);
   float ss = 0.0f;
+  float4 v[NORM_MAX];
 #pragma unroll
   for (int k = 0; k < NORM_MAX; ++k) {
     const int i = lid + k * PWG;
+    v[k] = (float4)(0.0f);
     if (i < N_EMBD / 4) {
-      const float4 v = src ? ((volatile const __global float4*)src)[i] : vload4(0, xl + XP(4 * i));
-      ss += dot(v, v);
-      vstore4(v * gw[k], 0, xl + XP(4 * i));
+      v[k] = src ? ((volatile const __global float4*)src)[i] : vload4(0, xl + XP(4 * i));
+      ss += dot(v[k], v[k]);
+      if (!xi) vstore4(v[k] * gw[k], 0, xl + XP(4 * i));
+    }
+  }
+  if (xi) {
+    if (!src) barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int k = 0; k < NORM_MAX; ++k) {
+      const int i = lid + k * PWG;
+      xi_store4(xl, i, v[k] * gw[k], i < N_EMBD / 4);
     }
   }
   return group_rms_scale(ss, red);
@@ -866,15 +1113,18 @@ INLINE void add_post_norm(__local float* xr, volatile const __global float* o,
 }
 // stage_norm from the work-group's x (xr, unpadded).
 INLINE float stage_norm_xr(__local float* xl, const __local float* xr, const float4* gw,
-                           __local float* red) {
+                           __local float* red, bool xi) {
   const int lid = get_local_id(0);
   float ss = 0.0f;
 #pragma unroll
   for (int k = 0; k < NORM_MAX; ++k) {
     const int i = lid + k * PWG;
-    if (i < N_EMBD / 4) {
-      const float4 v = vload4(i, xr);
-      ss += dot(v, v);
+    const bool act = i < N_EMBD / 4;
+    const float4 v = act ? vload4(i, xr) : (float4)(0.0f);
+    ss += dot(v, v);
+    if (xi) {
+      xi_store4(xl, i, v * gw[k], act);
+    } else if (act) {
       vstore4(v * gw[k], 0, xl + XP(4 * i));
     }
   }
@@ -884,9 +1134,9 @@ INLINE float stage_norm_xr(__local float* xl, const __local float* xr, const flo
 // before (post: its weights; null at the first layer, where xr is the
 // embedding), normed with gw.
 INLINE float stage_post_norm(const Local* lm, volatile const __global float* o,
-                             const __global float* post, const float4* gw) {
+                             const __global float* post, const float4* gw, bool xi) {
   if (post) add_post_norm(lm->xr, o, post, lm->red);
-  return stage_norm_xr(lm->xl, lm->xr, gw, lm->red);
+  return stage_norm_xr(lm->xl, lm->xr, gw, lm->red, xi);
 }
 #endif
 
@@ -1043,12 +1293,12 @@ INLINE void qkv_row_load(int type, const __global uchar* wq, const __global ucha
 }
 INLINE float qkv_row_dot(int type, const __global uchar* wq, const __global uchar* ws, int row,
                          const __local float* x, int lane, const RowRegs* r) {
-  if (type == WT_Q) return row_dot_regs(WT_Q, wq, ws, N_EMBD, row, x, lane, r);
-  if (type == WT_K) return row_dot_regs(WT_K, wq, ws, N_EMBD, row, x, lane, r);
-  if (type == WT_V) return row_dot_regs(WT_V, wq, ws, N_EMBD, row, x, lane, r);
-  if (type == WT_Q_ALT) return row_dot_regs(WT_Q_ALT, wq, ws, N_EMBD, row, x, lane, r);
-  if (type == WT_K_ALT) return row_dot_regs(WT_K_ALT, wq, ws, N_EMBD, row, x, lane, r);
-  return row_dot_regs(WT_V_ALT, wq, ws, N_EMBD, row, x, lane, r);
+  if (type == WT_Q) return row_dot_regs(WT_Q, wq, ws, N_EMBD, row, x, lane, r, XI_QKV);
+  if (type == WT_K) return row_dot_regs(WT_K, wq, ws, N_EMBD, row, x, lane, r, XI_QKV);
+  if (type == WT_V) return row_dot_regs(WT_V, wq, ws, N_EMBD, row, x, lane, r, XI_QKV);
+  if (type == WT_Q_ALT) return row_dot_regs(WT_Q_ALT, wq, ws, N_EMBD, row, x, lane, r, XI_QKV);
+  if (type == WT_K_ALT) return row_dot_regs(WT_K_ALT, wq, ws, N_EMBD, row, x, lane, r, XI_QKV);
+  return row_dot_regs(WT_V_ALT, wq, ws, N_EMBD, row, x, lane, r, XI_QKV);
 }
 
 // The pair's two rows into ra, rb.
@@ -1084,9 +1334,9 @@ INLINE void qkv_rope_append(const Weights* w, const State* s, const Local* lm, c
                             const __global float2* rope_cs, const float4* gw, float2 cs_first,
                             RowRegs* ra, RowRegs* rb) {
 #if POST_NORMS
-  const float scale = stage_post_norm(lm, s->o, post_ffn, gw);
+  const float scale = stage_post_norm(lm, s->o, post_ffn, gw, XI_QKV);
 #else
-  const float scale = stage_norm(lm->xl, x_in, gw, lm->red);
+  const float scale = stage_norm(lm->xl, x_in, gw, lm->red, XI_QKV);
 #endif
   const uint alt = QKV_STACKED ? 0u : (uint)lo[LO_ALT];
   for (int pair = at->gwarp; pair < N_QKV / 2; pair += at->n_gwarps) {
@@ -1247,6 +1497,42 @@ INLINE void prefetch_weights(const Weights* w, int il, int first, int stride, in
     }
   }
 #endif
+}
+
+// PF_STAGES (the host sets it where two layers' weights exceed half of L2):
+// the layers' weights go into L2 a stage or two ahead instead of a layer
+// ahead, each stage prefetching a part as large as it can hide: P1 layer
+// il's gate, P2 its up, P3 its down, P5 layer il + 1's Q/K/V and Wo (layer
+// 0's at the start). A layer ahead, a 1B layer's 34 MB (Q4_0) evicted the
+// one being read. H100, 16-bit x, tg128: Llama 3.2 1B shape Q4_0 1,769
+// against 1,586, Q4_K_M 1,265-1,271 against 1,217-1,219; SmolLM2-135M
+// Q4_0 2,362-2,369 against 2,571-2,577, Gemma 3 270M Q4_K_M 2,188 against
+// 2,294-2,296 (small layers keep the layer-ahead prefetch). The lm_head's
+// share (HEAD_PF) is not prefetched then.
+#ifndef PF_STAGES
+#define PF_STAGES 0
+#endif
+#if PF_STAGES && HEAD_PF
+#error "PF_STAGES leaves out the lm_head's prefetch: HEAD_PF must be 0"
+#endif
+// Part `part` of layer il's weights into L2, rows first, first + stride,
+// ...: 0 its Q/K/V and Wo, 1 gate, 2 up, 3 down.
+INLINE void prefetch_part(const Weights* w, int il, int part, int first, int stride, int lane) {
+  if (il >= N_LAYER) return;
+  const __global ulong* lq = w->layer_off + il * LO_N;
+  const __global uchar* a = w->arena;
+  if (part == 0) {
+    prefetch_qkv(a, lq, first, stride, lane);
+    const int wt_wo = USES_ALT(lq, WO) ? WT_WO_ALT : WT_WO;
+    prefetch_rows(wt_wo, a, lq + LO_WO_Q, lq + LO_WO_S, N_EMBD_Q, N_EMBD, first, stride, lane);
+  } else if (part == 3) {
+    const int wt_down = USES_ALT(lq, DOWN) ? WT_DOWN_ALT : WT_DOWN;
+    prefetch_rows(wt_down, a, lq + LO_DOWN_Q, lq + LO_DOWN_S, N_FF, N_EMBD, first, stride, lane);
+  } else {
+    const int wt_ffn = USES_ALT(lq, FFN) ? WT_FFN_ALT : WT_FFN;
+    prefetch_rows(wt_ffn, a, lq + (part == 1 ? LO_GATE_Q : LO_UP_Q),
+                  lq + (part == 1 ? LO_GATE_S : LO_UP_S), N_EMBD, N_FF, first, stride, lane);
+  }
 }
 
 // ---- P2: attention --------------------------------------------------------------
@@ -1465,8 +1751,8 @@ INLINE void matvec_first_row(int type, int type_alt, bool alt, const __global uc
 INLINE void matvec_residual(int type, int type_alt, bool alt, const __global uchar* arena,
                             const __global ulong* q_off, const __global ulong* s_off, int n_in,
                             volatile const __global float* in, __global float* x, __local float* xl,
-                            const Place* at, RowRegs* r) {
-  stage_padded(xl, in, n_in);
+                            const Place* at, RowRegs* r, bool xi) {
+  stage_padded(xl, in, n_in, xi);
   for (int row = at->gwarp; row < N_EMBD; row += at->n_gwarps) {
 #if POST_NORMS
     const float x_row = 0.0f;
@@ -1477,7 +1763,7 @@ INLINE void matvec_residual(int type, int type_alt, bool alt, const __global uch
       row_load_alt(type, type_alt, alt, arena + *q_off, arena + *s_off, n_in, row, at->lane, r);
     }
     const float v = warp_sum(row_dot_regs_alt(type, type_alt, alt, arena + *q_off, arena + *s_off,
-                                              n_in, row, xl, at->lane, r));
+                                              n_in, row, xl, at->lane, r, xi));
     if (at->lane == 0) x[row] = x_row + v;
   }
 }
@@ -1505,9 +1791,9 @@ INLINE void ffn_gate_up(const Weights* w, const State* s, const Local* lm, const
                         const __global ulong* lo, const float4* gw, RowRegs* ra, RowRegs* rb) {
 #if POST_NORMS
   const float scale =
-      stage_post_norm(lm, s->o, (const __global float*)(w->arena + lo[LO_POST_ATTN]), gw);
+      stage_post_norm(lm, s->o, (const __global float*)(w->arena + lo[LO_POST_ATTN]), gw, XI_FFN);
 #else
-  const float scale = stage_norm(lm->xl, s->x, gw, lm->red);
+  const float scale = stage_norm(lm->xl, s->x, gw, lm->red, XI_FFN);
 #endif
   const __global uchar* a = w->arena;
   const bool alt = USES_ALT(lo, FFN);
@@ -1519,9 +1805,9 @@ INLINE void ffn_gate_up(const Weights* w, const State* s, const Local* lm, const
                    rb);
     }
     float g = row_dot_regs_alt(WT_FFN, WT_FFN_ALT, alt, a + lo[LO_GATE_Q], a + lo[LO_GATE_S],
-                               N_EMBD, row, lm->xl, at->lane, ra);
+                               N_EMBD, row, lm->xl, at->lane, ra, XI_FFN);
     float u = row_dot_regs_alt(WT_FFN, WT_FFN_ALT, alt, a + lo[LO_UP_Q], a + lo[LO_UP_S], N_EMBD,
-                               row, lm->xl, at->lane, rb);
+                               row, lm->xl, at->lane, rb, XI_FFN);
     g = warp_sum(g) * scale;
     u = warp_sum(u) * scale;
 #if FFN_GELU
@@ -1544,10 +1830,10 @@ INLINE void head_logits(const Weights* w, const State* s, const Local* lm, const
                         const float4* gw) {
 #if POST_NORMS
   const __global ulong* lo_last = w->layer_off + (N_LAYER - 1) * LO_N;
-  const float scale =
-      stage_post_norm(lm, s->o, (const __global float*)(w->arena + lo_last[LO_POST_FFN]), gw);
+  const float scale = stage_post_norm(
+      lm, s->o, (const __global float*)(w->arena + lo_last[LO_POST_FFN]), gw, XI_HEAD);
 #else
-  const float scale = stage_norm(lm->xl, s->x, gw, lm->red);
+  const float scale = stage_norm(lm->xl, s->x, gw, lm->red, XI_HEAD);
 #endif
   float best = 0.0f;
   int best_i = -1;
@@ -1557,7 +1843,7 @@ INLINE void head_logits(const Weights* w, const State* s, const Local* lm, const
     for (int k = 0; k < 4; ++k) {
       const int row = row0 + k * at->n_gwarps;
       v[k] = row < N_VOCAB ? row_dot(WT_HEAD, w->arena + w->head_q, w->arena + w->head_s, N_EMBD,
-                                     row, lm->xl, at->lane)
+                                     row, lm->xl, at->lane, XI_HEAD)
                            : 0.0f;
     }
 #pragma unroll
@@ -1610,7 +1896,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     int token_index, int pos, volatile __global uint* bar, uint bar_base,
     volatile __global uint* abort_flag, __global ulong* trace, __global float* att_part,
     volatile __global uint* att_count, __global float* o) {
-  __local float xl[LOCAL_XP];
+  __local float xl[LOCAL_XP] __attribute__((aligned(16)));
 #if POST_NORMS
   __local float xr[N_EMBD];
 #else
@@ -1647,6 +1933,9 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   RowRegs ra, rb;
   float4 gw[NORM_MAX];
   embed(&w, x, &lm, ids[token_index], &at);
+#if PF_STAGES
+  prefetch_part(&w, 0, 0, at.gwarp, at.n_gwarps, at.lane);
+#endif
   qkv_early_loads(&w, 0, &at, &ra, &rb, gw);
   // The first pair's RoPE (cos, sin), the same in every layer (of a kind).
   const float2 cs_first =
@@ -1693,16 +1982,29 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 #endif
 
     // P1: q, k, v = Wqkv rmsnorm(x); RoPE; k, v -> cache
+#if PF_STAGES
+    prefetch_part(&w, il, 1, at.gwarp, at.n_gwarps, at.lane);
+#endif
     qkv_rope_append(&w, &s, &lm, &at, lo, cache_base, pos, il > 0 ? x : 0, post_ffn, rope, gw,
                     cs_layer, &ra, &rb);
     grid_arrive(&gb);
+#if !PF_STAGES
     if (!pf_idle) prefetch_weights(&w, il, at.gwarp, at.n_gwarps, at.lane);
+#endif
     grid_wait(&gb, &at);
 
     // P2: att = softmax(q K^T / sqrt(HEAD_DIM)) V
+#if PF_STAGES
+    if (!pf_idle) {
+      prefetch_part(&w, il, 2, at.gwarp, at.n_gwarps, at.lane);
+    } else if (at.group >= n_units) {
+      prefetch_part(&w, il, 2, at.slot * n_idle + at.group - n_units, WARPS * n_idle, at.lane);
+    }
+#else
     if (pf_idle && at.group >= n_units) {
       prefetch_weights(&w, il, at.slot * n_idle + at.group - n_units, WARPS * n_idle, at.lane);
     }
+#endif
     attention(&w, &s, &lm, &at, lo, rope, cache_base, first, n_pos, n_split);
     grid_arrive(&gb);
     matvec_first_row(WT_WO, WT_WO_ALT, USES_ALT(lo, WO), arena, lo + LO_WO_Q, lo + LO_WO_S,
@@ -1710,8 +2012,11 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     grid_wait(&gb, &at);
 
     // P3: x += Wo att (POST_NORMS: o = Wo att)
+#if PF_STAGES
+    prefetch_part(&w, il, 3, at.gwarp, at.n_gwarps, at.lane);
+#endif
     matvec_residual(WT_WO, WT_WO_ALT, USES_ALT(lo, WO), arena, lo + LO_WO_Q, lo + LO_WO_S, N_EMBD_Q,
-                    att, POST_NORMS ? o : x, xl, &at, &ra);
+                    att, POST_NORMS ? o : x, xl, &at, &ra, XI_WO);
     grid_arrive(&gb);
     ffn_early_loads(&w, lo, &at, &ra, &rb, gw);
     grid_wait(&gb, &at);
@@ -1724,8 +2029,11 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     grid_wait(&gb, &at);
 
     // P5: x += Wd h (POST_NORMS: o = Wd h)
+#if PF_STAGES
+    prefetch_part(&w, il + 1, 0, at.gwarp, at.n_gwarps, at.lane);
+#endif
     matvec_residual(WT_DOWN, WT_DOWN_ALT, USES_ALT(lo, DOWN), arena, lo + LO_DOWN_Q, lo + LO_DOWN_S,
-                    N_FF, h, POST_NORMS ? o : x, xl, &at, &ra);
+                    N_FF, h, POST_NORMS ? o : x, xl, &at, &ra, XI_DOWN);
     grid_arrive(&gb);
     qkv_early_loads(&w, il + 1, &at, &ra, &rb, gw);
     grid_wait(&gb, &at);

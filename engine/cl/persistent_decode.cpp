@@ -231,7 +231,7 @@ std::string PersistentDecode::defines() const {
   d += " -DWT_HEAD=" + wt(w.head().type) + " -DWT_EMBD=" + wt(w.token_embd.type);
   if (!c.plain_llama()) d += graph_defines();
   d += " -DATT_SPLIT_MAX=" + std::to_string(k_att_split_max);
-  if (!cpu_) d += head_prefetch_define();
+  if (!cpu_) d += prefetch_defines();
   // Positions per attention split (the kernels' defaults are 128 on NVIDIA,
   // 64 on CPU devices).
   if (tuning_.att_split_pos > 0) d += " -DATT_SPLIT_POS=" + std::to_string(tuning_.att_split_pos);
@@ -277,10 +277,27 @@ std::string PersistentDecode::graph_defines() const {
 // tg128, Gemma 3 270M's 170 MB head: 1,979-1,984 vs 1,972-1,977 with 3/4 of
 // L2's worth prefetched; Llama 3.2 1B's 278 MB: 1,036-1,045 vs 1,032 in
 // one call, and 1,014 against 1,046-1,049 with all of it prefetched).
-std::string PersistentDecode::head_prefetch_define() const {
-  if (tuning_.persist_defines.find("-DHEAD_PF") != std::string::npos) return "";
-  const uint64_t fit = rt_.device().global_cache_bytes / 4 * 3;
-  return w_.head().n_bytes <= fit ? "" : " -DHEAD_PF=0";
+//
+// The layers' weights go into L2 a layer ahead where two layers fit half of
+// L2, else a stage or two ahead (PF_STAGES, without the head's share):
+// decode_persistent.cl says what each measured.
+std::string PersistentDecode::prefetch_defines() const {
+  const std::string& v = tuning_.persist_defines;
+  const uint64_t l2 = rt_.device().global_cache_bytes;
+  uint64_t layer_bytes = 0;
+  for (const DeviceWeights::Layer& l : w_.layers) {
+    uint64_t b = l.wo.n_bytes + l.ffn_gate.n_bytes + l.ffn_up.n_bytes + l.ffn_down.n_bytes;
+    for (const DeviceMatrix& m : l.qkv) b += m.n_bytes;
+    layer_bytes = std::max(layer_bytes, b);
+  }
+  const bool stages = v.find("-DPF_STAGES") != std::string::npos
+                          ? v.find("-DPF_STAGES=1") != std::string::npos
+                          : 2 * layer_bytes > l2 / 2;
+  std::string d = stages && v.find("-DPF_STAGES") == std::string::npos ? " -DPF_STAGES=1" : "";
+  if (v.find("-DHEAD_PF") == std::string::npos && (stages || w_.head().n_bytes > l2 / 4 * 3)) {
+    d += " -DHEAD_PF=0";
+  }
+  return d;
 }
 
 // The kernel's source: the arena layout, then (CPU) the shared dot products

@@ -107,7 +107,7 @@ class PersistentDecode {
   std::string defines() const;
   size_t xn_stride() const;
   std::string graph_defines() const;
-  std::string head_prefetch_define() const;
+  std::string prefetch_defines() const;
   std::string source() const;
   bool try_shapes(const std::vector<Shape>& shapes, const std::string& source,
                   const std::string& defines);

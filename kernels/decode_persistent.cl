@@ -127,11 +127,6 @@
 #ifndef Q_MUL
 #define Q_MUL 1.0f
 #endif
-// The lm_head's L2 prefetch (below): the host turns it off (0) where the
-// head would not fit 3/4 of L2.
-#ifndef HEAD_PF
-#define HEAD_PF 1
-#endif
 // Matrix inputs sit in local memory with each block of 32 values padded to 36
 // floats: a lane per block then reads at a stride of 36 floats, so the eight
 // lanes of a 16-byte access phase hit distinct banks (at a stride of 32 they
@@ -172,11 +167,6 @@
 #error "att_acc: fewer than PWG floats"
 #endif
 
-// The lm_head's rows (49152 x 576 Q8_0 here: 28 MB, a third of a token's
-// weights) are prefetched into L2 in shares over the last HEAD_PF_LAYERS
-// layers, with the layers' prefetches (H200 tg128 against all in the last
-// layer: +0.5% at depth 0, +0.9% at 512; 2 and 8 gained less).
-#define HEAD_PF_LAYERS 4
 // The layers' L2 prefetch is done by the work-groups that have no attention
 // unit, at the start of P2, when at least 1 / PF_IDLE_DIV of the grid is
 // idle there; else by every warp at P1's barrier (see decode_token).
@@ -1470,10 +1460,12 @@ INLINE void prefetch_qkv(const __global uchar* arena, const __global ulong* lo, 
 
 // Layer il + 1's Wo, gate, up and down rows and layer il + 2's Q/K/V rows
 // (layer 0 also its own and layer 1's) into L2, rows to warps first,
-// first + stride, ...; in each of the last HEAD_PF_LAYERS layers a share of
-// the lm_head's rows. (H200, against the same layer's rows: tg128
+// first + stride, ... (H200, against the same layer's rows: tg128
 // 2,453-2,459 vs 2,433-2,437, @d512 2,100-2,115 vs 2,077-2,079, @d2048 1,820
-// vs 1,784.)
+// vs 1,784). The lm_head is not prefetched: its share over the last layers
+// (+0.5% on the H200 at SmolLM2-135M, 2026-11-22) was turned off by a rule
+// that read NVIDIA's CL_DEVICE_GLOBAL_MEM_CACHE_SIZE (4.125 MiB on the H100:
+// the L1s, not the 50 MB L2) as L2 from 2026-11-27 on, and removed.
 INLINE void prefetch_weights(const Weights* w, int il, int first, int stride, int lane) {
   for (int lp = il + (il == 0 ? 0 : 1); lp <= il + 1 && lp < N_LAYER; ++lp) {
     const __global ulong* lq = w->layer_off + lp * LO_N;
@@ -1487,19 +1479,9 @@ INLINE void prefetch_weights(const Weights* w, int il, int first, int stride, in
     prefetch_rows(wt_down, a, lq + LO_DOWN_Q, lq + LO_DOWN_S, N_FF, N_EMBD, first, stride, lane);
     if (lp + 1 < N_LAYER) prefetch_qkv(a, lq + LO_N, first, stride, lane);
   }
-#if HEAD_PF
-  if (il >= N_LAYER - HEAD_PF_LAYERS) {
-    const int j = il - (N_LAYER - HEAD_PF_LAYERS);
-    const int r_end = (int)((long)(j + 1) * N_VOCAB / HEAD_PF_LAYERS);
-    for (int r = (int)((long)j * N_VOCAB / HEAD_PF_LAYERS) + first; r < r_end; r += stride) {
-      prefetch_row(w->arena + w->head_q, w->arena + w->head_s, row_q_bytes(WT_HEAD, N_EMBD),
-                   row_s_bytes(WT_HEAD, N_EMBD), r, lane);
-    }
-  }
-#endif
 }
 
-// PF_STAGES (the host sets it where two layers' weights exceed half of L2):
+// PF_STAGES (the host sets it where a layer's weights exceed 16 MiB):
 // the layers' weights go into L2 a stage or two ahead instead of a layer
 // ahead, each stage prefetching a part as large as it can hide: P1 layer
 // il's gate, P2 its up, P3 its down, P5 layer il + 1's Q/K/V and Wo (layer
@@ -1507,13 +1489,9 @@ INLINE void prefetch_weights(const Weights* w, int il, int first, int stride, in
 // one being read. H100, 16-bit x, tg128: Llama 3.2 1B shape Q4_0 1,769
 // against 1,586, Q4_K_M 1,265-1,271 against 1,217-1,219; SmolLM2-135M
 // Q4_0 2,362-2,369 against 2,571-2,577, Gemma 3 270M Q4_K_M 2,188 against
-// 2,294-2,296 (small layers keep the layer-ahead prefetch). The lm_head's
-// share (HEAD_PF) is not prefetched then.
+// 2,294-2,296 (small layers keep the layer-ahead prefetch).
 #ifndef PF_STAGES
 #define PF_STAGES 0
-#endif
-#if PF_STAGES && HEAD_PF
-#error "PF_STAGES leaves out the lm_head's prefetch: HEAD_PF must be 0"
 #endif
 // Part `part` of layer il's weights into L2, rows first, first + stride,
 // ...: 0 its Q/K/V and Wo, 1 gate, 2 up, 3 down.

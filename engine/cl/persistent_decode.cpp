@@ -271,33 +271,23 @@ std::string PersistentDecode::graph_defines() const {
   return d;
 }
 
-// The NVIDIA kernel prefetches the lm_head into L2 over the last layers only
-// where it fits 3/4 of the cache: SmolLM2-135M's 28 MB head does. Larger
-// heads are read straight, rather than a part of them prefetched (H100
-// tg128, Gemma 3 270M's 170 MB head: 1,979-1,984 vs 1,972-1,977 with 3/4 of
-// L2's worth prefetched; Llama 3.2 1B's 278 MB: 1,036-1,045 vs 1,032 in
-// one call, and 1,014 against 1,046-1,049 with all of it prefetched).
-//
-// The layers' weights go into L2 a layer ahead where two layers fit half of
-// L2, else a stage or two ahead (PF_STAGES, without the head's share):
-// decode_persistent.cl says what each measured.
+// The NVIDIA kernel prefetches the layers' weights into L2 a layer ahead,
+// or a stage or two ahead (PF_STAGES) where a layer's weights exceed 16 MiB:
+// between the sizes measured on the H100 (50 MB of L2), where SmolLM2-135M's
+// 3 MB layers and Gemma 3 270M's gain from a layer ahead and Llama 3.2 1B's
+// 34 MB evict the layer being read (decode_persistent.cl has the figures).
+// OpenCL has no query for L2: NVIDIA's CL_DEVICE_GLOBAL_MEM_CACHE_SIZE is
+// the L1s' total (4.125 MiB on the H100).
 std::string PersistentDecode::prefetch_defines() const {
-  const std::string& v = tuning_.persist_defines;
-  const uint64_t l2 = rt_.device().global_cache_bytes;
+  if (tuning_.persist_defines.find("-DPF_STAGES") != std::string::npos) return "";
+  constexpr uint64_t k_stage_prefetch_layer_bytes = uint64_t(16) << 20;
   uint64_t layer_bytes = 0;
   for (const DeviceWeights::Layer& l : w_.layers) {
     uint64_t b = l.wo.n_bytes + l.ffn_gate.n_bytes + l.ffn_up.n_bytes + l.ffn_down.n_bytes;
     for (const DeviceMatrix& m : l.qkv) b += m.n_bytes;
     layer_bytes = std::max(layer_bytes, b);
   }
-  const bool stages = v.find("-DPF_STAGES") != std::string::npos
-                          ? v.find("-DPF_STAGES=1") != std::string::npos
-                          : 2 * layer_bytes > l2 / 2;
-  std::string d = stages && v.find("-DPF_STAGES") == std::string::npos ? " -DPF_STAGES=1" : "";
-  if (v.find("-DHEAD_PF") == std::string::npos && (stages || w_.head().n_bytes > l2 / 4 * 3)) {
-    d += " -DHEAD_PF=0";
-  }
-  return d;
+  return layer_bytes > k_stage_prefetch_layer_bytes ? " -DPF_STAGES=1" : "";
 }
 
 // The kernel's source: the arena layout, then (CPU) the shared dot products

@@ -19,6 +19,7 @@
 #include "engine/chat/sampler.h"
 #include "engine/cl/device_fit.h"
 #include "engine/cl/forward.h"
+#include "engine/cl/read_bandwidth.h"
 #include "engine/model/synthetic.h"
 
 namespace clchat::app {
@@ -88,6 +89,34 @@ double run_tg(ClForward& fwd, int n, int depth, int n_vocab, const SamplingParam
   }
   fwd.settle();  // steps enqueued ahead count: the device spent the time
   return double(n) / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// What a tg test's tokens read: bytes per token (the mean over its
+// positions), at its speed in bytes per second, beside the device's own read
+// bandwidth (measured once, cached beside the kernel cache).
+struct ReadShare {
+  double bytes_per_token = 0;
+  double bytes_per_s = 0;
+  ReadBandwidth device;
+};
+
+ReadShare read_share(const ClForward& fwd, int depth, int n_gen, double tok_per_s) {
+  ReadShare r;
+  for (int i = 0; i < n_gen; ++i) r.bytes_per_token += double(fwd.decode_read_bytes(depth + i));
+  r.bytes_per_token /= n_gen;
+  r.bytes_per_s = r.bytes_per_token * tok_per_s;
+  r.device = device_read_bandwidth(fwd.runtime(), fwd.runtime().kernel_cache());
+  return r;
+}
+
+void print_read_share(const ReadShare& r, int n_gen) {
+  std::printf(
+      "\ntg%d reads %.1f MB a token (weights and KV cache): %.1f GB/s, %.0f%% of the %.1f GB/s "
+      "this device reads (%s)\n",
+      n_gen, r.bytes_per_token / 1e6, r.bytes_per_s / 1e9,
+      100.0 * r.bytes_per_s / r.device.bytes_per_s, r.device.bytes_per_s / 1e9,
+      r.device.cached ? "measured before, read-bandwidth.json"
+                      : "measured now, kept in read-bandwidth.json");
 }
 
 void print_profile(const ProfileReport& p) {
@@ -184,6 +213,12 @@ void bench(const BenchOptions& opt) {
                          {"quant", quant},
                          {"device", device},
                          {"launches_per_token", launches}});
+      if (n_gen > 0) {
+        const ReadShare r = read_share(*fwd, opt.n_depth, n_gen, s.mean);
+        records.back()["bytes_per_token"] = r.bytes_per_token;
+        records.back()["read_bytes_per_s"] = r.bytes_per_s;
+        records.back()["device_read_bytes_per_s"] = r.device.bytes_per_s;
+      }
     } else {
       std::printf("| %s | %s | %s | %d | %s | %.2f ± %.2f |\n", model.config.name.c_str(),
                   quant.c_str(), device.c_str(), launches, test.c_str(), s.mean, s.sd);
@@ -194,6 +229,7 @@ void bench(const BenchOptions& opt) {
   // The context before each test: positions 0..depth-1 filled once; the tests
   // write only at depth.. so they all see the same cache.
   if (opt.n_depth > 0) fwd->prefill(bench_tokens(opt.n_depth, n_vocab), 0);
+  double tg_mean = 0;
   if (opt.n_prompt > 0) {
     const auto tokens = bench_tokens(opt.n_prompt, n_vocab);
     run_pp(*fwd, tokens, opt.n_depth);  // warm-up
@@ -215,13 +251,16 @@ void bench(const BenchOptions& opt) {
       name += on_device ? " (sampled on the device)" : " (sampled on the host)";
       chain_launches = on_device ? 1 : 0;
     }
-    report(name, 0, opt.n_gen, mean_sd(v), chain_launches);
+    const Sample tg = mean_sd(v);
+    report(name, 0, opt.n_gen, tg, chain_launches);
+    tg_mean = tg.mean;
   }
   if (opt.json) {
     std::cout << records.dump(2) << "\n";
-  } else if (opt.profile) {
-    print_profile(fwd->profile());
+    return;
   }
+  if (tg_mean > 0) print_read_share(read_share(*fwd, opt.n_depth, opt.n_gen, tg_mean), opt.n_gen);
+  if (opt.profile) print_profile(fwd->profile());
 }
 
 }  // namespace

@@ -117,6 +117,17 @@ ClForward::~ClForward() = default;
 
 std::string ClForward::name() const { return "opencl (" + rt_.device().name + ")"; }
 
+uint64_t ClForward::decode_read_bytes(int pos) const {
+  uint64_t bytes = weights_.n_bytes;
+  if (weights_.output.q) bytes -= weights_.token_embd.n_bytes;
+  const ModelConfig& c = config_;
+  for (int il = 0; il < c.n_layer; ++il) {
+    const int seen = c.is_swa(il) ? std::min(pos + 1, c.sliding_window) : pos + 1;
+    bytes += 2 * uint64_t(seen) * uint64_t(c.n_embd_kv()) * sizeof(float);  // K and V rows
+  }
+  return bytes;
+}
+
 int ClForward::launches_per_token() const {
   if (persistent_ && !debug_) return 1;  // profiling traces the same launch
   // (the plan contributes its head only: not its embedding lookup)

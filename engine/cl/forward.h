@@ -94,6 +94,10 @@ class ClForward final : public Backend {
   const ProfileReport& profile() const { return profile_; }
 
   uint64_t weight_bytes() const { return weights_.n_bytes; }
+  // Bytes a decode step at position pos reads from the device's memory: every
+  // matrix in its device layout (the embedding's one row aside, when the
+  // head is a matrix of its own) and the KV cache's rows it attends to.
+  uint64_t decode_read_bytes(int pos) const;
   // Plain decode steps run as one persistent-kernel launch (NVIDIA, or a CPU
   // device of an x86-64 host; after self-tests); false: the multi-kernel plan.
   bool persistent_decode() const { return persistent_ != nullptr; }

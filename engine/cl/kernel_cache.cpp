@@ -2,12 +2,10 @@
 #include "engine/cl/kernel_cache.h"
 
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <fstream>
 
 #include "common/input_file.h"
+#include "common/replace_file.h"
 #include "engine/cl/kernel_cache_entry.h"
 
 namespace clchat {
@@ -45,27 +43,8 @@ std::optional<std::string> read_kernel_cache(const std::filesystem::path& path, 
 }
 
 void write_kernel_cache(const std::filesystem::path& path, uint64_t key, std::string_view binary) {
-  static std::atomic<unsigned> serial{0};
-  std::error_code ec;
-  std::filesystem::create_directories(path.parent_path(), ec);
-  // Unique per process and call: two threads or processes never share a
-  // temporary file, and rename() replaces the entry in one step.
-  const std::string tmp = path.string() + ".tmp" + std::to_string(::getpid()) + "-" +
-                          std::to_string(serial.fetch_add(1));
-  const std::string entry = encode_kernel_cache_entry(key, binary);
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  out.write(entry.data(), std::streamsize(entry.size()));
-  out.close();
-  if (out) {
-    std::filesystem::rename(tmp, path, ec);
-  } else {
-    ec = std::make_error_code(std::errc::io_error);
-  }
-  if (ec) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    spdlog::debug("could not cache kernel binary {}: {}", path.string(), ec.message());
-  }
+  const std::error_code ec = replace_file(path, encode_kernel_cache_entry(key, binary));
+  if (ec) spdlog::debug("could not cache kernel binary {}: {}", path.string(), ec.message());
 }
 
 }  // namespace clchat

@@ -228,6 +228,14 @@ TEST(Cli, BenchJsonRecordsOnePerTest) {
   EXPECT_EQ(records[0]["n_gen"], 0);
   EXPECT_EQ(records[1]["test"], "tg4 @ d16");
   EXPECT_EQ(records[1]["n_gen"], 4);
+  // tg's bytes read per token, at its speed, beside the device's own reads
+  // (test_cl_read_bandwidth checks the figures); pp has none.
+  EXPECT_GT(records[1]["bytes_per_token"].get<double>(), 0.0);
+  EXPECT_NEAR(records[1]["read_bytes_per_s"].get<double>(),
+              records[1]["bytes_per_token"].get<double>() * records[1]["avg_ts"].get<double>(),
+              1e-6 * records[1]["read_bytes_per_s"].get<double>());
+  EXPECT_GT(records[1]["device_read_bytes_per_s"].get<double>(), 0.0);
+  EXPECT_FALSE(records[0].contains("bytes_per_token"));
   for (const auto& rec : records) {
     EXPECT_EQ(rec["n_depth"], 16);
     EXPECT_EQ(rec["quant"], "F32");
@@ -244,6 +252,13 @@ TEST(Cli, BenchJsonRecordsOnePerTest) {
   ASSERT_EQ(one.size(), 1u);
   EXPECT_EQ(one[0]["test"], "tg4");
   EXPECT_EQ(one[0]["n_depth"], 0);
+  // The table form says the same in a line after the table.
+  const auto text =
+      test::run_command(test::clchat_binary() + " bench --device cpu -m " +
+                        test::shared_file("models/stories260K.gguf") + " -p 0 -n 4 -r 1");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("\ntg4 reads "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(" GB/s this device reads ("), std::string::npos) << text.out;
   // Out of range: a usage error, nothing run.
   const auto bad = test::run_command(test::clchat_binary() + " bench --device cpu -m " +
                                      test::shared_file("models/stories260K.gguf") + " -d -1");

@@ -969,9 +969,6 @@ typedef struct {
 
 // ---- work-group helpers -------------------------------------------------------
 
-// xl[i] = src[i] for i < n into the padded layout (XP); volatile: written by
-// other work-groups. 16-byte loads: one or two per work-item instead of 3-6
-// scalar ones in a row (n % 4 == 0; groups of 4 never straddle a padded block).
 // Values 4i .. 4i + 3 (v; act: i is in the vector) into the 16-bit layout
 // (XI) at xl. The block's 8 work-items (consecutive lanes) find its scale
 // by shuffles, so every lane of the warp calls this.
@@ -1005,6 +1002,10 @@ INLINE void xi_store4(__local float* xl, int i, float4 v, bool act) {
   }
 }
 
+// xl[i] = src[i] for i < n into the padded layout (XP), or (xi) the 16-bit
+// layout (XI); volatile: written by other work-groups. 16-byte loads: one or
+// two per work-item instead of 3-6 scalar ones in a row (n % 4 == 0; groups
+// of 4 never straddle a padded block).
 INLINE void stage_padded(__local float* xl, volatile const __global float* src, int n, bool xi) {
   if (xi) {
     for (int base = 0; base < n / 4; base += PWG) {

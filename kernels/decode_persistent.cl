@@ -953,7 +953,7 @@ typedef struct {
 // The work-group's local memory (declared in decode_token: OpenCL C allows
 // __local variables only at kernel scope).
 typedef struct {
-  __local float* xl;       // (LOCAL_XP) a stage's input, padded (XP)
+  __local float* xl;       // (LOCAL_XP) a stage's input, padded (XP) or 16-bit (XI)
   __local float* red;      // (WARPS) stage_norm's partial sums
   __local float* att_acc;  // (WARPS, AW_STRIDE) the attention warps' sums of V
   __local float* aw_m;     // (WARPS) their max
@@ -1072,7 +1072,8 @@ INLINE float stage_norm(__local float* xl, volatile const __global float* src, c
 #pragma unroll
     for (int k = 0; k < NORM_MAX; ++k) {
       const int i = lid + k * PWG;
-      xi_store4(xl, i, v[k] * gw[k], i < N_EMBD / 4);
+      const bool act = i < N_EMBD / 4;  // gw[k] is set for these only
+      xi_store4(xl, i, act ? v[k] * gw[k] : (float4)(0.0f), act);
     }
   }
   return group_rms_scale(ss, red);
@@ -1114,7 +1115,7 @@ INLINE float stage_norm_xr(__local float* xl, const __local float* xr, const flo
     const float4 v = act ? vload4(i, xr) : (float4)(0.0f);
     ss += dot(v, v);
     if (xi) {
-      xi_store4(xl, i, v * gw[k], act);
+      xi_store4(xl, i, act ? v * gw[k] : (float4)(0.0f), act);  // gw[k]: set where act
     } else if (act) {
       vstore4(v * gw[k], 0, xl + XP(4 * i));
     }

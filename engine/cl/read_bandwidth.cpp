@@ -60,7 +60,9 @@ double cached_value(const nlohmann::json& entry) {
 }
 
 void write_cache(const std::filesystem::path& path, const nlohmann::json& j) {
-  const std::error_code ec = replace_file(path, j.dump(2) + "\n");
+  // (A device or driver name that is not UTF-8 is written with U+FFFD.)
+  const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::error_code ec = replace_file(path, text + "\n");
   if (ec) spdlog::warn("could not store the read bandwidth in {}: {}", path.string(), ec.message());
 }
 

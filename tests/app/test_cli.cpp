@@ -230,10 +230,13 @@ TEST(Cli, BenchJsonRecordsOnePerTest) {
   EXPECT_EQ(records[1]["n_gen"], 4);
   // tg's bytes read per token, at its speed, beside the device's own reads
   // (test_cl_read_bandwidth checks the figures); pp has none.
-  EXPECT_GT(records[1]["bytes_per_token"].get<double>(), 0.0);
-  EXPECT_NEAR(records[1]["read_bytes_per_s"].get<double>(),
-              records[1]["bytes_per_token"].get<double>() * records[1]["avg_ts"].get<double>(),
-              1e-6 * records[1]["read_bytes_per_s"].get<double>());
+  // stories260K's F32 matrices are nearly all of its file: a token reads about
+  // the file's size (its norms and the KV cache's 16-20 rows aside).
+  const double file_bytes =
+      double(std::filesystem::file_size(test::shared_file("models/stories260K.gguf")));
+  EXPECT_GT(records[1]["bytes_per_token"].get<double>(), 0.8 * file_bytes);
+  EXPECT_LT(records[1]["bytes_per_token"].get<double>(), 1.2 * file_bytes);
+  EXPECT_GT(records[1]["read_bytes_per_s"].get<double>(), 0.0);
   EXPECT_GT(records[1]["device_read_bytes_per_s"].get<double>(), 0.0);
   EXPECT_FALSE(records[0].contains("bytes_per_token"));
   for (const auto& rec : records) {

@@ -3,6 +3,7 @@
 // float KV cache's rows counted here) and the device's measured read
 // bandwidth, cached per device in read-bandwidth.json (engine/cl/read_bandwidth.h).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>

@@ -422,6 +422,22 @@ INLINE void ext_record(int type, const __global uchar* ws, size_t blk, float2* s
     }
   }
 }
+// Block blk's record for the types whose rows RowRegs holds: its (scale,
+// min) in s (Q4_0's min -8 d; Q8_0's unused) and the ext types' high-bit
+// words in h (0 for the others).
+INLINE void block_record(int type, const __global uchar* ws, size_t blk, float2* s, uint2* h) {
+  if (ext_type(type)) {
+    ext_record(type, ws, blk, s, h);
+    return;
+  }
+  *h = (uint2)(0u);
+  if (type == 3) {
+    *s = vload_half2(blk, (const __global half*)ws);
+  } else {
+    const float d = vload_half(blk, (const __global half*)ws);
+    *s = (float2)(d, -8.0f * d);
+  }
+}
 INLINE float ext_block_dot(int type, uint4 q, float2 s, uint2 h, const __local float* x) {
   if (type == 14) {
     const float4 r = nibble6_dot(q, h, x);
@@ -485,45 +501,18 @@ INLINE float q8_block_dot(uint4 lo, uint4 hi, const __local float* x) {
 
 // c + x.lo16 * b.byte0 + x.hi16 * b.byte1 (lo) or bytes 2, 3 (hi); bytes
 // unsigned (u) or signed (s).
-INLINE int dp2a_lo_u(uint x, uint b, int c) {
-  int d;
-  asm("dp2a.lo.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(b), "r"(c));
-  return d;
-}
-INLINE int dp2a_hi_u(uint x, uint b, int c) {
-  int d;
-  asm("dp2a.hi.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(b), "r"(c));
-  return d;
-}
-INLINE int dp2a_lo_s(uint x, uint b, int c) {
-  int d;
-  asm("dp2a.lo.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(b), "r"(c));
-  return d;
-}
-INLINE int dp2a_hi_s(uint x, uint b, int c) {
-  int d;
-  asm("dp2a.hi.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(b), "r"(c));
-  return d;
-}
-// sum_j code_j * q_j over a block of nibbles (byte k: value k low, k + 16
-// high) against its 16-bit x (xw: the block's XI_W words).
-INLINE int nibble_dot_xi(uint4 q, const __local uint* xw) {
-  const uint4 x0 = vload4(0, xw), x1 = vload4(1, xw), x2 = vload4(2, xw), x3 = vload4(3, xw);
-  const uint w[4] = {q.x, q.y, q.z, q.w};
-  const uint xa[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-  const uint xb[8] = {x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
-  int acc = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint lo = w[i] & 0x0f0f0f0fu, hi = (w[i] >> 4) & 0x0f0f0f0fu;
-    acc = dp2a_lo_u(xa[2 * i], lo, acc);
-    acc = dp2a_hi_u(xa[2 * i + 1], lo, acc);
-    acc = dp2a_lo_u(xb[2 * i], hi, acc);
-    acc = dp2a_hi_u(xb[2 * i + 1], hi, acc);
+#define DP2A(name, mode, btype)                                                            \
+  INLINE int name(uint x, uint b, int c) {                                                 \
+    int d;                                                                                 \
+    asm("dp2a." mode ".s32." btype " %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(b), "r"(c)); \
+    return d;                                                                              \
   }
-  return acc;
-}
-// The same for a Q8_0 block's signed bytes (lo: values 0-15, hi: 16-31).
+DP2A(dp2a_lo_u, "lo", "u32")
+DP2A(dp2a_hi_u, "hi", "u32")
+DP2A(dp2a_lo_s, "lo", "s32")
+DP2A(dp2a_hi_s, "hi", "s32")
+// sum_j c_j * q_j over a Q8_0 block's signed bytes (lo: values 0-15, hi:
+// 16-31).
 INLINE int int8_dot_xi(uint4 lo, uint4 hi, const __local uint* xw) {
   const uint4 x0 = vload4(0, xw), x1 = vload4(1, xw), x2 = vload4(2, xw), x3 = vload4(3, xw);
   int acc = 0;
@@ -543,7 +532,9 @@ INLINE uint spread_bits4(uint b) { return (b * 0x00204081u) & 0x01010101u; }
 INLINE uint spread_pairs4(uint b) {
   return (b & 3u) | ((b & 0xcu) << 6) | ((b & 0x30u) << 12) | ((b & 0xc0u) << 18);
 }
-// Q5_*: the same with c = nibble | (bit j of qh) << 4.
+// sum_j c_j * q_j over a block of nibbles (byte k: value k low, k + 16 high)
+// against its 16-bit x (xw: the block's XI_W words), c = nibble | (bit j of
+// qh) << 4 (Q5_*; qh 0: the nibbles alone).
 INLINE int nibble5_dot_xi(uint4 q, uint qh, const __local uint* xw) {
   const uint4 x0 = vload4(0, xw), x1 = vload4(1, xw), x2 = vload4(2, xw), x3 = vload4(3, xw);
   const uint w[4] = {q.x, q.y, q.z, q.w};
@@ -594,9 +585,8 @@ INLINE float xi_block_dot(int type, uint4 q, float2 s, uint2 h, const __local ui
     return xs.x * (s.x * (float)c.x + s.y * (float)c.y) -
            32.0f * (s.x * xs.z + s.y * (xs.y - xs.z));
   }
-  const int c =
-      type == 2 || type == 3 || type == 12 ? nibble_dot_xi(q, xw) : nibble5_dot_xi(q, h.x, xw);
-  return s.x * xs.x * (float)c + s.y * xs.y;
+  const uint qh = type == 6 || type == 7 || type == 13 ? h.x : 0u;  // the Q5 types' fifth bits
+  return s.x * xs.x * (float)nibble5_dot_xi(q, qh, xw) + s.y * xs.y;
 }
 
 // This lane's share of dot(W[row], x) for a row of n_in values; `wq`/`ws`
@@ -682,20 +672,13 @@ INLINE float row_dot_xi(int type, const __global uchar* wq, const __global uchar
   const __local uint* xw = (const __local uint*)x;
   float s = 0.0f;
   for (int b = lane; b < nb; b += 32) {
+    float2 sc;
+    uint2 h;
+    block_record(type, ws, base + b, &sc, &h);
     if (type == 8) {
-      const float d = vload_half(base + b, (const __global half*)ws);
-      s += d * xi_scales(xw + b * XI_W).x *
+      s += sc.x * xi_scales(xw + b * XI_W).x *
            (float)int8_dot_xi(q[2 * (base + b)], q[2 * (base + b) + 1], xw + b * XI_W);
     } else {
-      float2 sc;
-      uint2 h = (uint2)(0u);
-      if (ext_type(type)) {
-        ext_record(type, ws, base + b, &sc, &h);
-      } else if (type == 3) {
-        sc = vload_half2(base + b, (const __global half*)ws);
-      } else {
-        sc = (float2)(1.0f, -8.0f) * vload_half(base + b, (const __global half*)ws);
-      }
       s += xi_block_dot(type, q[base + b], sc, h, xw + b * XI_W);
     }
   }
@@ -778,14 +761,7 @@ INLINE void row_load_blocks(const __global uchar* wq, const __global uchar* ws, 
       for (int c = 0; c < chunks; ++c) {
         r->q[chunks * k + c] = ((const __global uint4*)wq)[chunks * (base + b) + c];
       }
-      if (ext_type(type)) {
-        ext_record(type, ws, base + b, &r->s[k], &r->h[k]);
-      } else if (type == 3) {
-        r->s[k] = vload_half2(base + b, (const __global half*)ws);
-      } else {
-        const float d = vload_half(base + b, (const __global half*)ws);
-        r->s[k] = (float2)(d, -8.0f * d);
-      }
+      block_record(type, ws, base + b, &r->s[k], &r->h[k]);
     }
   }
 }
@@ -834,8 +810,7 @@ INLINE float row_dot_regs_xi(int type, int n_in, const __local float* x, int lan
         acc += r->s[k].x * xi_scales(xw + b * XI_W).x *
                (float)int8_dot_xi(r->q[2 * k], r->q[2 * k + 1], xw + b * XI_W);
       } else {
-        acc += xi_block_dot(type, r->q[k], r->s[k], ext_type(type) ? r->h[k] : (uint2)(0u),
-                            xw + b * XI_W);
+        acc += xi_block_dot(type, r->q[k], r->s[k], r->h[k], xw + b * XI_W);
       }
     }
   }
@@ -1460,26 +1435,45 @@ INLINE void prefetch_qkv(const __global uchar* arena, const __global ulong* lo, 
 #endif
 }
 
+// Part `part` of layer il's weights into L2 (nothing past the last layer),
+// rows to warps first, first + stride, ...
+#define PF_QKV 0
+#define PF_WO 1
+#define PF_GATE 2
+#define PF_UP 3
+#define PF_DOWN 4
+INLINE void prefetch_part(const Weights* w, int il, int part, int first, int stride, int lane) {
+  if (il >= N_LAYER) return;
+  const __global ulong* lq = w->layer_off + il * LO_N;
+  const __global uchar* a = w->arena;
+  if (part == PF_QKV) {
+    prefetch_qkv(a, lq, first, stride, lane);
+  } else if (part == PF_WO) {
+    const int wt_wo = USES_ALT(lq, WO) ? WT_WO_ALT : WT_WO;
+    prefetch_rows(wt_wo, a, lq + LO_WO_Q, lq + LO_WO_S, N_EMBD_Q, N_EMBD, first, stride, lane);
+  } else if (part == PF_DOWN) {
+    const int wt_down = USES_ALT(lq, DOWN) ? WT_DOWN_ALT : WT_DOWN;
+    prefetch_rows(wt_down, a, lq + LO_DOWN_Q, lq + LO_DOWN_S, N_FF, N_EMBD, first, stride, lane);
+  } else {
+    const int wt_ffn = USES_ALT(lq, FFN) ? WT_FFN_ALT : WT_FFN;
+    prefetch_rows(wt_ffn, a, lq + (part == PF_GATE ? LO_GATE_Q : LO_UP_Q),
+                  lq + (part == PF_GATE ? LO_GATE_S : LO_UP_S), N_EMBD, N_FF, first, stride, lane);
+  }
+}
+
 // Layer il + 1's Wo, gate, up and down rows and layer il + 2's Q/K/V rows
-// (layer 0 also its own and layer 1's) into L2, rows to warps first,
-// first + stride, ... (H200, against the same layer's rows: tg128
-// 2,453-2,459 vs 2,433-2,437, @d512 2,100-2,115 vs 2,077-2,079, @d2048 1,820
-// vs 1,784). The lm_head is not prefetched: its share over the last layers
-// (+0.5% on the H200 at SmolLM2-135M, 2026-11-22) was turned off by a rule
-// that read NVIDIA's CL_DEVICE_GLOBAL_MEM_CACHE_SIZE (4.125 MiB on the H100:
-// the L1s, not the 50 MB L2) as L2 from 2026-11-27 on, and removed.
+// (layer 0 also its own and layer 1's) into L2 (H200, against the same
+// layer's rows: tg128 2,453-2,459 vs 2,433-2,437, @d512 2,100-2,115 vs
+// 2,077-2,079, @d2048 1,820 vs 1,784). The lm_head is not prefetched: its
+// share over the last layers (+0.5% on the H200 at SmolLM2-135M, 2026-11-22)
+// was turned off by a rule that read NVIDIA's CL_DEVICE_GLOBAL_MEM_CACHE_SIZE
+// (4.125 MiB on the H100: the L1s, not the 50 MB L2) as L2 from 2026-11-27
+// on, and removed.
 INLINE void prefetch_weights(const Weights* w, int il, int first, int stride, int lane) {
   for (int lp = il + (il == 0 ? 0 : 1); lp <= il + 1 && lp < N_LAYER; ++lp) {
-    const __global ulong* lq = w->layer_off + lp * LO_N;
-    const __global uchar* a = w->arena;
-    const int wt_wo = USES_ALT(lq, WO) ? WT_WO_ALT : WT_WO;
-    const int wt_ffn = USES_ALT(lq, FFN) ? WT_FFN_ALT : WT_FFN;
-    const int wt_down = USES_ALT(lq, DOWN) ? WT_DOWN_ALT : WT_DOWN;
-    prefetch_rows(wt_wo, a, lq + LO_WO_Q, lq + LO_WO_S, N_EMBD_Q, N_EMBD, first, stride, lane);
-    prefetch_rows(wt_ffn, a, lq + LO_GATE_Q, lq + LO_GATE_S, N_EMBD, N_FF, first, stride, lane);
-    prefetch_rows(wt_ffn, a, lq + LO_UP_Q, lq + LO_UP_S, N_EMBD, N_FF, first, stride, lane);
-    prefetch_rows(wt_down, a, lq + LO_DOWN_Q, lq + LO_DOWN_S, N_FF, N_EMBD, first, stride, lane);
-    if (lp + 1 < N_LAYER) prefetch_qkv(a, lq + LO_N, first, stride, lane);
+#pragma unroll
+    for (int part = PF_WO; part <= PF_DOWN; ++part) prefetch_part(w, lp, part, first, stride, lane);
+    prefetch_part(w, lp + 1, PF_QKV, first, stride, lane);
   }
 }
 
@@ -1495,25 +1489,6 @@ INLINE void prefetch_weights(const Weights* w, int il, int first, int stride, in
 #ifndef PF_STAGES
 #define PF_STAGES 0
 #endif
-// Part `part` of layer il's weights into L2, rows first, first + stride,
-// ...: 0 its Q/K/V and Wo, 1 gate, 2 up, 3 down.
-INLINE void prefetch_part(const Weights* w, int il, int part, int first, int stride, int lane) {
-  if (il >= N_LAYER) return;
-  const __global ulong* lq = w->layer_off + il * LO_N;
-  const __global uchar* a = w->arena;
-  if (part == 0) {
-    prefetch_qkv(a, lq, first, stride, lane);
-    const int wt_wo = USES_ALT(lq, WO) ? WT_WO_ALT : WT_WO;
-    prefetch_rows(wt_wo, a, lq + LO_WO_Q, lq + LO_WO_S, N_EMBD_Q, N_EMBD, first, stride, lane);
-  } else if (part == 3) {
-    const int wt_down = USES_ALT(lq, DOWN) ? WT_DOWN_ALT : WT_DOWN;
-    prefetch_rows(wt_down, a, lq + LO_DOWN_Q, lq + LO_DOWN_S, N_FF, N_EMBD, first, stride, lane);
-  } else {
-    const int wt_ffn = USES_ALT(lq, FFN) ? WT_FFN_ALT : WT_FFN;
-    prefetch_rows(wt_ffn, a, lq + (part == 1 ? LO_GATE_Q : LO_UP_Q),
-                  lq + (part == 1 ? LO_GATE_S : LO_UP_S), N_EMBD, N_FF, first, stride, lane);
-  }
-}
 
 // ---- P2: attention --------------------------------------------------------------
 
@@ -1914,7 +1889,8 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   float4 gw[NORM_MAX];
   embed(&w, x, &lm, ids[token_index], &at);
 #if PF_STAGES
-  prefetch_part(&w, 0, 0, at.gwarp, at.n_gwarps, at.lane);
+  prefetch_part(&w, 0, PF_QKV, at.gwarp, at.n_gwarps, at.lane);
+  prefetch_part(&w, 0, PF_WO, at.gwarp, at.n_gwarps, at.lane);
 #endif
   qkv_early_loads(&w, 0, &at, &ra, &rb, gw);
   // The first pair's RoPE (cos, sin), the same in every layer (of a kind).
@@ -1963,7 +1939,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 
     // P1: q, k, v = Wqkv rmsnorm(x); RoPE; k, v -> cache
 #if PF_STAGES
-    prefetch_part(&w, il, 1, at.gwarp, at.n_gwarps, at.lane);
+    prefetch_part(&w, il, PF_GATE, at.gwarp, at.n_gwarps, at.lane);
 #endif
     qkv_rope_append(&w, &s, &lm, &at, lo, cache_base, pos, il > 0 ? x : 0, post_ffn, rope, gw,
                     cs_layer, &ra, &rb);
@@ -1976,9 +1952,9 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     // P2: att = softmax(q K^T / sqrt(HEAD_DIM)) V
 #if PF_STAGES
     if (!pf_idle) {
-      prefetch_part(&w, il, 2, at.gwarp, at.n_gwarps, at.lane);
+      prefetch_part(&w, il, PF_UP, at.gwarp, at.n_gwarps, at.lane);
     } else if (at.group >= n_units) {
-      prefetch_part(&w, il, 2, at.slot * n_idle + at.group - n_units, WARPS * n_idle, at.lane);
+      prefetch_part(&w, il, PF_UP, at.slot * n_idle + at.group - n_units, WARPS * n_idle, at.lane);
     }
 #else
     if (pf_idle && at.group >= n_units) {
@@ -1993,7 +1969,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 
     // P3: x += Wo att (POST_NORMS: o = Wo att)
 #if PF_STAGES
-    prefetch_part(&w, il, 3, at.gwarp, at.n_gwarps, at.lane);
+    prefetch_part(&w, il, PF_DOWN, at.gwarp, at.n_gwarps, at.lane);
 #endif
     matvec_residual(WT_WO, WT_WO_ALT, USES_ALT(lo, WO), arena, lo + LO_WO_Q, lo + LO_WO_S, N_EMBD_Q,
                     att, POST_NORMS ? o : x, xl, &at, &ra, XI_WO);
@@ -2010,7 +1986,8 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 
     // P5: x += Wd h (POST_NORMS: o = Wd h)
 #if PF_STAGES
-    prefetch_part(&w, il + 1, 0, at.gwarp, at.n_gwarps, at.lane);
+    prefetch_part(&w, il + 1, PF_QKV, at.gwarp, at.n_gwarps, at.lane);
+    prefetch_part(&w, il + 1, PF_WO, at.gwarp, at.n_gwarps, at.lane);
 #endif
     matvec_residual(WT_DOWN, WT_DOWN_ALT, USES_ALT(lo, DOWN), arena, lo + LO_DOWN_Q, lo + LO_DOWN_S,
                     N_FF, h, POST_NORMS ? o : x, xl, &at, &ra, XI_DOWN);

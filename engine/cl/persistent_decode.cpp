@@ -282,11 +282,8 @@ std::string PersistentDecode::prefetch_defines() const {
   if (tuning_.persist_defines.find("-DPF_STAGES") != std::string::npos) return "";
   constexpr uint64_t k_stage_prefetch_layer_bytes = uint64_t(16) << 20;
   uint64_t layer_bytes = 0;
-  for (const DeviceWeights::Layer& l : w_.layers) {
-    uint64_t b = l.wo.n_bytes + l.ffn_gate.n_bytes + l.ffn_up.n_bytes + l.ffn_down.n_bytes;
-    for (const DeviceMatrix& m : l.qkv) b += m.n_bytes;
-    layer_bytes = std::max(layer_bytes, b);
-  }
+  for (const DeviceWeights::Layer& l : w_.layers)
+    layer_bytes = std::max(layer_bytes, l.matrix_bytes());
   return layer_bytes > k_stage_prefetch_layer_bytes ? " -DPF_STAGES=1" : "";
 }
 

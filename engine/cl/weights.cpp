@@ -111,6 +111,12 @@ size_t mem_size(const ClMem& m) {
 
 }  // namespace
 
+uint64_t DeviceWeights::Layer::matrix_bytes() const {
+  uint64_t b = wo.n_bytes + ffn_gate.n_bytes + ffn_up.n_bytes + ffn_down.n_bytes;
+  for (const DeviceMatrix& m : qkv) b += m.n_bytes;
+  return b;
+}
+
 DeviceWeights::DeviceWeights(const Model& model, const ClRuntime& rt, int n_ctx) {
   const ModelTensors& t = model.tensors;
   const GgufFile& f = *model.file;
@@ -149,8 +155,7 @@ DeviceWeights::DeviceWeights(const Model& model, const ClRuntime& rt, int n_ctx)
     w.k_norm = upload_optional(rt, f, l.k_norm);
     w.post_attn_norm = upload_optional(rt, f, l.post_attn_norm);
     w.post_ffn_norm = upload_optional(rt, f, l.post_ffn_norm);
-    for (const auto* m : {&w.wo, &w.ffn_gate, &w.ffn_up, &w.ffn_down}) n_bytes += m->n_bytes;
-    for (const auto& m : w.qkv) n_bytes += m.n_bytes;
+    n_bytes += w.matrix_bytes();
     layers.push_back(std::move(w));
   }
   const ModelConfig& c = model.config;

@@ -72,6 +72,8 @@ struct DeviceWeights {
     DeviceMatrix qkv_bias;                       // [bq; bk; bv] (1, n_embd_q + 2 n_embd_kv)
     DeviceMatrix q_norm, k_norm;                 // (1, head_dim)
     DeviceMatrix post_attn_norm, post_ffn_norm;  // (1, n_embd)
+    // The bytes of its matrices (Q/K/V, Wo, gate, up, down; not the vectors).
+    uint64_t matrix_bytes() const;
   };
   DeviceMatrix token_embd;   // (n_vocab, n_embd)
   DeviceMatrix output;       // (n_vocab, n_embd); empty when tied (the head is token_embd)

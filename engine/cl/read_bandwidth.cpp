@@ -6,10 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "common/input_file.h"
 #include "common/replace_file.h"
 #include "engine/cl/programs.h"
 
@@ -36,13 +35,18 @@ std::filesystem::path cache_file(const std::string& folder) {
 }
 
 // The file's figures; an empty object when it is missing, and (logged) when
-// it is not a JSON object of objects.
+// it is not a regular file of at most 1 MiB holding a JSON object.
 nlohmann::json read_cache(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) return nlohmann::json::object();
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return nlohmann::json::object();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_regular_file(path.string(), k_mib, "read-bandwidth cache"),
+                              nullptr, false);
+  } catch (const InputFileError& e) {
+    spdlog::warn("{}; measuring the read bandwidth again", e.what());
+    return nlohmann::json::object();
+  }
   if (!j.is_object()) {
     spdlog::warn("{} is damaged; measuring the read bandwidth again", path.string());
     return nlohmann::json::object();

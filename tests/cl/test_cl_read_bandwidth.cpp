@@ -3,6 +3,7 @@
 // float KV cache's rows counted here) and the device's measured read
 // bandwidth, cached per device in read-bandwidth.json (engine/cl/read_bandwidth.h).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -61,6 +62,17 @@ TEST_F(ReadBandwidthCache, AFileThatIsNotJsonIsMeasuredAgainAndRewritten) {
   EXPECT_EQ(stored().size(), 1u);
 }
 
+// A FIFO where the file should be is refused without blocking, measured
+// again and replaced by the file.
+TEST_F(ReadBandwidthCache, AFifoIsNotReadButReplaced) {
+  ASSERT_EQ(::mkfifo(file().c_str(), 0600), 0);
+  const ReadBandwidth r = device_read_bandwidth(test::cl_test_runtime(), dir_.string());
+  EXPECT_FALSE(r.cached);
+  expect_plausible(r.bytes_per_s);
+  EXPECT_TRUE(std::filesystem::is_regular_file(file()));
+  EXPECT_EQ(stored().size(), 1u);
+}
+
 // Every damaged value of this device's entry is measured again; another
 // device's entry stays as it was.
 TEST_F(ReadBandwidthCache, DamagedEntriesAreMeasuredAgainOthersKept) {
@@ -108,34 +120,38 @@ SyntheticSpec small_spec(bool tied) {
   return s;
 }
 
-// The layers' matrices (Q4_0) and the K and V rows of positions 0..pos.
-uint64_t layers_and_cache(const SyntheticSpec& s, int pos) {
+// The layers' matrices (Q4_0), the K and V rows of positions 0..pos in
+// every layer, and the Q8_0 head.
+uint64_t expected_bytes(const SyntheticSpec& s, int pos) {
   const uint64_t kv = uint64_t(s.n_embd) / uint64_t(s.n_head) * uint64_t(s.n_head_kv);
   const uint64_t per_layer = q4_0_bytes(uint64_t(s.n_embd), uint64_t(s.n_embd)) * 2 +  // q, o
                              q4_0_bytes(kv, uint64_t(s.n_embd)) * 2 +                  // k, v
                              q4_0_bytes(uint64_t(s.n_ff), uint64_t(s.n_embd)) * 3;     // ffn
-  return uint64_t(s.n_layer) * (per_layer + 2 * uint64_t(pos + 1) * kv * 4);
+  return uint64_t(s.n_layer) * (per_layer + 2 * uint64_t(pos + 1) * kv * 4) +
+         q8_0_bytes(uint64_t(s.n_vocab), uint64_t(s.n_embd));
+}
+
+// ClForward::decode_read_bytes at each of `positions` for the model of `s`.
+std::vector<uint64_t> read_bytes(const SyntheticSpec& s, const std::vector<int>& positions) {
+  const std::string path = write_synthetic_model_tmp(s);
+  const ClForward fwd(load_model(path), test::cl_test_runtime(), ClForwardOptions{});
+  std::filesystem::remove(path);
+  std::vector<uint64_t> out;
+  for (const int pos : positions) out.push_back(fwd.decode_read_bytes(pos));
+  return out;
 }
 
 TEST(DecodeReadBytes, TiedHeadIsTheEmbeddingReadWhole) {
   const SyntheticSpec s = small_spec(true);
-  const std::string path = write_synthetic_model_tmp(s);
-  const ClForward fwd(load_model(path), test::cl_test_runtime(), ClForwardOptions{});
-  std::filesystem::remove(path);
-  const uint64_t head = q8_0_bytes(uint64_t(s.n_vocab), uint64_t(s.n_embd));
-  for (const int pos : {0, 1, 37}) {
-    EXPECT_EQ(fwd.decode_read_bytes(pos), layers_and_cache(s, pos) + head) << "position " << pos;
-  }
+  EXPECT_EQ(
+      read_bytes(s, {0, 1, 37}),
+      (std::vector<uint64_t>{expected_bytes(s, 0), expected_bytes(s, 1), expected_bytes(s, 37)}));
 }
 
 // With a head of its own, the embedding is one row a token: left out.
 TEST(DecodeReadBytes, SeparateHeadLeavesTheEmbeddingOut) {
   const SyntheticSpec s = small_spec(false);
-  const std::string path = write_synthetic_model_tmp(s);
-  const ClForward fwd(load_model(path), test::cl_test_runtime(), ClForwardOptions{});
-  std::filesystem::remove(path);
-  const uint64_t head = q8_0_bytes(uint64_t(s.n_vocab), uint64_t(s.n_embd));
-  EXPECT_EQ(fwd.decode_read_bytes(5), layers_and_cache(s, 5) + head);
+  EXPECT_EQ(read_bytes(s, {5}), std::vector<uint64_t>{expected_bytes(s, 5)});
 }
 
 // Gemma 3's sliding-window layers (il % 6 < 5) attend to the last `window`
@@ -145,15 +161,12 @@ TEST(DecodeReadBytes, WindowLayersReadTheWindowOnly) {
   s.arch = "gemma3";
   s.n_layer = 6;
   s.sliding_window = 4;
-  const std::string path = write_synthetic_model_tmp(s);
-  const ClForward fwd(load_model(path), test::cl_test_runtime(), ClForwardOptions{});
-  std::filesystem::remove(path);
-  const uint64_t head = q8_0_bytes(uint64_t(s.n_vocab), uint64_t(s.n_embd));
   const uint64_t kv_row = 2 * uint64_t(s.n_embd) / uint64_t(s.n_head) * uint64_t(s.n_head_kv) * 4;
-  const int pos = 10;
-  // layers_and_cache counts 11 positions in all 6 layers; 5 of them see 4.
-  EXPECT_EQ(fwd.decode_read_bytes(pos), layers_and_cache(s, pos) - 5 * (11 - 4) * kv_row + head);
-  EXPECT_EQ(fwd.decode_read_bytes(2), layers_and_cache(s, 2) + head);  // inside the window
+  // expected_bytes counts 11 positions in all 6 layers at position 10; 5 of
+  // them see 4. Position 2 is inside the window.
+  EXPECT_EQ(
+      read_bytes(s, {10, 2}),
+      (std::vector<uint64_t>{expected_bytes(s, 10) - 5 * (11 - 4) * kv_row, expected_bytes(s, 2)}));
 }
 
 }  // namespace

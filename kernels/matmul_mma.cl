@@ -28,20 +28,26 @@
 // into the mantissa of 1024.0 (0x6400) is the fp16 value 1024 + c; one
 // sub.f16x2 of (1024 + offset) per two values gives the code exactly.
 //
+// Activations come packed (pack_x_mma, once per input: the matmuls that
+// read the same x share it): per token, per 16-value chunk of k and per tig
+// 0..3 one uint4 holding the B-fragment words of both fp16 halves, {hi(2tig,
+// 2tig+1), hi(2tig+8, 2tig+9), lo(2tig, 2tig+1), lo(2tig+8, 2tig+9)}, and per
+// token and block the block sum of x (the min term's factor).
+//
 // Work split: a work-group of MMA_WR x MMA_WN warps computes TILE_R rows x
 // TILE_T tokens; each warp MMA_MI m16 tiles (rows) x MMA_NJ n8 tiles
 // (tokens). Per stage of MMA_KB quant blocks (32 k each) the work-group
 //   1. copies the raw quant bytes and the scales of its rows into local memory
 //      (one 16- or 32-byte block per work-item: consecutive items read
 //      consecutive blocks of a row, so each row's bytes come in whole sectors);
-//   2. converts its tokens' activations (8 per item, one 32-byte load) to
-//      packed fp16 pairs (hi and lo), stored token-major in rows of LDW words
-//      (LDW = 4 or 20 mod 32: the B-fragment loads of a warp, 8 tokens x 4
-//      words, hit 32 distinct banks);
+//   2. copies its tokens' packed activations (uint4 each, a token's stage
+//      contiguous) into local memory, rows of LDQ uint4 (16 words mod 32: a
+//      quarter-warp's 16-byte B loads, 2 tokens x 4 tig, hit 32 distinct banks);
 //   3. after a barrier, each warp builds its A fragments from the raw bytes
-//      (the nibble/byte pairs a lane needs, as fp16 codes) and B fragments
-//      from the packed activations, runs the mma per block into a zeroed
-//      partial sum, then acc += d * partial (+ m * block sum of x).
+//      (the nibble/byte pairs a lane needs, as fp16 codes) and loads each
+//      B fragment pair (hi and lo) with one 16-byte load, runs the mma per
+//      block into a zeroed partial sum, then acc += d * partial (+ m * block
+//      sum of x).
 // Fragment layouts (PTX ISA, mma.m16n8k16 .f16): lane = 4 * g + tig;
 // A regs: (row g, k 2tig..+1), (row g+8, k 2tig..), (row g, k 2tig+8..),
 // (row g+8, k 2tig+8..); B regs: (k 2tig..+1, n g), (k 2tig+8..+9, n g);
@@ -52,6 +58,8 @@
 //
 // Launch: global (ceil(n_rows / TILE_R) * WG_THREADS, ceil(n_tok / TILE_T)),
 // local (WG_THREADS, 1). n_in is a multiple of 32 (quantized rows).
+// pack_x_mma: global (n_in / 4 rounded up to a multiple of 32, n_tok),
+// local (a multiple of 32, 1).
 
 #ifndef WTYPE
 #define WTYPE 2
@@ -107,8 +115,8 @@
 #define QW 4
 #define QS 4
 #endif
-#define KP (MMA_KB * 16)  // packed fp16 pairs per token per stage
-#define LDW (KP + 4)
+#define XQ (MMA_KB * 8)  // packed uint4 per token per stage (2 chunks x 4 tig per block)
+#define LDQ (XQ + 4)     // their row stride in local memory
 
 // c += A * B (16x8x16, fp16 in, fp32 accumulate).
 inline void mma16816(float* c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1) {
@@ -166,8 +174,8 @@ inline uint top_bits(uint hb) {
 }
 
 #define W_ITEMS ((TILE_R * MMA_KB + WG_THREADS - 1) / WG_THREADS)
-#define X8 (MMA_KB * 4)  // items of 8 activations per token per stage
-#define X_ITEMS ((TILE_T * X8 + WG_THREADS - 1) / WG_THREADS)
+#define X_ITEMS ((TILE_T * XQ + WG_THREADS - 1) / WG_THREADS)
+#define S_ITEMS ((TILE_T * MMA_KB + WG_THREADS - 1) / WG_THREADS)
 #if QW == 8
 #define FETCH_Q2(it, blk) wqr2[it] = vload4(1, wq + (blk)*QW)
 #define ZERO_Q2(it) wqr2[it] = (uint4)(0u)
@@ -197,8 +205,23 @@ inline uint top_bits(uint hb) {
 #else
 #define FETCH_S(it, blk) wsr[it] = (float2)(vload_half((blk), WSH), 0.0f)
 #endif
+#if MM_MIN
+#define FETCH_XS(b0_)                                                   \
+  do {                                                                  \
+    _Pragma("unroll") for (int it = 0; it < S_ITEMS; ++it) {            \
+      const int e = lid + it * WG_THREADS;                              \
+      const int tok = tok0 + e / MMA_KB, b = (b0_) + e % MMA_KB;        \
+      xsr[it] = 0.0f;                                                   \
+      if (e < TILE_T * MMA_KB && tok < n_tok && b < n_blocks) {         \
+        xsr[it] = xs[(size_t)tok * (size_t)n_blocks + b];               \
+      }                                                                 \
+    }                                                                   \
+  } while (0)
+#else
+#define FETCH_XS(b0_)
+#endif
 // Stage `b0_` (blocks b0_ .. b0_ + MMA_KB - 1) into the registers wqr, wsr,
-// xr; zeros past the matrix, the blocks or the tokens.
+// xr (and xsr); zeros past the matrix, the blocks or the tokens.
 #define FETCH(b0_)                                                     \
   do {                                                                 \
     _Pragma("unroll") for (int it = 0; it < W_ITEMS; ++it) {           \
@@ -218,12 +241,13 @@ inline uint top_bits(uint hb) {
     }                                                                  \
     _Pragma("unroll") for (int it = 0; it < X_ITEMS; ++it) {           \
       const int e = lid + it * WG_THREADS;                             \
-      const int tok = tok0 + e / X8, k = (b0_)*KB + 8 * (e % X8);      \
-      xr[it] = (float8)(0.0f);                                         \
-      if (e < TILE_T * X8 && tok < n_tok && k < n_in) {                \
-        xr[it] = vload8(0, x + (size_t)tok * ld_x + k);                \
+      const int tok = tok0 + e / XQ, q = (b0_)*8 + e % XQ;             \
+      xr[it] = (uint4)(0u);                                            \
+      if (e < TILE_T * XQ && tok < n_tok && q < n_blocks * 8) {        \
+        xr[it] = xp[(size_t)tok * (size_t)(n_blocks * 8) + q];         \
       }                                                                \
     }                                                                  \
+    FETCH_XS(b0_);                                                     \
   } while (0)
 
 #define ZERO_PART()                                           \
@@ -260,8 +284,9 @@ inline uint top_bits(uint hb) {
   } while (0)
 
 __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma(
-    const __global uint* wq, const __global void* ws, int n_in, int n_rows, const __global float* x,
-    int ld_x, int n_tok, __global float* out, int ld_out, int out_off, int accumulate) {
+    const __global uint* wq, const __global void* ws, int n_in, int n_rows,
+    const __global uint4* xp, const __global float* xs, int n_tok, __global float* out, int ld_out,
+    int out_off, int accumulate) {
   __local uint wql[MMA_KB * TILE_R * QS];
   __local float wdl[MMA_KB * TILE_R];
 #if MM_MIN || MM_HALVES
@@ -273,10 +298,7 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
 #if HW
   __local uint whl[MMA_KB * TILE_R * HW];
 #endif
-  __local uint xhl[TILE_T * LDW];
-#if MMA_SPLIT
-  __local uint xll[TILE_T * LDW];
-#endif
+  __local uint4 xl[TILE_T * LDQ];
   const int lid = get_local_id(0);
   const int lane = lid & 31;
   const int warp = lid >> 5;
@@ -305,7 +327,12 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
 #endif
   float2 wsr[W_ITEMS];  // d (and the min factor, or Q6_K's two scales)
   uint2 whr[W_ITEMS];   // high-bit words (Q5_*: .x, Q6_K: both)
-  float8 xr[X_ITEMS];
+  uint4 xr[X_ITEMS];
+#if MM_MIN
+  float xsr[S_ITEMS];
+#else
+  (void)xs;
+#endif
   FETCH(0);
 
   for (int b0 = 0; b0 < n_blocks; b0 += MMA_KB) {
@@ -331,35 +358,19 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
 #endif
       }
     }
-    // 2. activations -> packed fp16 pairs (hi, lo), 8 per item. Whole warps
-    // take the same branch (TILE_T * X8 and WG_THREADS are multiples of 32),
-    // as the block-sum shuffles need.
+    // 2. packed activations (and block sums of x)
 #pragma unroll
     for (int it = 0; it < X_ITEMS; ++it) {
       const int e = lid + it * WG_THREADS;
-      if (e < TILE_T * X8) {
-        const int t = e / X8, q8 = e % X8;
-        const float8 v = xr[it];
-        __local half* dh = (__local half*)(xhl + t * LDW + 4 * q8);
-#if MMA_SPLIT
-        // hi: x rounded to 11 significant bits (exactly an fp16 value in its
-        // normal range), lo: the exact fp32 remainder, rounded to fp16.
-        const float8 hi = as_float8((as_uint8(v) + (uint8)(0x1000u)) & (uint8)(0xffffe000u));
-        vstore_half8_rte(hi, 0, dh);
-        vstore_half8_rte(v - hi, 0, (__local half*)(xll + t * LDW + 4 * q8));
-#else
-        vstore_half8_rte(v, 0, dh);
-#endif
-#if MM_MIN
-        // block sums of x: 4 consecutive lanes hold one token's block
-        const float4 s4 = v.lo + v.hi;
-        float sum = s4.x + s4.y + s4.z + s4.w;
-        sum += shfl_bfly(sum, 2);
-        sum += shfl_bfly(sum, 1);
-        if ((q8 & 3) == 0) xsl[(q8 >> 2) * TILE_T + t] = sum;
-#endif
-      }
+      if (e < TILE_T * XQ) xl[(e / XQ) * LDQ + e % XQ] = xr[it];
     }
+#if MM_MIN
+#pragma unroll
+    for (int it = 0; it < S_ITEMS; ++it) {
+      const int e = lid + it * WG_THREADS;
+      if (e < TILE_T * MMA_KB) xsl[(e % MMA_KB) * TILE_T + e / MMA_KB] = xsr[it];
+    }
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     if (b0 + MMA_KB < n_blocks) FETCH(b0 + MMA_KB);
 
@@ -401,16 +412,12 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
         }
 #pragma unroll
         for (int j = 0; j < MMA_NJ; ++j) {
-          const int xo = (wn0 + 8 * j + g) * LDW + kb * 16 + h * 8 + tig;
-          const uint bh0 = xhl[xo], bh1 = xhl[xo + 4];
-#if MMA_SPLIT
-          const uint bl0 = xll[xo], bl1 = xll[xo + 4];
-#endif
+          const uint4 b = xl[(wn0 + 8 * j + g) * LDQ + (kb * 2 + h) * 4 + tig];
 #pragma unroll
           for (int i = 0; i < MMA_MI; ++i) {
-            mma16816(part[i][j], a[i][0], a[i][1], a[i][2], a[i][3], bh0, bh1);
+            mma16816(part[i][j], a[i][0], a[i][1], a[i][2], a[i][3], b.x, b.y);
 #if MMA_SPLIT
-            mma16816(part[i][j], a[i][0], a[i][1], a[i][2], a[i][3], bl0, bl1);
+            mma16816(part[i][j], a[i][0], a[i][1], a[i][2], a[i][3], b.z, b.w);
 #endif
           }
         }
@@ -443,4 +450,34 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
       }
     }
   }
+}
+
+// x (n_tok rows of ld_x floats) -> xp and xs, the layout matmul_mma reads:
+// per token, per 16-value chunk and per tig one uint4 {hi(2tig, 2tig+1),
+// hi(2tig+8, 2tig+9), lo(2tig, 2tig+1), lo(2tig+8, 2tig+9)} of fp16 pairs
+// (first value in the low half), where hi is x rounded to 11 significant
+// bits (exactly an fp16 value in its normal range) and lo the exact fp32
+// remainder rounded to fp16; xs[tok * n_blocks + b] the sum of block b.
+// One work-item per uint4 (consecutive items: consecutive uint4 and 64-byte
+// chunks of x), the 8 of a block sum it by shuffles; launched in whole warps
+// (global0 a multiple of 32, items past n_in / 4 take zeros and store
+// nothing).
+__kernel void pack_x_mma(const __global float* x, int ld_x, int n_in, int n_tok,
+                         __global uint4* xp, __global float* xs) {
+  const int e = get_global_id(0), tok = get_global_id(1);
+  if (tok >= n_tok) return;  // whole rows of the launch
+  const bool in = e < n_in / 4;
+  const int q = e & 7;  // 4 * (chunk in the block) + tig
+  const __global float* c = x + (size_t)tok * ld_x + 16 * (e >> 2) + 2 * (q & 3);
+  const float4 v = in ? (float4)(c[0], c[1], c[8], c[9]) : (float4)(0.0f);
+  const float4 hi = as_float4((as_uint4(v) + (uint4)(0x1000u)) & (uint4)(0xffffe000u));
+  float sum = (v.x + v.y) + (v.z + v.w);
+  sum += shfl_bfly(sum, 4);
+  sum += shfl_bfly(sum, 2);
+  sum += shfl_bfly(sum, 1);
+  if (!in) return;
+  __global half* dst = (__global half*)(xp + (size_t)tok * (n_in / 4) + e);
+  vstore_half4_rte(hi, 0, dst);
+  vstore_half4_rte(v - hi, 1, dst);
+  if (q == 0) xs[(size_t)tok * (n_in / KB) + (e >> 3)] = sum;
 }

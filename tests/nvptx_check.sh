@@ -105,8 +105,10 @@ build() {
       failed=1
       return
     fi
-    regs=$(echo "$out" | grep -o 'Used [0-9]* registers' | grep -o '[0-9]*')
-    spill=$(echo "$out" | sed -n 's/.* \([0-9]*\) bytes spill stores, \([0-9]*\) bytes spill loads.*/\1\/\2/p')
+    # the file's largest kernel (matmul_mma.cl also holds pack_x_mma)
+    regs=$(echo "$out" | grep -o 'Used [0-9]* registers' | grep -o '[0-9]*' | sort -n | tail -1)
+    spill=$(echo "$out" | sed -n 's/.* \([0-9]*\) bytes spill stores, \([0-9]*\) bytes spill loads.*/\1\/\2/p' |
+      sort -t/ -n | tail -1)
     if [ "$f" = "$ptx" ]; then
       line+="  free $regs regs, spill $spill"
     else

@@ -30,7 +30,7 @@ size_t elementwise_local(size_t global0, size_t device_max) {
   return 1;
 }
 
-// The arguments of matmul (matmul.cl) and matmul_mma (matmul_mma.cl):
+// The arguments of matmul (matmul.cl):
 // out[t * ld_out + out_off + r] (+)= sum_i W[r, i] x[t * ld_x + i] for the
 // n_tok tokens t (n_tok set per chunk).
 KernelArgs matmul_args(const DeviceMatrix& w, const ClMem& x, int ld_x, int n_tok, const ClMem& out,
@@ -46,6 +46,33 @@ KernelArgs matmul_args(const DeviceMatrix& w, const ClMem& x, int ld_x, int n_to
           {"ld_out", cl_int(ld_out)},
           {"out_off", cl_int(out_off)},
           {"accumulate", cl_int(accumulate ? 1 : 0)}};
+}
+
+// Of matmul_mma (matmul_mma.cl): the same product, x packed by pack_x_mma
+// into xp (and its block sums into xs).
+KernelArgs mma_args(const DeviceMatrix& w, const ClMem& xp, const ClMem& xs, int n_tok,
+                    const ClMem& out, int ld_out, int out_off, bool accumulate) {
+  return {{"wq", w.q},
+          {"ws", w.s},
+          {"n_in", cl_int(w.n_in)},
+          {"n_rows", cl_int(w.rows)},
+          {"xp", xp},
+          {"xs", xs},
+          {"n_tok", cl_int(n_tok)},
+          {"out", out},
+          {"ld_out", cl_int(ld_out)},
+          {"out_off", cl_int(out_off)},
+          {"accumulate", cl_int(accumulate ? 1 : 0)}};
+}
+
+KernelArgs pack_args(const ClMem& x, int ld_x, int n_in, int n_tok, const ClMem& xp,
+                     const ClMem& xs) {
+  return {{"x", x},
+          {"ld_x", cl_int(ld_x)},
+          {"n_in", cl_int(n_in)},
+          {"n_tok", cl_int(n_tok)},
+          {"xp", xp},
+          {"xs", xs}};
 }
 
 }  // namespace
@@ -80,6 +107,11 @@ ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeigh
     xq_ = rt_.alloc(x16_value_bytes(chunk_, widest));
     xd_ = rt_.alloc(x16_scale_bytes(chunk_, widest));
     xs_ = rt_.alloc(x16_scale_bytes(chunk_, widest));
+  }
+  if (tuning_.tensor_cores) {
+    const int widest = std::max({c.n_embd, c.n_embd_q(), c.n_ff});
+    xp_ = rt_.alloc(mma_packed_bytes(chunk_, widest));
+    xps_ = rt_.alloc(mma_sum_bytes(chunk_, widest));
   }
   build_steps();
   if (decode_programs_) build_decode_steps();
@@ -150,8 +182,17 @@ bool ClPrefill::mma_ok(GgmlType type) {
     cl_check(clEnqueueWriteBuffer(rt_.queue(), x.get(), CL_TRUE, 0, xv.size() * 4, xv.data(), 0,
                                   nullptr, nullptr),
              "clEnqueueWriteBuffer(mma self-test)");
+    ClMem xp = rt_.alloc(mma_packed_bytes(n_tok, n_in));
+    ClMem xs = rt_.alloc(mma_sum_bytes(n_tok, n_in));
+    ClKernel pack = kernel("matmul_mma", mma_defines(type, tuning_), "pack_x_mma");
+    pack_args(x, n_in, n_in, n_tok, xp, xs).bind(pack);
+    const size_t pack_global[2] = {ceil_div(size_t(n_in / 4), 32) * 32, size_t(n_tok)};
+    const size_t pack_local[2] = {32, 1};
+    cl_check(clEnqueueNDRangeKernel(rt_.queue(), pack.get(), 2, nullptr, pack_global, pack_local, 0,
+                                    nullptr, nullptr),
+             "clEnqueueNDRangeKernel(mma self-test pack)");
     ClKernel k = kernel("matmul_mma", mma_defines(type, tuning_), "matmul_mma");
-    matmul_args(w, x, n_in, n_tok, out, rows, 0, false).bind(k);
+    mma_args(w, xp, xs, n_tok, out, rows, 0, false).bind(k);
     const size_t global[2] = {
         ceil_div(size_t(rows), size_t(tuning_.mma_tile_rows())) * size_t(tuning_.mma_threads()),
         ceil_div(size_t(n_tok), size_t(tuning_.mma_tile_tokens()))};
@@ -204,32 +245,69 @@ ClPrefill::Step ClPrefill::matmul_step(const DeviceMatrix& w, const ClMem& x, in
                                        const ClMem& out, int ld_out, int out_off, bool accumulate,
                                        const char* label) {
   Step s;
-  if (tuning_.tensor_cores && mma_type(w.type) && w.n_in % 32 == 0 && mma_ok(w.type)) {
-    // Fewer work-groups than compute units at a full chunk leave SMs idle
-    // (wo and ffn_down: 576 rows): halve the tile's warps along rows until
-    // the grid covers the device (PrefillTuning::mma_fit).
-    PrefillTuning t = tuning_;
-    const size_t units = rt_.device().compute_units;
-    auto groups = [&] {
-      return ceil_div(size_t(w.rows), size_t(t.mma_tile_rows())) *
-             ceil_div(size_t(chunk_), size_t(t.mma_tile_tokens()));
-    };
-    while (t.mma_fit && t.mma_wr > 1 && groups() < units) t.mma_wr /= 2;
-    s.kernel = kernel("matmul_mma", mma_defines(w.type, t), "matmul_mma");
-    s.global0 = ceil_div(size_t(w.rows), size_t(t.mma_tile_rows())) * size_t(t.mma_threads());
-    s.local0 = size_t(t.mma_threads());
-    s.local1 = 1;
-    s.tokens_per_group = t.mma_tile_tokens();
-  } else {
-    const PrefillTuning& t = tuning_;
-    s.kernel = weight_kernel(w.type, "matmul");
-    s.global0 = ceil_div(size_t(w.rows), size_t(t.tile_rows())) * size_t(t.mm_nr);
-    s.local0 = size_t(t.mm_nr);
-    s.local1 = size_t(t.mm_nt);
-    s.tokens_per_group = t.tile_tokens();
-  }
+  const PrefillTuning& t = tuning_;
+  s.kernel = weight_kernel(w.type, "matmul");
+  s.global0 = ceil_div(size_t(w.rows), size_t(t.tile_rows())) * size_t(t.mm_nr);
+  s.local0 = size_t(t.mm_nr);
+  s.local1 = size_t(t.mm_nt);
+  s.tokens_per_group = t.tile_tokens();
   s.label = label;
   const KernelArgs args = matmul_args(w, x, ld_x, 0, out, ld_out, out_off, accumulate);
+  args.bind(s.kernel);
+  s.arg_n_tok = int(args.index("n_tok"));
+  return s;
+}
+
+bool ClPrefill::mma_weights(const DeviceMatrix& w) {
+  return tuning_.tensor_cores && mma_type(w.type) && w.n_in % 32 == 0 && xp_ && mma_ok(w.type);
+}
+
+// x (chunk, ld_x) -> xp_, xps_; one work-item per token and 8 values, in
+// whole warps. From the program of the weight type that reads them, so no
+// program is built for it alone.
+ClPrefill::Step ClPrefill::pack_step(const ClMem& x, int ld_x, int n_in, GgmlType type) {
+  Step s;
+  s.kernel = kernel("matmul_mma", mma_defines(type, tuning_), "pack_x_mma");
+  s.local0 = 128;
+  s.global0 = ceil_div(size_t(n_in / 4), s.local0) * s.local0;
+  s.local1 = 1;
+  s.label = "pack_x";
+  const KernelArgs args = pack_args(x, ld_x, n_in, 0, xp_, xps_);
+  args.bind(s.kernel);
+  s.arg_n_tok = int(args.index("n_tok"));
+  return s;
+}
+
+ClPrefill::Step ClPrefill::mma_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out,
+                                    int ld_out, int out_off, bool accumulate, const char* label) {
+  // Fewer work-groups than compute units at a full chunk leave SMs idle
+  // (wo and ffn_down: 576 rows): halve the tile's warps along rows until
+  // the grid covers the device (PrefillTuning::mma_fit).
+  PrefillTuning t = tuning_;
+  const size_t units = rt_.device().compute_units;
+  auto groups = [&] {
+    return ceil_div(size_t(w.rows), size_t(t.mma_tile_rows())) *
+           ceil_div(size_t(chunk_), size_t(t.mma_tile_tokens()));
+  };
+  while (t.mma_fit && t.mma_wr > 1 && groups() < units) t.mma_wr /= 2;
+  // Large matrices: a wider token tile where the grid then still has three
+  // work-groups per compute unit (PrefillTuning::mma_widen). H100, pp512,
+  // widened against not: Llama-3.2-1B's gate and up (512 groups, 3.9 per
+  // unit) 3.44 against 3.82 ms, its Q/K/V (192, 1.5 per unit) 1.78 against
+  // 1.50 ms, SmolLM2-360M (gate and up: 160) 47.1k against 50.4k tok/s.
+  if (t.mma_widen) {
+    t.mma_nj *= 2;
+    if (groups() < 3 * units) t.mma_nj /= 2;
+  }
+  Step s;
+  s.kernel = kernel("matmul_mma", mma_defines(w.type, t), "matmul_mma");
+  s.global0 = ceil_div(size_t(w.rows), size_t(t.mma_tile_rows())) * size_t(t.mma_threads());
+  s.local0 = size_t(t.mma_threads());
+  s.local1 = 1;
+  s.tokens_per_group = t.mma_tile_tokens();
+  s.label = label;
+  s.mma_input = &x;
+  const KernelArgs args = mma_args(w, xp_, xps_, 0, out, ld_out, out_off, accumulate);
   args.bind(s.kernel);
   s.arg_n_tok = int(args.index("n_tok"));
   return s;
@@ -300,6 +378,13 @@ ClPrefill::Step ClPrefill::matmul_x16_step(const DeviceMatrix& w, const ClMem& x
 void ClPrefill::add_matmul(std::vector<Step>& into, const DeviceMatrix& w, const ClMem& x, int ld_x,
                            const ClMem& out, int ld_out, int out_off, bool accumulate,
                            const char* label) {
+  if (mma_weights(w)) {
+    if (into.empty() || into.back().mma_input != &x) {
+      into.push_back(pack_step(x, ld_x, w.n_in, w.type));
+    }
+    into.push_back(mma_step(w, x, out, ld_out, out_off, accumulate, label));
+    return;
+  }
   if (!x16_weights(w)) {
     into.push_back(matmul_step(w, x, ld_x, out, ld_out, out_off, accumulate, label));
     return;

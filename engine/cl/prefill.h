@@ -98,9 +98,11 @@ class ClPrefill {
     int att_window = 0;
     int layer = -1;  // decode steps: the layer it belongs to (profile), -1: none
     const char* label = "";
-    // matmul_x16 steps: the activations they read quantized (xq_), so a
-    // following matmul of the same input skips quantize_x16.
+    // matmul_x16 and matmul_mma steps: the activations they read quantized
+    // (xq_) or packed (xp_), so a following matmul of the same input skips
+    // quantize_x16 / pack_x_mma.
     const ClMem* x16_input = nullptr;
+    const ClMem* mma_input = nullptr;
   };
 
   void build_steps();
@@ -109,12 +111,17 @@ class ClPrefill {
   Step embed_step();
   Step matmul_step(const DeviceMatrix& w, const ClMem& x, int ld_x, const ClMem& out, int ld_out,
                    int out_off, bool accumulate, const char* label);
-  // out (+)= W x for the chunk, appended to `into`: matmul_step, or with
-  // 16-bit activations (x16_weights) quantize_x16 (unless the step before
-  // quantized the same x) and matmul_x16.
+  // out (+)= W x for the chunk, appended to `into`: on tensor cores
+  // (mma_weights) pack_x_mma (unless the step before packed the same x) and
+  // matmul_mma; with 16-bit activations (x16_weights) quantize_x16 (the same
+  // way) and matmul_x16; else matmul_step.
   void add_matmul(std::vector<Step>& into, const DeviceMatrix& w, const ClMem& x, int ld_x,
                   const ClMem& out, int ld_out, int out_off, bool accumulate, const char* label);
   bool x16_weights(const DeviceMatrix& w) const;
+  bool mma_weights(const DeviceMatrix& w);
+  Step pack_step(const ClMem& x, int ld_x, int n_in, GgmlType type);
+  Step mma_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out, int ld_out, int out_off,
+                bool accumulate, const char* label);
   Step quantize_step(const ClMem& x, int ld_x, int n_in, GgmlType type);
   Step matmul_x16_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out, int ld_out,
                        int out_off, bool accumulate, const char* label);
@@ -157,6 +164,11 @@ class ClPrefill {
   static size_t x16_value_bytes(int n_tok, int n_in) { return x16_values(n_tok, n_in) * 2; }
   static size_t x16_scale_bytes(int n_tok, int n_in) { return x16_values(n_tok, n_in) / 16 * 4; }
   static std::string mma_defines(GgmlType type, const PrefillTuning& t);
+  // Bytes of matmul_mma's packed activations (pack_x_mma) for n_tok tokens
+  // of n_in values (a multiple of 32): fp16 hi and lo of each value, and per
+  // 32 values a float sum.
+  static size_t mma_packed_bytes(int n_tok, int n_in) { return size_t(n_tok) * size_t(n_in) * 4; }
+  static size_t mma_sum_bytes(int n_tok, int n_in) { return size_t(n_tok) * size_t(n_in / 32) * 4; }
   static std::string attention_defines(int head_dim, const PrefillTuning& t);
   static bool mma_type(GgmlType type) {
     switch (type) {
@@ -208,6 +220,7 @@ class ClPrefill {
   ClMem att_;           // attention output (chunk, n_embd_q)
   ClMem g_, u_;         // FFN gate / up, then h = silu(g) * u in g_ (chunk, n_ff)
   ClMem xq_, xd_, xs_;  // 16-bit activations of the widest input (matmul_x16.cl), or none
+  ClMem xp_, xps_;      // packed activations and block sums (matmul_mma.cl), or none
   ClMem logits_;        // (head_rows_, n_vocab), allocated by the first run_logits
   int head_rows_ = 0;   // positions per lm_head launch in run_logits
 

@@ -125,12 +125,15 @@ struct PrefillTuning {
   // 16 rows by mma_nj x 8 tokens; mma_kb quant blocks per stage; mma_split:
   // activations as fp16 hi + lo (see the kernel); mma_fit: fewer warps along
   // rows for matrices whose grid would not cover the device (measured slower
-  // on the H200 at pp512: off). Defaults: the best tiling measured on the
-  // H200 (pp512, see the commit log).
+  // on the H200 at pp512: off); mma_widen: twice mma_nj for matrices whose
+  // grid then still has three work-groups per compute unit (large matrices:
+  // each A fragment feeds twice the mma). Defaults: the best tiling measured
+  // on the H200 (pp512, see the commit log), widened as the H100 measured.
   bool tensor_cores = false;
   int mma_mi = 1, mma_nj = 4, mma_wr = 8, mma_wn = 1, mma_kb = 4;
   bool mma_split = true;
   bool mma_fit = false;
+  bool mma_widen = true;
   // Device time per prefill step, summed over each prefill, to stderr (needs
   // a profiling queue: clchat bench --profile).
   bool profile = false;

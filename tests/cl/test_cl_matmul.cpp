@@ -17,9 +17,10 @@
 //   - embed_rows for every type, ids read from the device at an offset.
 //   - on NVIDIA's OpenCL only (skipped elsewhere, saying so): the tensor-core
 //     kernel kernels/matmul_mma.cl for the quantized types, same cases, with
-//     the default tile, a 2 x 2-warp one, a small odd one (1 warp, 1 block
-//     per stage) and a 3-block-stage one without the fp16 lo half of the
-//     activations.
+//     the default tile, the default widened (twice the tokens), a 2 x 2-warp
+//     one, a small odd one (1 warp, 1 block per stage) and a 3-block-stage
+//     one without the fp16 lo half of the activations, each after
+//     pack_x_mma; with the lo half within 1e-5 of the exact product.
 // The reference multiplies the floats the same quantized bytes decode to, so
 // ||delta|| / ||ref|| <= 1e-4 for F32/F16 and <= 1e-3 for quantized weights.
 // Outputs are NaN-poisoned before each launch, with poisoned padding after
@@ -98,7 +99,8 @@ bool device_is_nvidia() {
 
 // The tilings of the tensor-core tests.
 std::vector<PrefillTuning> mma_tunings() {
-  PrefillTuning def, square, small, wide;
+  PrefillTuning def, widened, square, small, wide;
+  widened.mma_nj *= 2;  // ClPrefill's mma_widen of the default
   square.mma_mi = 2;
   square.mma_nj = 4;
   square.mma_wr = 2;
@@ -114,7 +116,7 @@ std::vector<PrefillTuning> mma_tunings() {
   wide.mma_wn = 2;
   wide.mma_kb = 3;
   wide.mma_split = false;
-  return {def, square, small, wide};
+  return {def, widened, square, small, wide};
 }
 
 std::string describe_mma(const PrefillTuning& t) {
@@ -182,6 +184,7 @@ struct Variant {
   RunVariant run;
   std::string name;
   bool sixteen_bit_x = false;
+  double tolerance = 0;  // against the exact product; 0: tolerance(type)
 };
 
 // The float matmul (matmul.cl) with tuning t.
@@ -293,7 +296,8 @@ void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Var
         if (v.sixteen_bit_x) {
           EXPECT_LE(test::relative_error(got_rows, want), 1e-5);
         }
-        EXPECT_LE(test::relative_error(got_rows, want_exact), tolerance(type));
+        EXPECT_LE(test::relative_error(got_rows, want_exact),
+                  v.tolerance > 0 ? v.tolerance : tolerance(type));
         EXPECT_EQ(untouched_written, 0u) << "write outside the column range";
         EXPECT_EQ(test::count_overwritten(got, size_t(n_tok) * ld), 0u) << "write past the end";
       }
@@ -334,19 +338,27 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
   if (!device_is_nvidia()) GTEST_SKIP() << "the tensor-core kernel runs on NVIDIA's OpenCL only";
   std::vector<Variant> variants;
   for (const PrefillTuning& t : mma_tunings()) {
-    auto k = std::make_shared<ClKernel>(
-        build_kernel("matmul_mma", ClPrefill::mma_defines(type, t), "matmul_mma"));
-    RunVariant run = [k, t](const TestMatrix& w, const ClMem& x, int n_tok, const ClMem& out,
-                            int ld, int off, bool acc) {
-      set_args(*k, w.dev.q, w.dev.s, cl_int(w.n_in), cl_int(w.rows), x, cl_int(w.n_in),
-               cl_int(n_tok), out, cl_int(ld), cl_int(off), cl_int(acc ? 1 : 0));
+    const std::string defines = ClPrefill::mma_defines(type, t);
+    auto pack = std::make_shared<ClKernel>(build_kernel("matmul_mma", defines, "pack_x_mma"));
+    auto k = std::make_shared<ClKernel>(build_kernel("matmul_mma", defines, "matmul_mma"));
+    RunVariant run = [pack, k, t](const TestMatrix& w, const ClMem& x, int n_tok, const ClMem& out,
+                                  int ld, int off, bool acc) {
+      const ClRuntime& rt = test::cl_test_runtime();
+      const ClMem xp = rt.alloc(ClPrefill::mma_packed_bytes(n_tok, w.n_in));
+      const ClMem xs = rt.alloc(ClPrefill::mma_sum_bytes(n_tok, w.n_in));
+      set_args(*pack, x, cl_int(w.n_in), cl_int(w.n_in), cl_int(n_tok), xp, xs);
+      run_2d(*pack, test::round_up(size_t(w.n_in / 4), 32), size_t(n_tok), 32, 1);
+      set_args(*k, w.dev.q, w.dev.s, cl_int(w.n_in), cl_int(w.rows), xp, xs, cl_int(n_tok), out,
+               cl_int(ld), cl_int(off), cl_int(acc ? 1 : 0));
       run_2d(*k,
              test::round_up(size_t(w.rows), size_t(t.mma_tile_rows())) / t.mma_tile_rows() *
                  t.mma_threads(),
              test::round_up(size_t(n_tok), size_t(t.mma_tile_tokens())) / t.mma_tile_tokens(),
              size_t(t.mma_threads()), 1);
     };
-    variants.push_back({run, describe_mma(t)});
+    // hi + lo carry ~22 bits of x: far inside the quantized weights' 1e-3,
+    // so a wrong lo half (worth ~3e-4) fails here
+    variants.push_back({run, describe_mma(t), false, t.mma_split ? 1e-5 : 0.0});
   }
   check_matmul(shape, type, variants);
 }

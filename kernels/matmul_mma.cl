@@ -19,8 +19,7 @@
 //     instead of fp16's 11 (one fp16 alone gives ~3e-4 relative error per
 //     product, which a model compounds over its layers). MMA_SPLIT=0 drops lo.
 //   - Q4_1: sum_k (d q_k + m) x_k = d sum q_k x_k + m sum x_k, the block sums
-//     of x in fp32 from the staging step (likewise Q5_1, and Q4_K / Q5_K
-//     with -m).
+//     of x in fp32 from pack_x_mma (likewise Q5_1, and Q4_K / Q5_K with -m).
 //   - the fifth bit (Q5_*: one qh word per block) and the top two bits (Q6_K:
 //     two words, one per half) are staged in local memory beside the scales
 //     and or'ed into the nibble codes as the A fragments are built.

@@ -262,8 +262,8 @@ bool ClPrefill::mma_weights(const DeviceMatrix& w) {
   return tuning_.tensor_cores && mma_type(w.type) && w.n_in % 32 == 0 && xp_ && mma_ok(w.type);
 }
 
-// x (chunk, ld_x) -> xp_, xps_; one work-item per token and 8 values, in
-// whole warps. From the program of the weight type that reads them, so no
+// x (chunk, ld_x) -> xp_, xps_; one work-item per token and uint4 (4
+// values, hi and lo), in whole warps. From the program of the weight type that reads them, so no
 // program is built for it alone.
 ClPrefill::Step ClPrefill::pack_step(const ClMem& x, int ld_x, int n_in, GgmlType type) {
   Step s;
@@ -285,22 +285,33 @@ ClPrefill::Step ClPrefill::mma_step(const DeviceMatrix& w, const ClMem& x, const
   // the grid covers the device (PrefillTuning::mma_fit).
   PrefillTuning t = tuning_;
   const size_t units = rt_.device().compute_units;
-  auto groups = [&] {
-    return ceil_div(size_t(w.rows), size_t(t.mma_tile_rows())) *
-           ceil_div(size_t(chunk_), size_t(t.mma_tile_tokens()));
+  auto groups = [&](const PrefillTuning& u) {
+    return ceil_div(size_t(w.rows), size_t(u.mma_tile_rows())) *
+           ceil_div(size_t(chunk_), size_t(u.mma_tile_tokens()));
   };
-  while (t.mma_fit && t.mma_wr > 1 && groups() < units) t.mma_wr /= 2;
+  while (t.mma_fit && t.mma_wr > 1 && groups(t) < units) t.mma_wr /= 2;
   // Large matrices: a wider token tile where the grid then still has three
   // work-groups per compute unit (PrefillTuning::mma_widen). H100, pp512,
   // widened against not: Llama-3.2-1B's gate and up (512 groups, 3.9 per
   // unit) 3.44 against 3.82 ms, its Q/K/V (192, 1.5 per unit) 1.78 against
   // 1.50 ms, SmolLM2-360M (gate and up: 160) 47.1k against 50.4k tok/s.
-  if (t.mma_widen) {
-    t.mma_nj *= 2;
-    if (groups() < 3 * units) t.mma_nj /= 2;
-  }
+  // The widened tile holds twice the activations in local memory (Q8_0:
+  // ~62 KB where clang + ptxas allow 48; NVIDIA's OpenCL built and passed
+  // every type on the H100): a device that refuses it keeps the tile the
+  // self-test (mma_ok) ran.
   Step s;
-  s.kernel = kernel("matmul_mma", mma_defines(w.type, t), "matmul_mma");
+  PrefillTuning wide = t;
+  wide.mma_nj *= 2;
+  if (t.mma_widen && groups(wide) >= 3 * units) {
+    try {
+      s.kernel = kernel("matmul_mma", mma_defines(w.type, wide), "matmul_mma");
+      t = wide;
+    } catch (const ClError& e) {
+      spdlog::info("tensor-core prefill: the widened tile for {} is unavailable ({}); {}",
+                   ggml_type_name(w.type), e.what(), "keeping the self-tested one");
+    }
+  }
+  if (!s.kernel) s.kernel = kernel("matmul_mma", mma_defines(w.type, t), "matmul_mma");
   s.global0 = ceil_div(size_t(w.rows), size_t(t.mma_tile_rows())) * size_t(t.mma_threads());
   s.local0 = size_t(t.mma_threads());
   s.local1 = 1;

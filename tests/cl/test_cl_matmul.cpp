@@ -346,6 +346,8 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
       const ClRuntime& rt = test::cl_test_runtime();
       const ClMem xp = rt.alloc(ClPrefill::mma_packed_bytes(n_tok, w.n_in));
       const ClMem xs = rt.alloc(ClPrefill::mma_sum_bytes(n_tok, w.n_in));
+      cl_poison(xp, ClPrefill::mma_packed_bytes(n_tok, w.n_in) / 4);  // what pack_x_mma misses
+      cl_poison(xs, ClPrefill::mma_sum_bytes(n_tok, w.n_in) / 4);     // shows as NaN
       set_args(*pack, x, cl_int(w.n_in), cl_int(w.n_in), cl_int(n_tok), xp, xs);
       run_2d(*pack, test::round_up(size_t(w.n_in / 4), 32), size_t(n_tok), 32, 1);
       set_args(*k, w.dev.q, w.dev.s, cl_int(w.n_in), cl_int(w.rows), xp, xs, cl_int(n_tok), out,

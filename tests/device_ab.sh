@@ -47,10 +47,33 @@ shift || true
 has_mode() { [[ $modes == *,$1,* || ($modes == *,all,* && ($1 == tests || $1 == bench)) ]]; }
 start=$SECONDS
 
+# A warm machine keeps TREE/build between calls, and each call's copy of the
+# sources keeps their modification times, which can be older than objects
+# that another state of the tree built there: the build then links stale
+# objects (2026-11-27: a prefill.cpp.o from a helper's run of a mid-edit
+# tree, so tensor cores looked broken). fresh_sources TREE touches every
+# source whose content differs from what TREE/build last saw (all of them if
+# it has no record), so the build recompiles exactly those.
+fresh_sources() {
+  local tree=$1 record="$1/build/.source-sums" sums
+  sums=$(cd "$tree" && find CMakeLists.txt cmake app common config engine fuzz kernels tests ui \
+    -type f -print0 2>/dev/null | sort -z | xargs -0 sha1sum)
+  if [ -d "$tree/build" ]; then
+    if [ -f "$record" ]; then
+      diff <(echo "$sums") "$record" | sed -n 's/^< [0-9a-f]*  //p'
+    else
+      echo "$sums" | cut -c43-
+    fi | (cd "$tree" && xargs -r -d '\n' touch)
+  fi
+  mkdir -p "$tree/build"
+  echo "$sums" >"$record"
+}
+
 # build LABEL TREE TARGET...: configures and builds TREE into TREE/build.
 build() {
   local label=$1 tree=$2
   shift 2
+  fresh_sources "$tree"
   cmake -S "$tree" -B "$tree/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$out/cmake_$label.log" 2>&1 &&
     cmake --build "$tree/build" -j"$(nproc)" --target "$@" >"$out/build_$label.log" 2>&1 && return 0
   echo "build of $tree failed:"

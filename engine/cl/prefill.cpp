@@ -263,8 +263,8 @@ bool ClPrefill::mma_weights(const DeviceMatrix& w) {
 }
 
 // x (chunk, ld_x) -> xp_, xps_; one work-item per token and uint4 (4
-// values, hi and lo), in whole warps. From the program of the weight type that reads them, so no
-// program is built for it alone.
+// values, hi and lo), in whole warps. From the program of the weight type
+// that reads them, so no program is built for it alone.
 ClPrefill::Step ClPrefill::pack_step(const ClMem& x, int ld_x, int n_in, GgmlType type) {
   Step s;
   s.kernel = kernel("matmul_mma", mma_defines(type, tuning_), "pack_x_mma");

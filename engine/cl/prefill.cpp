@@ -102,14 +102,14 @@ ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeigh
   att_ = rt_.alloc(n * size_t(c.n_embd_q()) * 4);
   g_ = rt_.alloc(n * size_t(c.n_ff) * 4);
   u_ = rt_.alloc(n * size_t(c.n_ff) * 4);
+  // the widest input of a matrix product, for its quantized or packed form
+  const int widest = std::max({c.n_embd, c.n_embd_q(), c.n_ff});
   if (tuning_.mm_x16) {
-    const int widest = std::max({c.n_embd, c.n_embd_q(), c.n_ff});
     xq_ = rt_.alloc(x16_value_bytes(chunk_, widest));
     xd_ = rt_.alloc(x16_scale_bytes(chunk_, widest));
     xs_ = rt_.alloc(x16_scale_bytes(chunk_, widest));
   }
   if (tuning_.tensor_cores) {
-    const int widest = std::max({c.n_embd, c.n_embd_q(), c.n_ff});
     xp_ = rt_.alloc(mma_packed_bytes(chunk_, widest));
     xps_ = rt_.alloc(mma_sum_bytes(chunk_, widest));
   }
@@ -259,7 +259,7 @@ ClPrefill::Step ClPrefill::matmul_step(const DeviceMatrix& w, const ClMem& x, in
 }
 
 bool ClPrefill::mma_weights(const DeviceMatrix& w) {
-  return tuning_.tensor_cores && mma_type(w.type) && w.n_in % 32 == 0 && xp_ && mma_ok(w.type);
+  return tuning_.tensor_cores && mma_type(w.type) && w.n_in % 32 == 0 && mma_ok(w.type);
 }
 
 // x (chunk, ld_x) -> xp_, xps_; one work-item per token and uint4 (4

@@ -1840,6 +1840,130 @@ INLINE void pick_token(const State* s, const Local* lm, const Place* at, __globa
   if (at->lid == 0) ids[0] = *abort_flag ? -2 : (best_i < 0 ? 0 : best_i);
 }
 
+// ---- the sampled token: sample.cl's chain in this launch ------------------------
+
+// With top_k > 0 the token is drawn by kernels/sample.cl's chain (penalties,
+// top-k, temperature, top-p, min-p, the draw: the CPU sampler's ids for a
+// seed) instead of taken by the argmax, without a launch of its own (that
+// launch and the gap before it cost ~20 us a token on the H100):
+//   1. each work-group penalises the recent ids among its own rows of the
+//      logits (row % n_groups == group, as head_logits deals them) and
+//      publishes its best composite (sample.cl's order: the logit, then the
+//      lower id) in cand[group];
+//   2. after a grid barrier each work-group finds T, the top_k-th best of
+//      those maxima: the top_k best entries of the vocabulary are all >= T
+//      (top_k work-groups hold one >= T each), and few others are (about
+//      1.2 x top_k on random logits), so each work-group appends its entries
+//      >= T to the list after the maxima (its length in cand_n);
+//   3. the last work-group to arrive ranks the list and draws (draw_sorted).
+//      A list longer than SAMPLE_CAP, which only contrived logits give,
+//      takes sample.cl's radix select over all the logits instead.
+// The host passes top_k 0 for the argmax, and uses this only where top_k <=
+// n_groups and SAMPLE_A >= 2 K_MAX + 128 (PersistentDecode::samples).
+#define SAMPLE_A (LOCAL_XP / 2)  // ulongs of xl the chain uses as scratch
+#ifndef SAMPLE_CAP
+#define SAMPLE_CAP (SAMPLE_A - K_MAX)  // (smaller: the tests' overflow)
+#endif
+
+typedef struct {
+  __global int* history;           // (n_ctx + 1) the token at each position (device_sampler.h)
+  __global ulong* cand;            // (n_groups) the maxima, then (SAMPLE_CAP) the list
+  volatile __global uint* cand_n;  // (1) the list's length (0 between tokens)
+  int n_recent, top_k;
+  float repeat_penalty, frequency_penalty, presence_penalty, temperature, top_p, min_p;
+  ulong seed, draw;
+} SampleArgs;
+
+// The work-group's largest of each work-item's v, in all work-items.
+INLINE ulong workgroup_max_ulong(ulong v, __local ulong* red) {
+  for (int m = 16; m > 0; m >>= 1) {
+    const uint hi = as_uint(shfl_bfly(as_float((uint)(v >> 32)), m));
+    const uint lo = as_uint(shfl_bfly(as_float((uint)v), m));
+    v = max(v, upsample(hi, lo));
+  }
+  const int lid = get_local_id(0);
+  if (lid % 32 == 0) red[lid / 32] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lid == 0) {
+    for (int w = 1; w < WARPS; ++w) v = max(v, red[w]);
+    red[0] = v;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  v = red[0];
+  barrier(CLK_LOCAL_MEM_FENCE);  // red is scratch again
+  return v;
+}
+
+// Step 1 (every work-group, after head_logits).
+INLINE void sample_maxima(const State* s, const SampleArgs* a, const Place* at, int pos,
+                          __local ulong* red) {
+  barrier(CLK_GLOBAL_MEM_FENCE);  // this work-group's rows of the logits are written
+  penalize(s->logits, 0, N_VOCAB, at->n_groups, at->group, a->history, pos, a->n_recent,
+           a->repeat_penalty, a->frequency_penalty, a->presence_penalty);
+  barrier(CLK_GLOBAL_MEM_FENCE);
+  ulong best = 0;  // none (a valid composite is above 2^32)
+  for (int r = at->group + at->lid * at->n_groups; r < N_VOCAB; r += PWG * at->n_groups) {
+    const float v = s->logits[r];
+    if (!nan_bits(v)) best = max(best, composite(v, r));
+  }
+  best = workgroup_max_ulong(best, red);
+  if (at->lid == 0) a->cand[at->group] = best;
+}
+
+// Step 2 (every work-group, after the grid barrier). a_loc: SAMPLE_A ulongs.
+INLINE void sample_list(const State* s, const SampleArgs* a, const Place* at,
+                        __local ulong* a_loc, __local ulong* s_t) {
+  const int lid = at->lid;
+  for (int g = lid; g < at->n_groups; g += PWG) a_loc[g] = ((volatile __global ulong*)a->cand)[g];
+  if (lid == 0) *s_t = 1;  // fewer than top_k work-groups hold an entry: list them all
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int g = lid; g < at->n_groups; g += PWG) {
+    const ulong c = a_loc[g];
+    int rank = 0;
+    for (int j = 0; j < at->n_groups; ++j) rank += a_loc[j] > c;
+    if (c != 0 && rank == a->top_k - 1) *s_t = c;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  const ulong t = *s_t;
+  for (int r = at->group + lid * at->n_groups; r < N_VOCAB; r += PWG * at->n_groups) {
+    const float v = s->logits[r];
+    if (nan_bits(v)) continue;
+    const ulong c = composite(v, r);
+    if (c >= t) {
+      const uint i = atomic_inc(a->cand_n);
+      if (i < SAMPLE_CAP) a->cand[at->n_groups + i] = c;
+    }
+  }
+}
+
+// Step 3 (the last work-group): the id to ids[0] (-2 if a barrier gave up)
+// and history[pos + 1].
+INLINE void sample_pick(const State* s, const SampleArgs* a, const Place* at, int pos,
+                        __global int* ids, volatile __global uint* abort_flag, __local ulong* a_loc,
+                        __local double* s_sum, __local ulong* s_prefix, __local int* s_state) {
+  const int lid = at->lid;
+  const uint n_list = *a->cand_n;
+  __local ulong* sorted = a_loc + (SAMPLE_A - K_MAX);
+  int n;
+  if (n_list <= SAMPLE_CAP) {
+    for (uint i = lid; i < n_list; i += PWG) a_loc[i] = a->cand[at->n_groups + i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    rank_sort(a_loc, (int)n_list, a->top_k, sorted);
+    n = min((int)n_list, a->top_k);
+  } else {
+    __local ulong* out = a_loc + 128;  // after the 256 bins
+    n = select_top(s->logits, 0, 0, 0, N_VOCAB, a->top_k, (__local uint*)a_loc, out, s_prefix,
+                   s_state);
+    rank_sort(out, n, n, sorted);
+  }
+  if (lid == 0) {
+    *a->cand_n = 0;  // for the next token
+    if (*abort_flag) ids[0] = -2;
+  }
+  draw_sorted(sorted, n, a->temperature, a->top_p, a->min_p, a->seed, a->draw, pos, ids,
+              a->history, (__local float*)a_loc, s_sum);
+}
+
 // ---- the token ----------------------------------------------------------------
 
 __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
@@ -1850,7 +1974,10 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     __global float* logits, __global float* part_val, __global int* part_idx, __global int* ids,
     int token_index, int pos, volatile __global uint* bar, uint bar_base,
     volatile __global uint* abort_flag, __global ulong* trace, __global float* att_part,
-    volatile __global uint* att_count, __global float* o) {
+    volatile __global uint* att_count, __global float* o, __global int* history,
+    __global ulong* cand, volatile __global uint* cand_n, int n_recent, float repeat_penalty,
+    float frequency_penalty, float presence_penalty, int top_k, float temperature, float top_p,
+    float min_p, ulong seed, ulong draw) {
   __local float xl[LOCAL_XP] __attribute__((aligned(16)));
 #if POST_NORMS
   __local float xr[N_EMBD];
@@ -1869,6 +1996,9 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   __local int red_i[WARPS];
   __local float sp_m[ATT_SPLIT_MAX], sp_l[ATT_SPLIT_MAX];
   __local int flag;
+  __local double s_sum;
+  __local ulong s_ul;
+  __local int s_state[4];
   const Local lm = {xl, red, att_acc, aw_m, aw_l, red_v, red_i, sp_m, sp_l, &flag, xr, qn};
   const Weights w = {arena,  layer_off, embd_q,  embd_s,     head_q,
                      head_s, out_norm,  rope_cs, rope_cs_swa};
@@ -1998,11 +2128,27 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 
   // The head: logits = Whead rmsnorm(x), each work-group's argmax candidate.
   head_logits(&w, &s, &lm, &at, gw);
+  const SampleArgs sa = {history,           cand,          cand_n,      n_recent, top_k,
+                         repeat_penalty,    frequency_penalty, presence_penalty, temperature,
+                         top_p,             min_p,         seed,        draw};
+  __local ulong* scratch = (__local ulong*)xl;
+  if (top_k > 0) {
+    sample_maxima(&s, &sa, &at, pos, scratch);
+    __global ulong* const traced = gb.trace;  // one more barrier, in the head's time
+    gb.trace = 0;
+    grid_sync(&gb, &at);
+    gb.trace = traced;
+    sample_list(&s, &sa, &at, scratch, &s_ul);
+  }
   // The last work-group to arrive picks the token; the others are done (no
   // wait at a grid barrier). Its arrival counts like a barrier's, so the
   // host's bar_base stays in step. (A grid barrier and then work-group 0:
   // the same speed on the H200.)
   if (!arrive_last(bar, bar_base + (gb.n + 1) * (uint)at.n_groups - 1, &flag)) return;
-  if (trace && at.lid == 0) trace[gb.n + 1] = global_timer_ns();
-  pick_token(&s, &lm, &at, ids, abort_flag);
+  if (trace && at.lid == 0) trace[gb.n + (top_k > 0 ? 0 : 1)] = global_timer_ns();
+  if (top_k > 0) {
+    sample_pick(&s, &sa, &at, pos, ids, abort_flag, scratch, &s_sum, &s_ul, s_state);
+  } else {
+    pick_token(&s, &lm, &at, ids, abort_flag);
+  }
 }

@@ -55,6 +55,56 @@
 #define LOCAL_INC(p) atomic_inc(p)
 #endif
 
+// The double steps, one rounding each. decode_persistent.cl takes these
+// functions into its own build (the chain of a sampled token runs at the end
+// of that kernel), which has -cl-fast-relaxed-math: there PTX instructions
+// with an explicit rounding mode (SAMPLE_PTX_MATH), which no compiler fuses,
+// reorders or replaces by a reciprocal; elsewhere plain operators in a
+// strict build.
+#if SAMPLE_PTX_MATH
+inline double d_add(double a, double b) {
+  double r;
+  asm volatile("add.rn.f64 %0, %1, %2;" : "=d"(r) : "d"(a), "d"(b));
+  return r;
+}
+inline double d_sub(double a, double b) {
+  double r;
+  asm volatile("sub.rn.f64 %0, %1, %2;" : "=d"(r) : "d"(a), "d"(b));
+  return r;
+}
+inline double d_mul(double a, double b) {
+  double r;
+  asm volatile("mul.rn.f64 %0, %1, %2;" : "=d"(r) : "d"(a), "d"(b));
+  return r;
+}
+inline double d_div(double a, double b) {
+  double r;
+  asm volatile("div.rn.f64 %0, %1, %2;" : "=d"(r) : "d"(a), "d"(b));
+  return r;
+}
+#else
+inline double d_add(double a, double b) { return a + b; }
+inline double d_sub(double a, double b) { return a - b; }
+inline double d_mul(double a, double b) { return a * b; }
+inline double d_div(double a, double b) { return a / b; }
+#endif
+
+// NaN by its bits (a fast-math build may take isnan() as false).
+inline bool nan_bits(float v) { return (as_uint(v) & 0x7FFFFFFFu) > 0x7F800000u; }
+
+#ifndef SAMPLE_WG
+#define SAMPLE_WG 256  // work-items per group (1 on CPU devices: no atomics)
+#endif
+#ifndef K_MAX
+#define K_MAX 256  // largest top_k; each group keeps at most this many
+#endif
+
+#if SAMPLE_WG == 1
+#define LOCAL_INC(p) ((*(p))++)
+#else
+#define LOCAL_INC(p) atomic_inc(p)
+#endif
+
 // The float's order as an unsigned integer (NaN excluded by the callers).
 inline uint key_of(float v) {
   if (v == 0.0f) v = 0.0f;  // -0 sorts as +0: they compare equal on the CPU
@@ -108,7 +158,7 @@ inline ulong entry(const __global float* logits, int base, const __global ulong*
                    const __global int* part_n, int j, bool* ok) {
   if (logits) {
     const float v = logits[base + j];
-    *ok = !isnan(v);
+    *ok = !nan_bits(v);
     return composite(v, base + j);
   }
   *ok = (j % K_MAX) < part_n[j / K_MAX];
@@ -180,7 +230,7 @@ int select_top(const __global float* logits, int base, const __global ulong* par
 // Penalises, in logits, the ids of [begin, end) found among history[pos + 1
 // - n_recent .. pos]: each distinct id once, as the CPU sampler does
 // (apply_repeat_penalty, then apply_frequency_presence with its count).
-void penalize(__global float* logits, int begin, int end, const __global int* history, int pos,
+void penalize(__global float* logits, int begin, int end, int mod, int residue, const __global int* history, int pos,
               int n_recent, float repeat_penalty, float frequency_penalty,
               float presence_penalty) {
   const bool repeat = repeat_penalty != 1.0f && repeat_penalty > 0.0f;
@@ -189,7 +239,7 @@ void penalize(__global float* logits, int begin, int end, const __global int* hi
   const __global int* recent = history + (pos + 1 - n_recent);
   for (int j = get_local_id(0); j < n_recent; j += SAMPLE_WG) {
     const int id = recent[j];
-    if (id < begin || id >= end) continue;
+    if (id < begin || id >= end || id % mod != residue) continue;
     bool seen = false;
     for (int m = 0; m < j && !seen; ++m) seen = recent[m] == id;
     if (seen) continue;  // its first occurrence does it
@@ -209,23 +259,28 @@ void penalize(__global float* logits, int begin, int end, const __global int* hi
   }
 }
 
-// The groups' candidates to the id: top_k of all of them, sorted, softmax,
-// top-p, min-p, the draw (sample_chain's last group).
-void final_stage(const __global ulong* part, const __global int* part_n, int n_groups, int top_k,
-                 float temperature, float top_p, float min_p, ulong seed, ulong draw, int pos,
-                 __global int* ids, __global int* history, __local uint* hist, __local ulong* out,
-                 __local ulong* sorted, __local float* p, __local double* s_sum,
-                 __local ulong* s_prefix, __local int* s_state) {
-  const int lid = get_local_id(0);
-  const int n = select_top(0, 0, part, part_n, n_groups * K_MAX, top_k, hist, out, s_prefix,
-                           s_state);
-  // Rank sort (the composites are unique): highest first.
-  for (int i = lid; i < n; i += SAMPLE_WG) {
+// (rank_sort and draw_sorted, functions with barriers called from another,
+// are always inlined: PoCL 3.1's work-group functions crashed otherwise.)
+
+// The n candidates of `in` (unique composites) ranked: the k best to
+// sorted[0 .. min(n, k)), highest first.
+inline __attribute__((always_inline)) void rank_sort(const __local ulong* in, int n, int k, __local ulong* sorted) {
+  for (int i = get_local_id(0); i < n; i += SAMPLE_WG) {
+    const ulong c = in[i];
     int rank = 0;
-    for (int j = 0; j < n; ++j) rank += out[j] > out[i];
-    sorted[rank] = out[i];
+    for (int j = 0; j < n; ++j) rank += in[j] > c;
+    if (rank < k) sorted[rank] = c;
   }
   barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+// From the n best candidates, sorted (highest first), to the id: softmax,
+// top-p, min-p, the draw (or, greedy, the first); to ids[0] and
+// history[pos + 1]. p: n floats of local scratch.
+inline __attribute__((always_inline)) void draw_sorted(const __local ulong* sorted, int n, float temperature, float top_p, float min_p,
+                 ulong seed, ulong draw, int pos, __global int* ids, __global int* history,
+                 __local float* p, __local double* s_sum) {
+  const int lid = get_local_id(0);
   const bool greedy = temperature <= 0.0f;
   if (!greedy && n > 0) {
     // softmax_candidates: the first is the largest; equal to it (+-inf
@@ -233,7 +288,7 @@ void final_stage(const __global ulong* part, const __global int* part_n, int n_g
     const double max_logit = (double)logit_of((uint)(sorted[0] >> 32));
     for (int i = lid; i < n; i += SAMPLE_WG) {
       const double l = (double)logit_of((uint)(sorted[i] >> 32));
-      const double d = l == max_logit ? 0.0 : (l - max_logit) / (double)temperature;
+      const double d = l == max_logit ? 0.0 : d_div(d_sub(l, max_logit), (double)temperature);
       p[i] = (float)sampler_exp(d);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -241,51 +296,66 @@ void final_stage(const __global ulong* part, const __global int* part_n, int n_g
   if (!greedy && n > 0) {
     if (lid == 0) {  // in the CPU's order
       double sum = 0;
-      for (int i = 0; i < n; ++i) sum += p[i];
+      for (int i = 0; i < n; ++i) sum = d_add(sum, (double)p[i]);
       *s_sum = sum;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     const double sum = *s_sum;
-    for (int i = lid; i < n; i += SAMPLE_WG) p[i] = (float)(p[i] / sum);
+    for (int i = lid; i < n; i += SAMPLE_WG) p[i] = (float)d_div((double)p[i], sum);
     barrier(CLK_LOCAL_MEM_FENCE);
   }
-  if (lid != 0) return;
-  if (ids[0] < 0) return;  // the decode step failed: keep its mark
-  int pick = 0;
-  if (n > 0 && greedy) pick = id_of(sorted[0]);
-  if (n > 0 && !greedy) {
-    int kept = n;
-    if (top_p < 1.0f) {  // top_p_filter
+  // Work-item 0 draws.
+  if (lid == 0 && ids[0] >= 0) {  // ids[0] < 0: the decode step failed, keep its mark
+    int pick = 0;
+    if (n > 0 && greedy) pick = id_of(sorted[0]);
+    if (n > 0 && !greedy) {
+      int kept = n;
+      if (top_p < 1.0f) {  // top_p_filter
+        double mass = 0;
+        for (int i = 0; i < n; ++i) {
+          mass = d_add(mass, (double)p[i]);
+          if (mass >= (double)top_p) {
+            kept = i + 1;
+            break;
+          }
+        }
+      }
+      if (min_p > 0.0f) {  // min_p_filter
+        const double bar = d_mul((double)min_p, (double)p[0]);
+        int keep = 1;
+        while (keep < kept && (double)p[keep] >= bar) ++keep;
+        kept = keep;
+      }
       double mass = 0;
-      for (int i = 0; i < n; ++i) {
-        mass += p[i];
-        if (mass >= (double)top_p) {
-          kept = i + 1;
+      for (int i = 0; i < kept; ++i) mass = d_add(mass, (double)p[i]);
+      const double r = d_mul(d_mul((double)(splitmix64(seed, draw) >> 11), 0x1.0p-53), mass);
+      double acc = 0;
+      pick = id_of(sorted[kept - 1]);
+      for (int i = 0; i < kept; ++i) {
+        acc = d_add(acc, (double)p[i]);
+        if (r < acc) {
+          pick = id_of(sorted[i]);
           break;
         }
       }
     }
-    if (min_p > 0.0f) {  // min_p_filter
-      const double bar = (double)min_p * (double)p[0];
-      int keep = 1;
-      while (keep < kept && (double)p[keep] >= bar) ++keep;
-      kept = keep;
-    }
-    double mass = 0;
-    for (int i = 0; i < kept; ++i) mass += p[i];
-    const double r = (double)(splitmix64(seed, draw) >> 11) * 0x1.0p-53 * mass;
-    double acc = 0;
-    pick = id_of(sorted[kept - 1]);
-    for (int i = 0; i < kept; ++i) {
-      acc += p[i];
-      if (r < acc) {
-        pick = id_of(sorted[i]);
-        break;
-      }
-    }
+    ids[0] = pick;
+    history[pos + 1] = pick;
   }
-  ids[0] = pick;
-  history[pos + 1] = pick;
+}
+
+#ifndef SAMPLE_FUNCTIONS_ONLY
+// The groups' candidates to the id: top_k of all of them, sorted, then
+// draw_sorted (sample_chain's last group).
+void final_stage(const __global ulong* part, const __global int* part_n, int n_groups, int top_k,
+                 float temperature, float top_p, float min_p, ulong seed, ulong draw, int pos,
+                 __global int* ids, __global int* history, __local uint* hist, __local ulong* out,
+                 __local ulong* sorted, __local float* p, __local double* s_sum,
+                 __local ulong* s_prefix, __local int* s_state) {
+  const int n = select_top(0, 0, part, part_n, n_groups * K_MAX, top_k, hist, out, s_prefix,
+                           s_state);
+  rank_sort(out, n, n, sorted);
+  draw_sorted(sorted, n, temperature, top_p, min_p, seed, draw, pos, ids, history, p, s_sum);
 }
 
 // One launch: every group penalises and selects from its chunk of the
@@ -312,7 +382,7 @@ __kernel __attribute__((reqd_work_group_size(SAMPLE_WG, 1, 1))) void sample_chai
   const int n_groups = get_num_groups(0);
   const int begin = min(n_vocab, g * chunk);
   const int end = min(n_vocab, begin + chunk);
-  penalize(logits, begin, end, history, pos, n_recent, repeat_penalty, frequency_penalty,
+  penalize(logits, begin, end, 1, 0, history, pos, n_recent, repeat_penalty, frequency_penalty,
            presence_penalty);
   barrier(CLK_GLOBAL_MEM_FENCE);  // the group reads back what it penalised
   const int n = select_top(logits, begin, 0, 0, end - begin, top_k, hist, out, &s_prefix, s_state);
@@ -328,3 +398,7 @@ __kernel __attribute__((reqd_work_group_size(SAMPLE_WG, 1, 1))) void sample_chai
                 history, hist, out, sorted, p, &s_sum, &s_prefix, s_state);
   }
 }
+#endif
+
+// decode_persistent.cl's code after this file keeps its build's contraction.
+#pragma OPENCL FP_CONTRACT DEFAULT

@@ -156,29 +156,44 @@ void DeviceSampler::sync(std::span<const int32_t> recent, int pos, const Samplin
   std::copy(src, src + count, known_.begin() + lo);
 }
 
-void DeviceSampler::enqueue(const SamplingParams& p, uint64_t draw, int pos) {
+SampleStepArgs DeviceSampler::step_args(const SamplingParams& p, uint64_t draw, int pos) {
   if (pos < 0 || pos >= n_ctx_)
     throw std::out_of_range("DeviceSampler: position outside the context");
   if (!device_samplable(p)) throw std::logic_error("DeviceSampler: parameters for the host");
-  const int top_k = p.greedy() ? 1 : p.top_k;
+  SampleStepArgs a;
+  a.n_recent = n_recent(p, pos);
+  a.top_k = p.greedy() ? 1 : p.top_k;
+  a.repeat_penalty = p.repeat_penalty;
+  a.frequency_penalty = p.frequency_penalty;
+  a.presence_penalty = p.presence_penalty;
+  a.temperature = p.temperature;
+  a.top_p = p.top_p;
+  a.min_p = p.min_p;
+  a.seed = p.seed;
+  a.draw = draw;
+  if (pos + 1 <= n_ctx_) known_[size_t(pos) + 1] = -1;  // the pick, unknown until read back
+  return a;
+}
+
+void DeviceSampler::enqueue(const SamplingParams& p, uint64_t draw, int pos) {
+  const SampleStepArgs a = step_args(p, draw, pos);
   const cl_kernel k = kernel_.get();
   set_arg(k, arg_pos_, cl_int(pos));
-  set_arg(k, arg_n_recent_, cl_int(n_recent(p, pos)));
-  set_arg(k, arg_repeat_, cl_float(p.repeat_penalty));
-  set_arg(k, arg_frequency_, cl_float(p.frequency_penalty));
-  set_arg(k, arg_presence_, cl_float(p.presence_penalty));
-  set_arg(k, arg_top_k_, cl_int(top_k));
-  set_arg(k, arg_temperature_, cl_float(p.temperature));
-  set_arg(k, arg_top_p_, cl_float(p.top_p));
-  set_arg(k, arg_min_p_, cl_float(p.min_p));
-  set_arg(k, arg_seed_, cl_ulong(p.seed));
-  set_arg(k, arg_draw_, cl_ulong(draw));
+  set_arg(k, arg_n_recent_, a.n_recent);
+  set_arg(k, arg_repeat_, a.repeat_penalty);
+  set_arg(k, arg_frequency_, a.frequency_penalty);
+  set_arg(k, arg_presence_, a.presence_penalty);
+  set_arg(k, arg_top_k_, a.top_k);
+  set_arg(k, arg_temperature_, a.temperature);
+  set_arg(k, arg_top_p_, a.top_p);
+  set_arg(k, arg_min_p_, a.min_p);
+  set_arg(k, arg_seed_, a.seed);
+  set_arg(k, arg_draw_, a.draw);
   set_arg(k, arg_done_base_, cl_uint(done_base_));
   const size_t local = size_t(wg_), global = size_t(n_groups_) * local;
   cl_check(clEnqueueNDRangeKernel(rt_.queue(), k, 1, nullptr, &global, &local, 0, nullptr, nullptr),
            "clEnqueueNDRangeKernel(sample_chain)");
   done_base_ += uint32_t(n_groups_);
-  if (pos + 1 <= n_ctx_) known_[size_t(pos) + 1] = -1;  // the pick, unknown until read back
 }
 
 void DeviceSampler::picked(int pos, int32_t id) {

@@ -32,6 +32,16 @@
 
 namespace clchat {
 
+// One step's chain parameters as the kernels take them (sample.cl's
+// sample_chain; decode_persistent.cl's decode_token, which runs the chain
+// itself where PersistentDecode::samples() says so).
+struct SampleStepArgs {
+  cl_int n_recent = 0, top_k = 1;
+  cl_float repeat_penalty = 1, frequency_penalty = 0, presence_penalty = 0, temperature = 0,
+           top_p = 1, min_p = 0;
+  cl_ulong seed = 0, draw = 0;
+};
+
 class DeviceSampler {
  public:
   // Null when the device lacks cl_khr_fp64 or sample.cl does not build
@@ -52,6 +62,12 @@ class DeviceSampler {
   // Enqueues the chain on the logits of position `pos` (one launch; never
   // waits). ids[0] < 0 on entry (a failed step's mark) is kept.
   void enqueue(const SamplingParams& p, uint64_t draw, int pos);
+  // The arguments of the chain at `pos`, for a kernel that runs it (the
+  // persistent one): counted as enqueued (the pick at pos + 1 unknown until
+  // picked()).
+  SampleStepArgs step_args(const SamplingParams& p, uint64_t draw, int pos);
+  // The recent ids' buffer the chain reads and writes.
+  const ClMem& history() const { return history_; }
   // The id the chain at `pos` chose, as the caller read it back: now known
   // to be in the history at pos + 1.
   void picked(int pos, int32_t id);

@@ -299,17 +299,25 @@ int32_t ClForward::persistent_step(int32_t token, int pos, bool lookahead,
   const bool queued = lookahead && token == lookahead_token_ && persistent_->ahead_at(pos) &&
                       ahead_samples_as(sample) &&
                       (!sample || sampler_->holds(sample->recent, pos, sample->params));
-  std::function<void(int)> chain;  // each launch's sampling, after it in the queue
+  // Each launch's sampling: in the kernel, or a chain after it in the queue.
+  std::function<void(int)> chain;
+  std::function<SampleStepArgs(int)> in_kernel;
   if (sample) {
-    chain = [this, s = SampleStep{sample->params, sample->draw, sample->pos, {}}](int at) {
-      enqueue_sample(s, at);
-    };
+    const SampleStep s{sample->params, sample->draw, sample->pos, {}};
+    if (persistent_->samples(s.params)) {
+      in_kernel = [this, s](int at) {
+        return sampler_->step_args(s.params, s.draw + uint64_t(at - s.pos), at);
+      };
+    } else {
+      chain = [this, s](int at) { enqueue_sample(s, at); };
+    }
   }
+  const ClMem* history = sample ? &sampler_->history() : nullptr;
   if (!queued) {
     settle();
     feed_token(token);
     if (sample) sync_history(*sample);
-    persistent_->enqueue_ahead(pos, chain);
+    persistent_->enqueue_ahead(pos, chain, in_kernel, history);
     ahead_sample_.reset();
     if (sample) ahead_sample_ = SampleStep{sample->params, sample->draw, sample->pos, {}};
   }
@@ -321,7 +329,7 @@ int32_t ClForward::persistent_step(int32_t token, int pos, bool lookahead,
   if (lookahead) {
     for (int next = pos + 1 + int(persistent_->n_ahead());
          persistent_->n_ahead() < k_lookahead && next < n_ctx_; ++next) {
-      persistent_->enqueue_ahead(next, chain);
+      persistent_->enqueue_ahead(next, chain, in_kernel, history);
     }
   }
   if (persistent_->n_ahead() == 0) device_token_ = id;
@@ -334,8 +342,13 @@ int32_t ClForward::persistent_traced_step(int32_t token, int pos, const SampleSt
   settle();
   feed_token(token);
   if (sample) sync_history(*sample);
-  persistent_->enqueue(0, pos, true);
-  if (sample) enqueue_sample(*sample, pos);
+  if (sample && persistent_->samples(sample->params)) {
+    const SampleStepArgs a = sampler_->step_args(sample->params, sample->draw, pos);
+    persistent_->enqueue(0, pos, true, &a, &sampler_->history());
+  } else {
+    persistent_->enqueue(0, pos, true);
+    if (sample) enqueue_sample(*sample, pos);
+  }
   const int32_t id = read_token();
   if (id >= 0) {
     profile_ = persistent_->profile();

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/chat/sampler.h"
 #include "engine/cl/fault_injection.h"
 #include "engine/cl/programs.h"
 
@@ -66,6 +67,8 @@ std::string PersistentDecode::ineligible(const ModelConfig& c, const DeviceInfo&
   } else {
     if (dev.platform_name.find("NVIDIA") == std::string::npos) return "not NVIDIA's OpenCL";
     if (!tuning.plan.nv_shfl) return "warp shuffles unavailable";
+    // Its sampling chain (kernels/sample.cl) computes in double.
+    if (!dev.has_extension("cl_khr_fp64")) return "no cl_khr_fp64";
     if (c.head_dim < 32 || c.head_dim > 256 || (c.head_dim & (c.head_dim - 1)) != 0) {
       return "head size not a power of two from 32 to 256";
     }
@@ -193,8 +196,31 @@ void PersistentDecode::alloc_scratch() {
     work_ = rt_.alloc(4);
   } else {
     post_out_ = rt_.alloc(size_t(c.n_embd) * 4);
+    // The sampling chain's maxima and list (decode_persistent.cl), and the
+    // list's length, 0 between tokens.
+    cand_ = rt_.alloc((n_groups_ + std::max<size_t>(sample_scratch(), k_device_top_k_max) -
+                       k_device_top_k_max) *
+                      8);
+    cand_n_ = rt_.alloc(4);
   }
   trace_ = rt_.alloc((barriers_per_token_ + 1) * 8, true);
+}
+
+// decode_persistent.cl's SAMPLE_A: the ulongs of local memory (xl, LOCAL_XP
+// floats) its sampling chain works in.
+size_t PersistentDecode::sample_scratch() const {
+  const size_t local_x = size_t(std::max({config_.n_ff, config_.n_embd, config_.n_embd_q()}));
+  return local_x / 32 * 36 / 2;
+}
+
+bool PersistentDecode::samples(const SamplingParams& p) const {
+  if (cpu_ || !device_samplable(p)) return false;
+  const size_t top_k = p.greedy() ? 1 : size_t(p.top_k);
+  const size_t scratch = sample_scratch();
+  // The list and the sorted candidates, or the radix select's bins, its
+  // output and the sorted ones; the maxima (decode_persistent.cl).
+  return scratch >= 2 * size_t(k_device_top_k_max) + 128 && top_k <= n_groups_ &&
+         n_groups_ + k_device_top_k_max <= scratch;
 }
 
 // Floats per work-group in xn_ (CPU kernel): the normed input (n_embd
@@ -302,6 +328,7 @@ std::string PersistentDecode::source() const {
     add("attention_cpu");
     add("decode_persistent_cpu");
   } else {
+    add("sample");  // the sampling chain's functions
     add("decode_persistent");
   }
   return text;
@@ -335,7 +362,12 @@ bool PersistentDecode::try_shapes(const std::vector<Shape>& shapes, const std::s
 void PersistentDecode::build_kernel(const std::string& source, const std::string& defines) {
   program_ = rt_.build_program(
       cpu_ ? "decode_persistent_cpu" : "decode_persistent", source,
-      tuning_.plan.build_options + defines + (cpu_ ? "" : " -DPWG=" + std::to_string(local_size_)));
+      tuning_.plan.build_options + defines +
+          (cpu_ ? ""
+                : " -DPWG=" + std::to_string(local_size_) + " -DSAMPLE_WG=" +
+                      std::to_string(local_size_) + " -DK_MAX=" +
+                      std::to_string(k_device_top_k_max) +
+                      " -DSAMPLE_FUNCTIONS_ONLY=1 -DSAMPLE_PTX_MATH=1"));
   reset_barrier();
   kernel_ = rt_.create_kernel(program_, "decode_token");
   const WeightArena& a = arena_;
@@ -370,9 +402,34 @@ void PersistentDecode::build_kernel(const std::string& source, const std::string
         {{"work", work_}, {"scores", s_.scores}, {"xn", xn_}, {"spin_ticks", spin_ticks()}});
   }
   args.insert(args.end(), {{"att_part", att_part_}, {"att_count", att_count_}});
-  if (!cpu_) args.push_back({"o", post_out_});
+  if (!cpu_) {
+    args.insert(args.end(), {{"o", post_out_},
+                             {"history", ClMem()},
+                             {"cand", cand_},
+                             {"cand_n", cand_n_},
+                             {"n_recent", cl_int(0)},
+                             {"repeat_penalty", cl_float(1)},
+                             {"frequency_penalty", cl_float(0)},
+                             {"presence_penalty", cl_float(0)},
+                             {"top_k", cl_int(0)},
+                             {"temperature", cl_float(0)},
+                             {"top_p", cl_float(1)},
+                             {"min_p", cl_float(0)},
+                             {"seed", cl_ulong(0)},
+                             {"draw", cl_ulong(0)}});
+  }
   const KernelArgs bound(args);
   bound.bind(kernel_);
+  sample_args_.clear();
+  if (!cpu_) {
+    for (const char* name : {"history", "n_recent", "repeat_penalty", "frequency_penalty",
+                             "presence_penalty", "top_k", "temperature", "top_p", "min_p", "seed",
+                             "draw"}) {
+      sample_args_.push_back(bound.index(name));
+    }
+  }
+  history_bound_ = nullptr;
+  kernel_samples_ = false;
   arg_token_index_ = bound.index("token_index");
   arg_pos_ = bound.index("pos");
   arg_bar_base_ = bound.index("bar_base");
@@ -453,9 +510,38 @@ void PersistentDecode::reset_barrier() {
   clear(abort_, 4);
   if (work_) clear(work_, 4);
   clear(att_count_, size_t(config_.n_head) * 4);  // an aborted token may leave splits uncounted
+  if (cand_n_) clear(cand_n_, 4);                  // or a sampling list
 }
 
-void PersistentDecode::enqueue(int token_index, int pos, bool traced) {
+void PersistentDecode::set_sample_args(const SampleStepArgs* a, const ClMem* history) {
+  const cl_kernel k = kernel_.get();
+  if (!a) {
+    if (kernel_samples_) set_arg(k, sample_args_[5], cl_int(0));  // top_k 0: the argmax
+    kernel_samples_ = false;
+    return;
+  }
+  if (!history) throw std::logic_error("PersistentDecode: sampling without a history buffer");
+  if (history->get() != history_bound_) {
+    set_arg(k, sample_args_[0], *history);
+    history_bound_ = history->get();
+  }
+  set_arg(k, sample_args_[1], a->n_recent);
+  set_arg(k, sample_args_[2], a->repeat_penalty);
+  set_arg(k, sample_args_[3], a->frequency_penalty);
+  set_arg(k, sample_args_[4], a->presence_penalty);
+  set_arg(k, sample_args_[5], a->top_k);
+  set_arg(k, sample_args_[6], a->temperature);
+  set_arg(k, sample_args_[7], a->top_p);
+  set_arg(k, sample_args_[8], a->min_p);
+  set_arg(k, sample_args_[9], a->seed);
+  set_arg(k, sample_args_[10], a->draw);
+  kernel_samples_ = true;
+}
+
+void PersistentDecode::enqueue(int token_index, int pos, bool traced, const SampleStepArgs* sample,
+                               const ClMem* history) {
+  if (sample && cpu_) throw std::logic_error("PersistentDecode: the CPU kernel does not sample");
+  if (!cpu_) set_sample_args(sample, history);
   const bool trace = traced || tuning_.trace;
   if (trace != trace_arg_) {
     if (trace) {
@@ -477,7 +563,8 @@ void PersistentDecode::enqueue(int token_index, int pos, bool traced) {
   cl_check(clEnqueueNDRangeKernel(rt_.queue(), kernel_.get(), 1, nullptr, &global, &local, 0,
                                   nullptr, nullptr),
            "clEnqueueNDRangeKernel(decode_token)");
-  bar_base_ += barriers_per_token_ * uint32_t(n_groups_);
+  // A sampled token passes one more grid barrier (decode_persistent.cl).
+  bar_base_ += (barriers_per_token_ + (sample ? 1 : 0)) * uint32_t(n_groups_);
   if (trace) read_trace(traced);
 }
 
@@ -526,7 +613,9 @@ bool PersistentDecode::rearm() {
   return true;
 }
 
-void PersistentDecode::enqueue_ahead(int pos, const std::function<void(int pos)>& after_launch) {
+void PersistentDecode::enqueue_ahead(int pos, const std::function<void(int pos)>& after_launch,
+                                     const std::function<SampleStepArgs(int pos)>& in_kernel,
+                                     const ClMem* history) {
   if (ahead_.size() >= k_slots) throw std::logic_error("too many tokens in flight");
   if (!ahead_ids_) {
     ahead_buf_ = rt_.alloc(k_slots * 4, true);
@@ -536,7 +625,12 @@ void PersistentDecode::enqueue_ahead(int pos, const std::function<void(int pos)>
     cl_check(err, "clEnqueueMapBuffer(token slots)");
     ahead_ids_ = static_cast<int32_t*>(p);
   }
-  enqueue(0, pos);
+  if (in_kernel) {
+    const SampleStepArgs a = in_kernel(pos);
+    enqueue(0, pos, false, &a, history);
+  } else {
+    enqueue(0, pos);
+  }
   if (after_launch) after_launch(pos);
   const size_t slot = next_slot_;
   next_slot_ = (next_slot_ + 1) % k_slots;

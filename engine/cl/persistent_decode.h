@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "engine/cl/decode_state.h"
+#include "engine/cl/device_sampler.h"
 #include "engine/cl/runtime.h"
 #include "engine/cl/tuning.h"
 #include "engine/cl/weights.h"
@@ -59,7 +60,16 @@ class PersistentDecode {
   // traced: also record the device clock after every barrier and make profile()
   // this token's per-stage and per-layer times (a blocking read; profiling
   // samples a few tokens).
-  void enqueue(int token_index, int pos, bool traced = false);
+  // sample: the kernel draws the token with the sampling chain instead (only
+  // where samples() says so), reading and writing `history` (the
+  // DeviceSampler's) as sample.cl's chain does.
+  void enqueue(int token_index, int pos, bool traced = false,
+               const SampleStepArgs* sample = nullptr, const ClMem* history = nullptr);
+  // Whether the kernel itself runs the sampling chain for `p` (NVIDIA: in the
+  // token's launch, decode_persistent.cl; top_k at most the work-group count
+  // and the model wide enough for its local scratch); else the caller runs
+  // DeviceSampler's chain after the launch.
+  bool samples(const SamplingParams& p) const;
   const ProfileReport& profile() const { return profile_; }
   int n_groups() const { return int(n_groups_); }
 
@@ -69,7 +79,11 @@ class PersistentDecode {
   // the device while the host handles the ones before. `after_launch`, when
   // given, enqueues more work between the launch and the read (the sampling
   // chain, which replaces the argmax in ids[0]).
-  void enqueue_ahead(int pos, const std::function<void(int pos)>& after_launch = nullptr);
+  // `in_kernel`, when given (samples() true), makes the launch at a position
+  // sample, with the arguments it returns, in `history`.
+  void enqueue_ahead(int pos, const std::function<void(int pos)>& after_launch = nullptr,
+                     const std::function<SampleStepArgs(int pos)>& in_kernel = nullptr,
+                     const ClMem* history = nullptr);
   // The oldest token in flight is at `pos`.
   bool ahead_at(int pos) const { return !ahead_.empty() && ahead_.front().pos == pos; }
   size_t n_ahead() const { return ahead_.size(); }
@@ -108,6 +122,8 @@ class PersistentDecode {
   size_t xn_stride() const;
   std::string graph_defines() const;
   std::string prefetch_defines() const;
+  size_t sample_scratch() const;
+  void set_sample_args(const SampleStepArgs* a, const ClMem* history);
   std::string source() const;
   bool try_shapes(const std::vector<Shape>& shapes, const std::string& source,
                   const std::string& defines);
@@ -145,6 +161,10 @@ class PersistentDecode {
   ClKernel kernel_;
   // decode_token's per-token arguments (their indices in its list).
   cl_uint arg_token_index_ = 0, arg_pos_ = 0, arg_bar_base_ = 0, arg_trace_ = 0;
+  // NVIDIA: history, then the chain's parameters (set_sample_args' order).
+  std::vector<cl_uint> sample_args_;
+  cl_mem history_bound_ = nullptr;  // the history argument now set
+  bool kernel_samples_ = false;     // top_k > 0 now set
   // The kernel's own scratch:
   ClMem bar_;        // (1) uint: the grid barrier's arrival count
   ClMem abort_;      // (1) uint: set when a barrier gave up
@@ -155,6 +175,8 @@ class PersistentDecode {
   ClMem work_;       // CPU: (1) uint, the chunk-claim counter
   ClMem xn_;  // CPU: (n_groups, xn_stride()) floats, each group's normed input and its 16-bit form
   ClMem post_out_;  // NVIDIA: (n_embd) float, Wo att and Wd h before their post-norms
+  ClMem cand_;      // NVIDIA: (n_groups + list) ulong, the sampling chain's candidates
+  ClMem cand_n_;    // NVIDIA: (1) uint, the list's length
   ClMem trace_;     // (barriers per token + 1) ulong, host-readable: the clock after each barrier
   size_t n_groups_ = 0;
   size_t local_size_ = 256;

@@ -46,11 +46,13 @@ kernels=${KERNELS:-kernels}
 extra=${1:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cat "$kernels/quant_blocks.cl" "$kernels/persistent_layout.cl" "$kernels/decode_persistent.cl" >"$tmp/k.cl"
+cat "$kernels/quant_blocks.cl" "$kernels/persistent_layout.cl" "$kernels/sample.cl" \
+  "$kernels/decode_persistent.cl" >"$tmp/k.cl"
 [ -n "${PTX_OUT:-}" ] && mkdir -p "$PTX_OUT"
 inc=$(clang-14 -print-resource-dir)/include/opencl-c.h
 
-common="-DN_LAYER=30 -DN_VOCAB=49152 -DN_CTX=2048 -DRMS_EPS=1e-5f -DATT_SPLIT_MAX=16"
+common="-DN_LAYER=30 -DN_VOCAB=49152 -DN_CTX=2048 -DRMS_EPS=1e-5f -DATT_SPLIT_MAX=16
+  -DK_MAX=256 -DSAMPLE_FUNCTIONS_ONLY=1 -DSAMPLE_PTX_MATH=1"
 # Shapes by head size: h64 is SmolLM2-135M's.
 declare -A shapes=(
   [h32]="-DN_EMBD=576 -DN_FF=1536 -DN_HEAD=18 -DN_HEAD_KV=6 -DHEAD_DIM=32 -DN_ROT=32"
@@ -85,7 +87,7 @@ build() {
   if ! clang-14 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -O2 -S -Wall -Werror \
     -Wno-linker-warnings -Xclang -finclude-default-header -include "$inc" \
     -Xclang -mlink-builtin-bitcode -Xclang /usr/lib/clc/nvptx64--nvidiacl.bc -Dasm=__asm__ \
-    $common -DPWG="$pwg" "$@" $extra "${SRC:-$tmp/k.cl}" -o "$ptx" 2>"$tmp/clang.log"; then
+    $common -DPWG="$pwg" -DSAMPLE_WG="$pwg" "$@" $extra "${SRC:-$tmp/k.cl}" -o "$ptx" 2>"$tmp/clang.log"; then
     echo "$label: clang failed"
     cat "$tmp/clang.log"
     failed=1

@@ -135,6 +135,12 @@ int ClForward::launches_per_token() const {
   return plan_.launches_per_token();
 }
 
+int ClForward::sampled_launches_per_token(const SamplingParams& p) {
+  if (!device_sampling(p)) return launches_per_token();
+  if (persistent_ && !debug_ && persistent_->samples(p)) return 1;
+  return launches_per_token() + 1;
+}
+
 void ClForward::check_position(int pos, size_t n_tokens) const {
   if (pos < 0 || n_tokens == 0 || uint64_t(pos) + n_tokens > uint64_t(n_ctx_)) {
     throw std::out_of_range("positions " + std::to_string(pos) + ".." +

@@ -102,6 +102,10 @@ class ClForward final : public Backend {
   // device of an x86-64 host; after self-tests); false: the multi-kernel plan.
   bool persistent_decode() const { return persistent_ != nullptr; }
   int launches_per_token() const;
+  // Launches of a step sampled with `p`: 1 where the persistent kernel runs
+  // the chain itself (NVIDIA), one more than launches_per_token() with the
+  // device chain after the step, launches_per_token() on the host.
+  int sampled_launches_per_token(const SamplingParams& p);
   const ClRuntime& runtime() const { return rt_; }
 
  private:

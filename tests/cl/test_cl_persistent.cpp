@@ -31,12 +31,14 @@
 #include <utility>
 #include <vector>
 
+#include "engine/chat/sampler.h"
 #include "engine/cl/forward.h"
 #include "engine/cpu/forward.h"
 #include "engine/gguf/quant.h"
 #include "engine/model/synthetic.h"
 #include "tests/cl/cl_test_support.h"
 #include "tests/cl/greedy_reference.h"
+#include "tests/sampling_params.h"
 
 namespace clchat {
 namespace {
@@ -304,6 +306,128 @@ TEST(PersistentDecode, LookaheadKeepsIdsThroughInterruptions) {
     return ids;
   };
   EXPECT_EQ(run(false), run(true));
+  std::filesystem::remove(path);
+}
+
+// The NVIDIA kernel's own sampling chain (decode_persistent.cl, after the
+// head): at every position the id it draws is the CPU sampler's
+// (engine/chat/sampler.h, the reference) on the same logits, read back from
+// a greedy step of the same kernel at that position just before. Parameter
+// sets: the chat's defaults, greedy with penalties, a hot top-k with a
+// negative presence penalty (raising logits), and a top-k above the
+// work-group count (the chain after the launch instead). `cap` lowers the
+// candidate list's capacity (SAMPLE_CAP) so that its overflow path, the
+// radix select over all logits, runs too. Greedy and sampled launches
+// alternate, so the barrier counts of both must stay in step.
+void expect_kernel_samples_as_cpu(int n_vocab, int cap) {
+  SyntheticSpec spec = spec_for({GgmlType::Q4_0, GgmlType::Q8_0, true});
+  spec.n_ff = 1536;  // local scratch for the chain
+  spec.n_vocab = n_vocab;
+  spec.n_ctx = 64;
+  const std::string path = write_synthetic_model_tmp(spec);
+  const Model model = load_model(path);
+  ClForward cl(model, test::cl_test_runtime(), options(64, [cap](DecodeTuning& d) {
+                 if (cap > 0) d.persist_defines = "-DSAMPLE_CAP=" + std::to_string(cap);
+               }));
+  ASSERT_TRUE(cl.persistent_decode()) << "see the log";
+  struct Set {
+    const char* name;
+    SamplingParams p;
+    bool in_kernel;
+  };
+  const std::vector<Set> sets = {
+      {"chat_defaults",
+       test::Sampling{.temperature = 0.8f,
+                      .top_k = 40,
+                      .top_p = 0.95f,
+                      .min_p = 0.05f,
+                      .repeat_penalty = 1.1f,
+                      .repeat_last_n = 64,
+                      .seed = 11}
+           .params(),
+       true},
+      {"greedy_penalised",
+       test::Sampling{.temperature = 0.0f, .repeat_penalty = 1.5f, .frequency_penalty = 0.4f}
+           .params(),
+       true},
+      {"hot_negative_presence",
+       test::Sampling{
+           .temperature = 2.0f, .top_k = 100, .presence_penalty = -0.5f, .seed = 0xfeed}
+           .params(),
+       true},
+      {"top_k_256", test::Sampling{.temperature = 1.0f, .top_k = 256, .seed = 5}.params(), false},
+  };
+  std::vector<float> scratch;
+  for (const Set& set : sets) {
+    if (set.in_kernel) {
+      ASSERT_EQ(cl.sampled_launches_per_token(set.p), 1) << set.name;
+    }
+    std::vector<int32_t> context{3};
+    for (int pos = 0; pos < 48; ++pos) {
+      const int32_t token = context.back();
+      const auto got_logits = cl.decode_logits(token, pos);
+      const std::vector<float> logits(got_logits.begin(), got_logits.end());
+      const uint64_t draw = uint64_t(pos) * 3 + 1;
+      const int32_t want = sample_token(set.p, logits, context, draw, scratch);
+      const int32_t got = cl.decode_sample(token, pos, set.p, draw, context);
+      ASSERT_EQ(got, want) << set.name << ", position " << pos;
+      context.push_back(got);
+    }
+  }
+  EXPECT_TRUE(cl.persistent_decode()) << "the path was dropped (see the log)";
+  std::filesystem::remove(path);
+}
+
+TEST(PersistentDecodeSampling, KernelChainMatchesTheCpuSampler) {
+  if (!persistent_expected() || device_is_cpu()) GTEST_SKIP() << "NVIDIA's kernel only";
+  expect_kernel_samples_as_cpu(1000, 0);
+  expect_kernel_samples_as_cpu(49152, 0);
+}
+
+TEST(PersistentDecodeSampling, OverfullCandidateListMatchesTheCpuSampler) {
+  if (!persistent_expected() || device_is_cpu()) GTEST_SKIP() << "NVIDIA's kernel only";
+  expect_kernel_samples_as_cpu(4096, 8);
+}
+
+// A sampled reply as the chat runs it: each step's id fed to the next, the
+// steps enqueued ahead drawing the next numbers and the penalties reading the
+// ids the kernel wrote to the history. The ids must be those of a run that
+// samples each step on the host from the same kernel's logits.
+TEST(PersistentDecodeSampling, LookaheadRepliesMatchTheHostSampler) {
+  if (!persistent_expected() || device_is_cpu()) GTEST_SKIP() << "NVIDIA's kernel only";
+  SyntheticSpec spec = spec_for({GgmlType::Q8_0, GgmlType::Q8_0, true});
+  spec.n_ff = 1536;
+  spec.n_vocab = 3000;
+  spec.n_ctx = 128;
+  const std::string path = write_synthetic_model_tmp(spec);
+  const Model model = load_model(path);
+  const SamplingParams p = test::Sampling{.temperature = 1.2f,
+                                          .top_k = 40,
+                                          .top_p = 0.95f,
+                                          .min_p = 0.02f,
+                                          .repeat_penalty = 1.3f,
+                                          .repeat_last_n = 16,
+                                          .frequency_penalty = 0.2f,
+                                          .seed = 99}
+                               .params();
+  auto reply = [&](bool on_host) {
+    ClForward cl(model, test::cl_test_runtime(), options(128));
+    EXPECT_EQ(cl.sampled_launches_per_token(p), 1);
+    std::vector<int32_t> ids{7};
+    std::vector<float> scratch;
+    for (int pos = 0; pos < 120; ++pos) {
+      const uint64_t draw = uint64_t(pos);
+      if (on_host) {
+        const auto l = cl.decode_logits(ids.back(), pos);
+        ids.push_back(sample_token(p, std::vector<float>(l.begin(), l.end()), ids, draw, scratch));
+      } else {
+        ids.push_back(cl.decode_sample(ids.back(), pos, p, draw, ids));
+      }
+    }
+    EXPECT_TRUE(cl.persistent_decode()) << "the path was dropped (see the log)";
+    return ids;
+  };
+  EXPECT_EQ(reply(false), reply(true));
   std::filesystem::remove(path);
 }
 

@@ -198,9 +198,9 @@ void PersistentDecode::alloc_scratch() {
     post_out_ = rt_.alloc(size_t(c.n_embd) * 4);
     // The sampling chain's maxima and list (decode_persistent.cl), and the
     // list's length, 0 between tokens.
-    cand_ = rt_.alloc((n_groups_ + std::max<size_t>(sample_scratch(), k_device_top_k_max) -
-                       k_device_top_k_max) *
-                      8);
+    cand_ = rt_.alloc(
+        (n_groups_ + std::max<size_t>(sample_scratch(), k_device_top_k_max) - k_device_top_k_max) *
+        8);
     cand_n_ = rt_.alloc(4);
   }
   trace_ = rt_.alloc((barriers_per_token_ + 1) * 8, true);
@@ -360,14 +360,13 @@ bool PersistentDecode::try_shapes(const std::vector<Shape>& shapes, const std::s
 // The program for work-groups of local_size_ and its kernel with its
 // arguments bound (the buffers exist).
 void PersistentDecode::build_kernel(const std::string& source, const std::string& defines) {
-  program_ = rt_.build_program(
-      cpu_ ? "decode_persistent_cpu" : "decode_persistent", source,
-      tuning_.plan.build_options + defines +
-          (cpu_ ? ""
-                : " -DPWG=" + std::to_string(local_size_) + " -DSAMPLE_WG=" +
-                      std::to_string(local_size_) + " -DK_MAX=" +
-                      std::to_string(k_device_top_k_max) +
-                      " -DSAMPLE_FUNCTIONS_ONLY=1 -DSAMPLE_PTX_MATH=1"));
+  program_ = rt_.build_program(cpu_ ? "decode_persistent_cpu" : "decode_persistent", source,
+                               tuning_.plan.build_options + defines +
+                                   (cpu_ ? ""
+                                         : " -DPWG=" + std::to_string(local_size_) +
+                                               " -DSAMPLE_WG=" + std::to_string(local_size_) +
+                                               " -DK_MAX=" + std::to_string(k_device_top_k_max) +
+                                               " -DSAMPLE_FUNCTIONS_ONLY=1 -DSAMPLE_PTX_MATH=1"));
   reset_barrier();
   kernel_ = rt_.create_kernel(program_, "decode_token");
   const WeightArena& a = arena_;
@@ -422,9 +421,9 @@ void PersistentDecode::build_kernel(const std::string& source, const std::string
   bound.bind(kernel_);
   sample_args_.clear();
   if (!cpu_) {
-    for (const char* name : {"history", "n_recent", "repeat_penalty", "frequency_penalty",
-                             "presence_penalty", "top_k", "temperature", "top_p", "min_p", "seed",
-                             "draw"}) {
+    for (const char* name :
+         {"history", "n_recent", "repeat_penalty", "frequency_penalty", "presence_penalty", "top_k",
+          "temperature", "top_p", "min_p", "seed", "draw"}) {
       sample_args_.push_back(bound.index(name));
     }
   }
@@ -510,7 +509,7 @@ void PersistentDecode::reset_barrier() {
   clear(abort_, 4);
   if (work_) clear(work_, 4);
   clear(att_count_, size_t(config_.n_head) * 4);  // an aborted token may leave splits uncounted
-  if (cand_n_) clear(cand_n_, 4);                  // or a sampling list
+  if (cand_n_) clear(cand_n_, 4);                 // or a sampling list
 }
 
 void PersistentDecode::set_sample_args(const SampleStepArgs* a, const ClMem* history) {

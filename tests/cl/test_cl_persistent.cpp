@@ -351,8 +351,7 @@ void expect_kernel_samples_as_cpu(int n_vocab, int cap) {
            .params(),
        true},
       {"hot_negative_presence",
-       test::Sampling{
-           .temperature = 2.0f, .top_k = 100, .presence_penalty = -0.5f, .seed = 0xfeed}
+       test::Sampling{.temperature = 2.0f, .top_k = 100, .presence_penalty = -0.5f, .seed = 0xfeed}
            .params(),
        true},
       {"top_k_256", test::Sampling{.temperature = 1.0f, .top_k = 256, .seed = 5}.params(), false},

@@ -83,6 +83,10 @@ class ClForward final : public Backend {
   void prefill_logits(std::span<const int32_t> tokens, int pos, int first_out,
                       std::vector<float>& out) override;
   int prefill_chunk() const { return prefill_ ? prefill_->chunk() : 1; }
+  // Batched prefill's matrix products of the kind (none without it).
+  int prefill_products(ClPrefill::Product kind) const {
+    return prefill_ ? prefill_->matrix_products(kind) : 0;
+  }
 
   void set_debug(bool on) override;
   bool debug() const override { return debug_; }

@@ -394,16 +394,24 @@ void ClPrefill::add_matmul(std::vector<Step>& into, const DeviceMatrix& w, const
       into.push_back(pack_step(x, ld_x, w.n_in, w.type));
     }
     into.push_back(mma_step(w, x, out, ld_out, out_off, accumulate, label));
+    into.back().product = Product::tensor_cores;
     return;
   }
   if (!x16_weights(w)) {
     into.push_back(matmul_step(w, x, ld_x, out, ld_out, out_off, accumulate, label));
+    into.back().product = Product::portable;
     return;
   }
   if (into.empty() || into.back().x16_input != &x) {
     into.push_back(quantize_step(x, ld_x, w.n_in, w.type));
   }
   into.push_back(matmul_x16_step(w, x, out, ld_out, out_off, accumulate, label));
+  into.back().product = Product::x16;
+}
+
+int ClPrefill::matrix_products(Product kind) const {
+  return int(std::count_if(steps_.begin(), steps_.end(),
+                           [kind](const Step& s) { return s.product == kind; }));
 }
 
 ClPrefill::Step ClPrefill::norm_step(const ClMem& x, const ClMem& g, const ClMem& out,

@@ -68,6 +68,10 @@ class ClPrefill {
     return int(decode_steps_.empty() ? steps_.size() : decode_steps_.size());
   }
   const PrefillTuning& tuning() const { return tuning_; }
+  // A chunk's matrix products by kernel: matmul_mma on tensor cores,
+  // matmul_x16 with 16-bit activations, or the portable matmul.
+  enum class Product { none, tensor_cores, x16, portable };
+  int matrix_products(Product kind) const;
 
   // Runs the token ids ids[0..n_tokens) at positions pos.. (the caller wrote
   // them and checked the range), filling the KV cache; then copies the last
@@ -103,6 +107,7 @@ class ClPrefill {
     // quantize_x16 / pack_x_mma.
     const ClMem* x16_input = nullptr;
     const ClMem* mma_input = nullptr;
+    Product product = Product::none;  // a matrix product: its kernel
   };
 
   void build_steps();

@@ -377,6 +377,24 @@ INSTANTIATE_TEST_SUITE_P(Types, ClPrefillSynthetic,
                            return std::string(ggml_type_name(info.param));
                          });
 
+// On NVIDIA every layer matrix of a Q4_0 model runs on tensor cores. A
+// failed build or self-test of the tensor-core kernels falls back to the
+// portable ones with only a warning (and the results above still match), so
+// this checks the path itself: Q/K/V (one matrix or three), Wo, gate, up and
+// down of each layer.
+TEST(ClPrefill, NvidiaRunsEveryLayerMatrixOnTensorCores) {
+  if (test::cl_test_runtime().device().platform_name.find("NVIDIA") == std::string::npos) {
+    GTEST_SKIP() << "tensor-core prefill runs on NVIDIA only";
+  }
+  TempModel m(write_synthetic_model_tmp(small_spec(GgmlType::Q4_0, GgmlType::Q8_0, true)));
+  ClForwardOptions opt;
+  opt.n_ctx = 64;
+  ClForward cl(m.model, test::cl_test_runtime(), opt);
+  using P = ClPrefill::Product;
+  EXPECT_GE(cl.prefill_products(P::tensor_cores), 5 * m.model.config.n_layer);
+  EXPECT_EQ(cl.prefill_products(P::x16) + cl.prefill_products(P::portable), 0);
+}
+
 // A prompt longer than one 512-token chunk (Q4_1 layers, Q8_0 embedding).
 TEST(ClPrefill, CrossesChunkOf512) {
   TempModel m(write_synthetic_model_tmp(small_spec(GgmlType::Q4_1, GgmlType::Q8_0, true)));

@@ -12,9 +12,13 @@ namespace clchat {
 namespace {
 
 // A prefill chunk should take about this long, so that a Ctrl-C waits for
-// well under half a second; the first chunk of a prompt has k_first_chunk
-// tokens. (SmolLM2-135M Q4_1 through PoCL on 2 cores: 32 tokens take 0.33 s
-// at 96 tok/s, 16 take 0.23 s at 69 tok/s, 512 run at ~110 tok/s.)
+// well under half a second; the first chunk of a session's first prompt has
+// k_first_chunk tokens, later prompts start at the size the speed measured
+// before gives. (SmolLM2-135M Q4_1 through PoCL on 2 cores: 32 tokens take
+// 0.33 s at 96 tok/s, 16 take 0.23 s at 69 tok/s, 512 run at ~110 tok/s.
+// Llama-3.2-1B on an H100: a 475-token turn took 28.6 ms in chunks of 32,
+// 128 and 315, each with its own launches and read-back; one chunk of 475
+// runs at pp512's ~29k tok/s.)
 constexpr double k_prefill_chunk_s = 0.3;
 constexpr size_t k_first_chunk = 32;
 
@@ -222,7 +226,17 @@ std::optional<int32_t> ChatSession::run_prompt(std::span<const int32_t> prompt,
   // needs the last position's logits, so that one goes through step().
   const size_t n_batch = device_argmax() ? prompt.size() : prompt.size() - 1;
   const size_t max_chunk = size_t(prefill_chunk_);
-  size_t chunk = std::min(max_chunk, k_first_chunk);
+  // The next chunk takes about k_prefill_chunk_s at `rate` (tokens/s, as
+  // measured on `measured` tokens), growing at most 4x (small chunks are
+  // slower per token).
+  auto fit = [max_chunk](double rate, size_t measured) {
+    const double n = rate * k_prefill_chunk_s;
+    const size_t cap = std::min(max_chunk, 4 * measured);
+    return n >= double(cap) ? cap : std::max(size_t(1), size_t(n));
+  };
+  size_t chunk = prefill_rate_chunk_ > 0 ? fit(prefill_rate_, prefill_rate_chunk_)
+                                         : std::min(max_chunk, k_first_chunk);
+  size_t largest = 0;  // this prompt's largest chunk so far
   const bool report = prompt.size() > chunk;
   int32_t next = -1;
   for (size_t at = 0; at < prompt.size();) {
@@ -240,11 +254,17 @@ std::optional<int32_t> ChatSession::run_prompt(std::span<const int32_t> prompt,
     tokens_.insert(tokens_.end(), part.begin(), part.end());
     at += part.size();
     if (report && hooks.on_prefill) hooks.on_prefill(int(at), int(prompt.size()));
-    // The next chunk takes about k_prefill_chunk_s at this one's speed
-    // (growing at most 4x: small chunks are slower per token).
     const double dt = seconds_since(t0);
-    const double fit = dt > 0 ? double(part.size()) * k_prefill_chunk_s / dt : double(max_chunk);
-    chunk = std::clamp(size_t(fit), size_t(1), std::min(max_chunk, 4 * part.size()));
+    const double rate = dt > 0 ? double(part.size()) / dt : 1e30;
+    chunk = fit(rate, part.size());
+    // Kept for the next prompt: this prompt's largest chunk, unless it is a
+    // short one and the speed before came from a longer chunk.
+    if (part.size() >= largest &&
+        (part.size() >= k_first_chunk || part.size() >= prefill_rate_chunk_)) {
+      largest = part.size();
+      prefill_rate_ = rate;
+      prefill_rate_chunk_ = part.size();
+    }
   }
   return next;
 }

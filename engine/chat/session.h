@@ -145,6 +145,11 @@ class ChatSession {
   Sampler sampler_;
   std::vector<int32_t> stop_ids_;  // template markers found in the vocabulary
   int prefill_chunk_ = 512;
+  // The prefill speed (tokens/s) of the last prompt's largest chunk (one of
+  // at least k_first_chunk tokens, or as many as before) and that chunk's
+  // size (0: none yet): where the next prompt's first chunk starts.
+  double prefill_rate_ = 0;
+  size_t prefill_rate_chunk_ = 0;
 
   std::vector<int32_t> tokens_;  // what the cache holds, position by position
   // Tokens of the conversation not fed yet: the last reply token, or the

@@ -511,6 +511,50 @@ TEST(ChatSessionSampling, SettingsChangedBetweenTurnsOnBothBackends) {
   EXPECT_EQ(conversation(opencl), conversation(*reference));
 }
 
+// The sizes of the prefill calls a backend gets.
+class PrefillSizes final : public Backend {
+ public:
+  explicit PrefillSizes(Backend& b) : b_(b) {}
+  std::string name() const override { return b_.name(); }
+  int n_ctx() const override { return b_.n_ctx(); }
+  int32_t prefill(std::span<const int32_t> tokens, int pos) override {
+    sizes.push_back(tokens.size());
+    return b_.prefill(tokens, pos);
+  }
+  int32_t decode_argmax(int32_t token, int pos) override { return b_.decode_argmax(token, pos); }
+  std::span<const float> decode_logits(int32_t token, int pos) override {
+    return b_.decode_logits(token, pos);
+  }
+  std::vector<size_t> sizes;
+
+ private:
+  Backend& b_;
+};
+
+// A session's first prompt starts with a chunk of 32 tokens and grows them by
+// the speed it measures (at most 4x a step); a later prompt starts where that
+// speed says. stories260K on the CPU reference runs a chunk far below the
+// 0.3 s a chunk may take, so each step grows 4x, and the second prompt (after
+// the first's reply) starts past 32 tokens.
+TEST(ChatSessionPrefill, LaterPromptsStartAtTheMeasuredChunkSize) {
+  const auto reference = make_reference_backend(stories().model, 1024);
+  PrefillSizes backend(*reference);
+  ChatSession s(backend, *stories().tokenizer, ChatTemplate(TemplateStyle::Plain));
+  SamplingParams p;
+  p.max_tokens = 2;
+  s.set_sampling(p);
+  std::string long_text;
+  for (int i = 0; i < 20; ++i) long_text += "The little dog ran to the park. ";
+  ASSERT_TRUE(s.submit(long_text).error.empty());
+  ASSERT_GE(backend.sizes.size(), 3u);
+  EXPECT_EQ(backend.sizes[0], 32u);
+  EXPECT_EQ(backend.sizes[1], 128u);
+  const size_t first_prompt_calls = backend.sizes.size();
+  ASSERT_TRUE(s.submit(long_text).error.empty());
+  ASSERT_GT(backend.sizes.size(), first_prompt_calls);
+  EXPECT_GT(backend.sizes[first_prompt_calls], 32u);
+}
+
 // The session's Backend with decode_sample left to the host (the default):
 // the same OpenCL logits, sampled by the CPU sampler.
 class HostSampled final : public Backend {

@@ -2012,6 +2012,20 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     grid_self_test(-token_index, part_idx, ids, &gb, &at);
     return;
   }
+  const SampleArgs sa = {history,           cand,          cand_n,      n_recent, top_k,
+                         repeat_penalty,    frequency_penalty, presence_penalty, temperature,
+                         top_p,             min_p,         seed,        draw};
+  __local ulong* scratch = (__local ulong*)xl;
+  if (pos < 0) {
+    // The tests' entry (PersistentDecode::sample_logits): the chain alone,
+    // on the logits as the host wrote them, at position -1 - pos.
+    sample_maxima(&s, &sa, &at, -1 - pos, scratch);
+    grid_sync(&gb, &at);
+    sample_list(&s, &sa, &at, scratch, &s_ul);
+    if (!arrive_last(bar, bar_base + (gb.n + 1) * (uint)at.n_groups - 1, &flag)) return;
+    sample_pick(&s, &sa, &at, -1 - pos, ids, abort_flag, scratch, &s_sum, &s_ul, s_state);
+    return;
+  }
 
   // This warp's first row(s) of the next stage and the next norm's weights,
   // loaded while waiting at the barrier before it.
@@ -2128,10 +2142,6 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 
   // The head: logits = Whead rmsnorm(x), each work-group's argmax candidate.
   head_logits(&w, &s, &lm, &at, gw);
-  const SampleArgs sa = {history,           cand,          cand_n,      n_recent, top_k,
-                         repeat_penalty,    frequency_penalty, presence_penalty, temperature,
-                         top_p,             min_p,         seed,        draw};
-  __local ulong* scratch = (__local ulong*)xl;
   if (top_k > 0) {
     sample_maxima(&s, &sa, &at, pos, scratch);
     __global ulong* const traced = gb.trace;  // one more barrier, in the head's time

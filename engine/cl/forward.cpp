@@ -141,6 +141,26 @@ int ClForward::sampled_launches_per_token(const SamplingParams& p) {
   return launches_per_token() + 1;
 }
 
+int32_t ClForward::sample_in_decode_kernel(std::span<const float> logits, const SamplingParams& p,
+                                           uint64_t draw, std::span<const int32_t> recent) {
+  if (sampled_launches_per_token(p) != 1 || recent.empty() ||
+      logits.size() != size_t(config_.n_vocab)) {
+    throw std::logic_error("sample_in_decode_kernel: the decode kernel does not sample this");
+  }
+  const int pos = int(recent.size()) - 1;
+  check_position(pos, 1);
+  settle();
+  write_ids(std::vector<int32_t>{0});
+  cl_check(clEnqueueWriteBuffer(rt_.queue(), state_.logits.get(), CL_TRUE, 0, logits.size() * 4,
+                                logits.data(), 0, nullptr, nullptr),
+           "clEnqueueWriteBuffer(logits)");
+  sampler_->sync(recent, pos, p);
+  persistent_->sample_logits(sampler_->step_args(p, draw, pos), sampler_->history(), pos);
+  const int32_t id = read_token();
+  sampler_->picked(pos, id);
+  return id;
+}
+
 void ClForward::check_position(int pos, size_t n_tokens) const {
   if (pos < 0 || n_tokens == 0 || uint64_t(pos) + n_tokens > uint64_t(n_ctx_)) {
     throw std::out_of_range("positions " + std::to_string(pos) + ".." +

@@ -537,6 +537,24 @@ void PersistentDecode::set_sample_args(const SampleStepArgs* a, const ClMem* his
   kernel_samples_ = true;
 }
 
+void PersistentDecode::sample_logits(const SampleStepArgs& a, const ClMem& history, int pos) {
+  if (cpu_) throw std::logic_error("PersistentDecode: the CPU kernel does not sample");
+  if (pos < 0) throw std::out_of_range("PersistentDecode: negative position");
+  set_sample_args(&a, &history);
+  set_arg(kernel_.get(), arg_token_index_, cl_int(0));
+  set_arg(kernel_.get(), arg_pos_, cl_int(-1 - pos));
+  set_arg(kernel_.get(), arg_bar_base_, cl_uint(bar_base_));
+  if (trace_arg_) {
+    set_arg(kernel_.get(), arg_trace_, ClMem());
+    trace_arg_ = false;
+  }
+  const size_t local = local_size_, global = n_groups_ * local;
+  cl_check(clEnqueueNDRangeKernel(rt_.queue(), kernel_.get(), 1, nullptr, &global, &local, 0,
+                                  nullptr, nullptr),
+           "clEnqueueNDRangeKernel(decode_token, sampling)");
+  bar_base_ += 2 * uint32_t(n_groups_);  // a grid barrier and the last one's arrival
+}
+
 void PersistentDecode::enqueue(int token_index, int pos, bool traced, const SampleStepArgs* sample,
                                const ClMem* history) {
   if (sample && cpu_) throw std::logic_error("PersistentDecode: the CPU kernel does not sample");

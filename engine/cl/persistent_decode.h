@@ -70,6 +70,10 @@ class PersistentDecode {
   // and the model wide enough for its local scratch); else the caller runs
   // DeviceSampler's chain after the launch.
   bool samples(const SamplingParams& p) const;
+  // For the tests: the kernel's chain alone on the logits buffer as it is,
+  // at `pos` (history as for enqueue); the pick lands in ids[0], which must
+  // hold an id (>= 0).
+  void sample_logits(const SampleStepArgs& a, const ClMem& history, int pos);
   const ProfileReport& profile() const { return profile_; }
   int n_groups() const { return int(n_groups_); }
 

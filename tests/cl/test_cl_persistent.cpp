@@ -38,6 +38,7 @@
 #include "engine/model/synthetic.h"
 #include "tests/cl/cl_test_support.h"
 #include "tests/cl/greedy_reference.h"
+#include "tests/cl/sample_cases.h"
 #include "tests/sampling_params.h"
 
 namespace clchat {
@@ -386,6 +387,62 @@ TEST(PersistentDecodeSampling, KernelChainMatchesTheCpuSampler) {
 TEST(PersistentDecodeSampling, OverfullCandidateListMatchesTheCpuSampler) {
   if (!persistent_expected() || device_is_cpu()) GTEST_SKIP() << "NVIDIA's kernel only";
   expect_kernel_samples_as_cpu(4096, 8);
+}
+
+// The kernel's chain on logits of every hard kind (test_cl_sample's: ties,
+// NaN, +-inf, all NaN, all -inf, signed zeros, stairs, one peak, the recent
+// ids on top) with test_cl_sample's parameter sets, against the CPU
+// sampler. Sets whose top-k exceeds the work-group count run the chain after
+// the launch (test_cl_sample's) and are left out here. 100 ids leave
+// work-groups without a row; `cap` 8 makes every list overflow into the
+// radix select.
+void expect_kernel_chain_on_hard_logits(int n_vocab, int cap) {
+  SyntheticSpec spec = spec_for({GgmlType::Q8_0, GgmlType::Q8_0, true});
+  spec.n_ff = 1536;  // local scratch for the chain
+  spec.n_vocab = n_vocab;
+  spec.n_ctx = 512;
+  const std::string path = write_synthetic_model_tmp(spec);
+  const Model model = load_model(path);
+  ClForward cl(model, test::cl_test_runtime(), options(512, [cap](DecodeTuning& d) {
+                 if (cap > 0) d.persist_defines = "-DSAMPLE_CAP=" + std::to_string(cap);
+               }));
+  ASSERT_TRUE(cl.persistent_decode()) << "see the log";
+  const std::vector<std::string> kinds = {"random",  "recent_high", "ties",  "nan",
+                                          "pos_inf", "neg_inf",     "zeros", "peaked",
+                                          "all_nan", "all_neg_inf", "stairs"};
+  std::vector<float> scratch;
+  uint32_t seed = 1;
+  int n_sets = 0;
+  for (const test::Params& ps : test::param_sets()) {
+    if (cl.sampled_launches_per_token(ps.p) != 1) continue;
+    ++n_sets;
+    for (const std::string& kind : kinds) {
+      for (int d = 0; d < 2; ++d, ++seed) {
+        std::vector<float> x = test::make_logits(kind, n_vocab, seed);
+        const std::vector<int32_t> recent = test::make_recent(n_vocab, 40 + int(seed % 300), seed);
+        if (kind == "recent_high") {
+          for (int32_t id : recent) x[size_t(id)] = 20.0f + float(id % 5) * 0.05f;
+        }
+        const uint64_t draw = seed * 7u;
+        const int32_t want = sample_token(ps.p, x, recent, draw, scratch);
+        const int32_t got = cl.sample_in_decode_kernel(x, ps.p, draw, recent);
+        ASSERT_EQ(got, want) << n_vocab << " ids, " << ps.name << ", logits " << kind << ", draw "
+                             << draw;
+      }
+    }
+  }
+  EXPECT_GE(n_sets, 8) << "the parameter sets the kernel samples";
+  // The decode steps after it still run (the barrier counts stayed in step).
+  std::vector<int32_t> ids{1};
+  for (int pos = 0; pos < 8; ++pos) ids.push_back(cl.decode_argmax(ids.back(), pos));
+  EXPECT_TRUE(cl.persistent_decode()) << "the path was dropped (see the log)";
+  std::filesystem::remove(path);
+}
+
+TEST(PersistentDecodeSampling, KernelChainOnHardLogitsMatchesTheCpuSampler) {
+  if (!persistent_expected() || device_is_cpu()) GTEST_SKIP() << "NVIDIA's kernel only";
+  for (int n_vocab : {100, 1000, 49152}) expect_kernel_chain_on_hard_logits(n_vocab, 0);
+  expect_kernel_chain_on_hard_logits(1000, 8);
 }
 
 // A sampled reply as the chat runs it: each step's id fed to the next, the

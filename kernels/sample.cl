@@ -28,8 +28,9 @@
 // not correctly rounded; double steps (softmax sums, top-p mass, the draw)
 // are done in double, sequentially in the CPU's order; exp() is
 // sampler_exp(), the same polynomial the CPU uses (no library exp, whose
-// last bit differs between implementations). Needs cl_khr_fp64 and a build
-// without fast-math flags; FP_CONTRACT is off so no a * b + c becomes an fma.
+// last bit differs between implementations). Needs cl_khr_fp64; every double
+// step goes through d_add, d_sub, d_mul or d_div (below), which keep one
+// rounding each also in decode_persistent.cl's fast-math build.
 //
 // The random number: splitmix64 (Steele, Lea, Flood 2014, "Fast splittable
 // pseudorandom number generators") as a counter-based hash: the draw-th
@@ -92,23 +93,11 @@ inline double d_div(double a, double b) { return a / b; }
 // NaN by its bits (a fast-math build may take isnan() as false).
 inline bool nan_bits(float v) { return (as_uint(v) & 0x7FFFFFFFu) > 0x7F800000u; }
 
-#ifndef SAMPLE_WG
-#define SAMPLE_WG 256  // work-items per group (1 on CPU devices: no atomics)
-#endif
-#ifndef K_MAX
-#define K_MAX 256  // largest top_k; each group keeps at most this many
-#endif
-
-#if SAMPLE_WG == 1
-#define LOCAL_INC(p) ((*(p))++)
-#else
-#define LOCAL_INC(p) atomic_inc(p)
-#endif
-
 // The float's order as an unsigned integer (NaN excluded by the callers).
 inline uint key_of(float v) {
-  if (v == 0.0f) v = 0.0f;  // -0 sorts as +0: they compare equal on the CPU
-  const uint bits = as_uint(v);
+  // -0 sorts as +0: they compare equal on the CPU (by the bits: a fast-math
+  // build may drop a float test that only changes the sign of a zero).
+  const uint bits = (as_uint(v) & 0x7FFFFFFFu) == 0 ? 0u : as_uint(v);
   return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
 
@@ -128,21 +117,21 @@ inline int id_of(ulong c) { return (int)(0xFFFFFFFFu - (uint)(c & 0xFFFFFFFFu));
 // and p the Taylor polynomial of degree 11.
 inline double sampler_exp(double d) {
   if (!(d >= -87.0)) return 0.0;
-  const double n = floor(d * 0x1.71547652b82fep+0 + 0.5);
-  const double r = (d - n * 0x1.62e42fee00000p-1) - n * 0x1.a39ef35793c76p-33;
+  const double n = floor(d_add(d_mul(d, 0x1.71547652b82fep+0), 0.5));
+  const double r = d_sub(d_sub(d, d_mul(n, 0x1.62e42fee00000p-1)), d_mul(n, 0x1.a39ef35793c76p-33));
   double p = 0x1.ae64567f544e4p-26;
-  p = p * r + 0x1.27e4fb7789f5cp-22;
-  p = p * r + 0x1.71de3a556c734p-19;
-  p = p * r + 0x1.a01a01a01a01ap-16;
-  p = p * r + 0x1.a01a01a01a01ap-13;
-  p = p * r + 0x1.6c16c16c16c17p-10;
-  p = p * r + 0x1.1111111111111p-7;
-  p = p * r + 0x1.5555555555555p-5;
-  p = p * r + 0x1.5555555555555p-3;
-  p = p * r + 0x1.0000000000000p-1;
-  p = p * r + 1.0;
-  p = p * r + 1.0;
-  return p * as_double((ulong)((long)n + 1023) << 52);
+  p = d_add(d_mul(p, r), 0x1.27e4fb7789f5cp-22);
+  p = d_add(d_mul(p, r), 0x1.71de3a556c734p-19);
+  p = d_add(d_mul(p, r), 0x1.a01a01a01a01ap-16);
+  p = d_add(d_mul(p, r), 0x1.a01a01a01a01ap-13);
+  p = d_add(d_mul(p, r), 0x1.6c16c16c16c17p-10);
+  p = d_add(d_mul(p, r), 0x1.1111111111111p-7);
+  p = d_add(d_mul(p, r), 0x1.5555555555555p-5);
+  p = d_add(d_mul(p, r), 0x1.5555555555555p-3);
+  p = d_add(d_mul(p, r), 0x1.0000000000000p-1);
+  p = d_add(d_mul(p, r), 1.0);
+  p = d_add(d_mul(p, r), 1.0);
+  return d_mul(p, as_double((ulong)((long)n + 1023) << 52));
 }
 
 inline ulong splitmix64(ulong seed, ulong draw) {
@@ -247,13 +236,13 @@ void penalize(__global float* logits, int begin, int end, int mod, int residue, 
     for (int m = j + 1; m < n_recent; ++m) count += recent[m] == id;
     float l = logits[id];
     if (repeat) {
-      l = l > 0.0f ? (float)((double)l / (double)repeat_penalty)
-                   : (float)((double)l * (double)repeat_penalty);
+      l = l > 0.0f ? (float)d_div((double)l, (double)repeat_penalty)
+                   : (float)d_mul((double)l, (double)repeat_penalty);
     }
     if (counted) {
-      float t = (float)((double)count * (double)frequency_penalty);
-      t = (float)((double)t + (double)presence_penalty);
-      l = (float)((double)l - (double)t);
+      float t = (float)d_mul((double)count, (double)frequency_penalty);
+      t = (float)d_add((double)t, (double)presence_penalty);
+      l = (float)d_sub((double)l, (double)t);
     }
     logits[id] = l;
   }

@@ -228,10 +228,10 @@ std::optional<int32_t> ChatSession::run_prompt(std::span<const int32_t> prompt,
   const size_t max_chunk = size_t(prefill_chunk_);
   // The next chunk takes about k_prefill_chunk_s at `rate` (tokens/s, as
   // measured on `measured` tokens), growing at most 4x (small chunks are
-  // slower per token).
+  // slower per token) or to k_first_chunk.
   auto fit = [max_chunk](double rate, size_t measured) {
     const double n = rate * k_prefill_chunk_s;
-    const size_t cap = std::min(max_chunk, 4 * measured);
+    const size_t cap = std::min(max_chunk, std::max(k_first_chunk, 4 * measured));
     return n >= double(cap) ? cap : std::max(size_t(1), size_t(n));
   };
   size_t chunk = prefill_rate_chunk_ > 0 ? fit(prefill_rate_, prefill_rate_chunk_)

@@ -582,6 +582,7 @@ void PersistentDecode::enqueue(int token_index, int pos, bool traced, const Samp
            "clEnqueueNDRangeKernel(decode_token)");
   // A sampled token passes one more grid barrier (decode_persistent.cl).
   bar_base_ += (barriers_per_token_ + (sample ? 1 : 0)) * uint32_t(n_groups_);
+  if (sample) ++n_sampled_;
   if (trace) read_trace(traced);
 }
 

@@ -74,6 +74,8 @@ class PersistentDecode {
   // at `pos` (history as for enqueue); the pick lands in ids[0], which must
   // hold an id (>= 0).
   void sample_logits(const SampleStepArgs& a, const ClMem& history, int pos);
+  // Launches that drew their token with the kernel's own chain.
+  uint64_t n_sampled_launches() const { return n_sampled_; }
   const ProfileReport& profile() const { return profile_; }
   int n_groups() const { return int(n_groups_); }
 
@@ -169,6 +171,7 @@ class PersistentDecode {
   std::vector<cl_uint> sample_args_;
   cl_mem history_bound_ = nullptr;  // the history argument now set
   bool kernel_samples_ = false;     // top_k > 0 now set
+  uint64_t n_sampled_ = 0;          // n_sampled_launches()
   // The kernel's own scratch:
   ClMem bar_;        // (1) uint: the grid barrier's arrival count
   ClMem abort_;      // (1) uint: set when a barrier gave up

@@ -352,7 +352,7 @@ void expect_kernel_samples_as_cpu(int n_vocab, int cap) {
            .params(),
        true},
       {"hot_negative_presence",
-       test::Sampling{.temperature = 2.0f, .top_k = 100, .presence_penalty = -0.5f, .seed = 0xfeed}
+       test::Sampling{.temperature = 2.0f, .top_k = 24, .presence_penalty = -0.5f, .seed = 0xfeed}
            .params(),
        true},
       {"top_k_256", test::Sampling{.temperature = 1.0f, .top_k = 256, .seed = 5}.params(), false},
@@ -362,6 +362,7 @@ void expect_kernel_samples_as_cpu(int n_vocab, int cap) {
     if (set.in_kernel) {
       ASSERT_EQ(cl.sampled_launches_per_token(set.p), 1) << set.name;
     }
+    const uint64_t sampled_before = cl.tokens_sampled_in_decode_kernel();
     std::vector<int32_t> context{3};
     for (int pos = 0; pos < 48; ++pos) {
       const int32_t token = context.back();
@@ -372,6 +373,13 @@ void expect_kernel_samples_as_cpu(int n_vocab, int cap) {
       const int32_t got = cl.decode_sample(token, pos, set.p, draw, context);
       ASSERT_EQ(got, want) << set.name << ", position " << pos;
       context.push_back(got);
+    }
+    // Each step drew in the kernel (the steps queued ahead too), or none did.
+    const uint64_t sampled = cl.tokens_sampled_in_decode_kernel() - sampled_before;
+    if (set.in_kernel) {
+      EXPECT_GE(sampled, 48u) << set.name;
+    } else {
+      EXPECT_EQ(sampled, 0u) << set.name;
     }
   }
   EXPECT_TRUE(cl.persistent_decode()) << "the path was dropped (see the log)";
@@ -445,6 +453,44 @@ TEST(PersistentDecodeSampling, KernelChainOnHardLogitsMatchesTheCpuSampler) {
   expect_kernel_chain_on_hard_logits(1000, 8);
 }
 
+// The penalties' double steps stay exact in the kernel's fast-math build: a
+// penalised logit l (l / 1.1 in double, rounded to float) tied with a
+// competitor holding exactly that quotient, greedy, so the lower id must
+// win; with the penalised id the lower one, then the higher one (a quotient
+// off by one unit in either direction changes the pick in one of them).
+TEST(PersistentDecodeSampling, PenaltyDivisionIsExact) {
+  if (!persistent_expected() || device_is_cpu()) GTEST_SKIP() << "NVIDIA's kernel only";
+  SyntheticSpec spec = spec_for({GgmlType::Q8_0, GgmlType::Q8_0, true});
+  spec.n_ff = 1536;
+  spec.n_vocab = 1000;
+  spec.n_ctx = 64;
+  const std::string path = write_synthetic_model_tmp(spec);
+  const Model model = load_model(path);
+  ClForward cl(model, test::cl_test_runtime(), options(64));
+  const SamplingParams p =
+      test::Sampling{.temperature = 0.0f, .repeat_penalty = 1.1f, .repeat_last_n = 8}.params();
+  ASSERT_EQ(cl.sampled_launches_per_token(p), 1);
+  const std::vector<float> l = test::random_floats(200, 31, 0.5f, 9.0f);
+  std::vector<float> scratch;
+  int n_checked = 0;
+  for (size_t i = 0; i < l.size(); ++i) {
+    const float quotient = float(double(l[i]) / double(1.1f));
+    for (const bool penalised_lower : {true, false}) {
+      const int32_t penalised = penalised_lower ? 100 : 700, other = penalised_lower ? 700 : 100;
+      std::vector<float> x(1000, -10.0f);
+      x[size_t(penalised)] = l[i];
+      x[size_t(other)] = quotient;
+      const std::vector<int32_t> recent{5, penalised, 9};
+      ASSERT_EQ(sample_token(p, x, recent, 0, scratch), 100) << "the CPU's tie";
+      ASSERT_EQ(cl.sample_in_decode_kernel(x, p, 0, recent), 100)
+          << "l " << l[i] << ", penalised id " << penalised;
+      ++n_checked;
+    }
+  }
+  EXPECT_EQ(n_checked, 400);
+  std::filesystem::remove(path);
+}
+
 // A sampled reply as the chat runs it: each step's id fed to the next, the
 // steps enqueued ahead drawing the next numbers and the penalties reading the
 // ids the kernel wrote to the history. The ids must be those of a run that
@@ -469,6 +515,7 @@ TEST(PersistentDecodeSampling, LookaheadRepliesMatchTheHostSampler) {
   auto reply = [&](bool on_host) {
     ClForward cl(model, test::cl_test_runtime(), options(128));
     EXPECT_EQ(cl.sampled_launches_per_token(p), 1);
+    const uint64_t sampled_before = cl.tokens_sampled_in_decode_kernel();
     std::vector<int32_t> ids{7};
     std::vector<float> scratch;
     for (int pos = 0; pos < 120; ++pos) {
@@ -481,6 +528,9 @@ TEST(PersistentDecodeSampling, LookaheadRepliesMatchTheHostSampler) {
       }
     }
     EXPECT_TRUE(cl.persistent_decode()) << "the path was dropped (see the log)";
+    if (!on_host) {
+      EXPECT_GE(cl.tokens_sampled_in_decode_kernel() - sampled_before, 120u);
+    }
     return ids;
   };
   EXPECT_EQ(reply(false), reply(true));

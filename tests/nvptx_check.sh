@@ -18,6 +18,12 @@
 # may set (ATT_SPLIT_POS), a partial rotary dimension and the 1B shape with
 # the stage-ahead prefetch (PF_STAGES).
 #
+# Also kernels/sample.cl alone with the persistent build's fast-math flags:
+# it fails if clang's PTX holds a fused or approximate double operation or
+# an approximate division there (the sampling chain's exactness; the
+# version before d_add etc. covered the penalties and exp gave 13 fma.rn.f64
+# and 2 rcp.approx.f32).
+#
 # Each line: the configuration, then ptxas's registers and spill bytes
 # (stores/loads) twice: "free" as clang's PTX leaves it (no thread count:
 # ptxas may use up to 255 registers), and "cap" with `.reqntid PWG` added,
@@ -197,4 +203,21 @@ for t in 2 3 6 7 8 12 13 14; do
   SRC=$kernels/matmul_mma.cl build "mma-type$t-wide" 192 -DWTYPE=$t -DMMA_MI=1 -DMMA_NJ=2 \
     -DMMA_WR=3 -DMMA_WN=2 -DMMA_KB=3 -DMMA_SPLIT=0
 done
+# kernels/sample.cl as decode_persistent.cl's build compiles it (fast-math
+# flags, SAMPLE_PTX_MATH): its double steps must stay one rounding each, so
+# its PTX may hold no fused or approximate double operation and no
+# approximate division (the chain must draw the CPU sampler's ids).
+if clang-14 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -O2 -S -Wno-linker-warnings \
+  -Xclang -finclude-default-header -include "$inc" -Xclang -mlink-builtin-bitcode \
+  -Xclang /usr/lib/clc/nvptx64--nvidiacl.bc -Dasm=__asm__ -cl-mad-enable -cl-fast-relaxed-math \
+  -DSAMPLE_WG=256 -DK_MAX=256 -DSAMPLE_PTX_MATH=1 "$kernels/sample.cl" -o "$tmp/sample.ptx" \
+  2>"$tmp/clang.log"; then
+  inexact=$(grep -cE 'fma\.rn\.f64|mad\.rn\.f64|rcp\.approx|div\.(approx|full)|ex2\.approx' "$tmp/sample.ptx" || true)
+  echo "sample.cl (fast-math build): $inexact inexact double or approximate instructions"
+  [ "$inexact" = 0 ] || failed=1
+else
+  echo "sample.cl: clang failed"
+  cat "$tmp/clang.log"
+  failed=1
+fi
 exit $failed

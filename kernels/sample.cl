@@ -17,10 +17,12 @@
 // where key() maps the float's bits to an unsigned integer in the same order
 // (-0 as +0). Larger composite = better; equal logits: the lower id first,
 // as the CPU's stable sort orders them. NaN is never a candidate. The
-// composites are unique, so "the k largest" is one set: a radix select (8
-// bits a pass from the top, a 256-bin local histogram) narrows the k-th
-// largest until its bin holds exactly the ones still needed (typically after
-// 2 or 3 passes), and a last pass gathers everything at or above it.
+// composites are unique, so "the k largest" is one set: in work-groups of
+// many items a radix select (8 bits a pass from the top, a 256-bin local
+// histogram) narrows the k-th largest until its bin holds exactly the ones
+// still needed (typically after 2 or 3 passes), and a last pass gathers
+// everything at or above it; a work-group of one item (CPU devices) keeps
+// a min-heap of the k largest in one pass.
 //
 // Exactness: float steps of the CPU (the penalties) are done in double and
 // rounded to float, which gives the correctly rounded float result (a double

@@ -21,6 +21,20 @@ namespace {
 constexpr int k_min_chunk = 4096;
 constexpr int k_max_groups = 64;
 
+// The names of the chain's parameters in both kernels' signatures (sample.cl's
+// sample_chain, decode_persistent.cl's decode_token), in their order.
+constexpr std::array<const char*, 10> k_step_arg_names = {"n_recent",
+                                                          "repeat_penalty",
+                                                          "frequency_penalty",
+                                                          "presence_penalty",
+                                                          "top_k",
+                                                          "temperature",
+                                                          "top_p",
+                                                          "min_p",
+                                                          "seed",
+                                                          "draw"};
+constexpr size_t k_top_k_arg = 4;
+
 }  // namespace
 
 std::unique_ptr<DeviceSampler> DeviceSampler::create(const ClRuntime& rt, ClPrograms& programs,
@@ -83,39 +97,58 @@ DeviceSampler::DeviceSampler(const ClRuntime& rt, ClPrograms& programs, int n_vo
                       std::to_string(rt.device().local_mem_bytes),
                   CL_INVALID_WORK_GROUP_SIZE);
   }
-  const KernelArgs args = {{"logits", logits},
-                           {"n_vocab", cl_int(n_vocab)},
-                           {"chunk", cl_int(chunk_)},
-                           {"history", history_},
-                           {"pos", cl_int(0)},
-                           {"n_recent", cl_int(0)},
-                           {"repeat_penalty", cl_float(1)},
-                           {"frequency_penalty", cl_float(0)},
-                           {"presence_penalty", cl_float(0)},
-                           {"top_k", cl_int(1)},
-                           {"temperature", cl_float(0)},
-                           {"top_p", cl_float(1)},
-                           {"min_p", cl_float(0)},
-                           {"seed", cl_ulong(0)},
-                           {"draw", cl_ulong(0)},
-                           {"part", part_},
+  std::vector<KernelArg> list = {{"logits", logits},
+                                 {"n_vocab", cl_int(n_vocab)},
+                                 {"chunk", cl_int(chunk_)},
+                                 {"history", history_},
+                                 {"pos", cl_int(0)}};
+  const std::vector<KernelArg> step = SampleStepArgs{}.kernel_args();
+  list.insert(list.end(), step.begin(), step.end());
+  list.insert(list.end(), {{"part", part_},
                            {"part_n", part_n_},
                            {"done", done_},
                            {"done_base", cl_uint(0)},
-                           {"ids", ids}};
+                           {"ids", ids}});
+  const KernelArgs args(std::move(list));
   args.bind(kernel_);
   arg_pos_ = args.index("pos");
-  arg_n_recent_ = args.index("n_recent");
-  arg_repeat_ = args.index("repeat_penalty");
-  arg_frequency_ = args.index("frequency_penalty");
-  arg_presence_ = args.index("presence_penalty");
-  arg_top_k_ = args.index("top_k");
-  arg_temperature_ = args.index("temperature");
-  arg_top_p_ = args.index("top_p");
-  arg_min_p_ = args.index("min_p");
-  arg_seed_ = args.index("seed");
-  arg_draw_ = args.index("draw");
   arg_done_base_ = args.index("done_base");
+  step_slots_ = SampleArgSlots(args);
+}
+
+std::vector<KernelArg> SampleStepArgs::kernel_args() const {
+  const auto& n = k_step_arg_names;
+  return {{n[0], n_recent},
+          {n[1], repeat_penalty},
+          {n[2], frequency_penalty},
+          {n[3], presence_penalty},
+          {n[4], top_k},
+          {n[5], temperature},
+          {n[6], top_p},
+          {n[7], min_p},
+          {n[8], seed},
+          {n[9], draw}};
+}
+
+SampleArgSlots::SampleArgSlots(const KernelArgs& bound) {
+  for (size_t i = 0; i < index_.size(); ++i) index_[i] = bound.index(k_step_arg_names[i]);
+}
+
+void SampleArgSlots::set(cl_kernel k, const SampleStepArgs& a) const {
+  set_arg(k, index_[0], a.n_recent);
+  set_arg(k, index_[1], a.repeat_penalty);
+  set_arg(k, index_[2], a.frequency_penalty);
+  set_arg(k, index_[3], a.presence_penalty);
+  set_arg(k, index_[4], a.top_k);
+  set_arg(k, index_[5], a.temperature);
+  set_arg(k, index_[6], a.top_p);
+  set_arg(k, index_[7], a.min_p);
+  set_arg(k, index_[8], a.seed);
+  set_arg(k, index_[9], a.draw);
+}
+
+void SampleArgSlots::set_top_k(cl_kernel k, cl_int top_k) const {
+  set_arg(k, index_[k_top_k_arg], top_k);
 }
 
 int DeviceSampler::n_recent(const SamplingParams& p, int pos) {
@@ -179,16 +212,7 @@ void DeviceSampler::enqueue(const SamplingParams& p, uint64_t draw, int pos) {
   const SampleStepArgs a = step_args(p, draw, pos);
   const cl_kernel k = kernel_.get();
   set_arg(k, arg_pos_, cl_int(pos));
-  set_arg(k, arg_n_recent_, a.n_recent);
-  set_arg(k, arg_repeat_, a.repeat_penalty);
-  set_arg(k, arg_frequency_, a.frequency_penalty);
-  set_arg(k, arg_presence_, a.presence_penalty);
-  set_arg(k, arg_top_k_, a.top_k);
-  set_arg(k, arg_temperature_, a.temperature);
-  set_arg(k, arg_top_p_, a.top_p);
-  set_arg(k, arg_min_p_, a.min_p);
-  set_arg(k, arg_seed_, a.seed);
-  set_arg(k, arg_draw_, a.draw);
+  step_slots_.set(k, a);
   set_arg(k, arg_done_base_, cl_uint(done_base_));
   const size_t local = size_t(wg_), global = size_t(n_groups_) * local;
   cl_check(clEnqueueNDRangeKernel(rt_.queue(), k, 1, nullptr, &global, &local, 0, nullptr, nullptr),

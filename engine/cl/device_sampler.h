@@ -21,6 +21,7 @@
 // reply nothing, since the device wrote each position itself.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -40,6 +41,22 @@ struct SampleStepArgs {
   cl_float repeat_penalty = 1, frequency_penalty = 0, presence_penalty = 0, temperature = 0,
            top_p = 1, min_p = 0;
   cl_ulong seed = 0, draw = 0;
+
+  // The kernel arguments of these values, under the names and in the order
+  // both kernels give them, to bind with the kernel's others.
+  std::vector<KernelArg> kernel_args() const;
+};
+
+// Where those arguments sit in a kernel's bound list, to set them per step.
+class SampleArgSlots {
+ public:
+  SampleArgSlots() = default;
+  explicit SampleArgSlots(const KernelArgs& bound);
+  void set(cl_kernel k, const SampleStepArgs& a) const;
+  void set_top_k(cl_kernel k, cl_int top_k) const;
+
+ private:
+  std::array<cl_uint, 10> index_{};  // in the kernels' order
 };
 
 class DeviceSampler {
@@ -90,9 +107,8 @@ class DeviceSampler {
   uint32_t done_base_ = 0;  // its value when the next launch begins
   ClKernel kernel_;
   // Per-step arguments (indices in the kernel's list).
-  cl_uint arg_pos_ = 0, arg_n_recent_ = 0, arg_repeat_ = 0, arg_frequency_ = 0, arg_presence_ = 0,
-          arg_top_k_ = 0, arg_temperature_ = 0, arg_top_p_ = 0, arg_min_p_ = 0, arg_seed_ = 0,
-          arg_draw_ = 0, arg_done_base_ = 0;
+  cl_uint arg_pos_ = 0, arg_done_base_ = 0;
+  SampleArgSlots step_slots_;
   std::vector<int32_t> known_;  // (n_ctx + 1): what history holds, -1: not known
 };
 

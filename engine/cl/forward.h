@@ -110,13 +110,13 @@ class ClForward final : public Backend {
   // the chain itself (NVIDIA), one more than launches_per_token() with the
   // device chain after the step, launches_per_token() on the host.
   int sampled_launches_per_token(const SamplingParams& p);
-  // For the tests, where the persistent kernel samples `p` (NVIDIA): its
-  // chain alone on `logits`, at the position of recent's last token (the
-  // context, as decode_sample takes it); the id it draws.
   // Tokens the persistent kernel drew with its own chain so far.
   uint64_t tokens_sampled_in_decode_kernel() const {
     return persistent_ ? persistent_->n_sampled_launches() : 0;
   }
+  // For the tests, where the persistent kernel samples `p` (NVIDIA): its
+  // chain alone on `logits`, at the position of recent's last token (the
+  // context, as decode_sample takes it); the id it draws.
   int32_t sample_in_decode_kernel(std::span<const float> logits, const SamplingParams& p,
                                   uint64_t draw, std::span<const int32_t> recent);
   const ClRuntime& runtime() const { return rt_; }

@@ -402,30 +402,18 @@ void PersistentDecode::build_kernel(const std::string& source, const std::string
   }
   args.insert(args.end(), {{"att_part", att_part_}, {"att_count", att_count_}});
   if (!cpu_) {
-    args.insert(args.end(), {{"o", post_out_},
-                             {"history", ClMem()},
-                             {"cand", cand_},
-                             {"cand_n", cand_n_},
-                             {"n_recent", cl_int(0)},
-                             {"repeat_penalty", cl_float(1)},
-                             {"frequency_penalty", cl_float(0)},
-                             {"presence_penalty", cl_float(0)},
-                             {"top_k", cl_int(0)},
-                             {"temperature", cl_float(0)},
-                             {"top_p", cl_float(1)},
-                             {"min_p", cl_float(0)},
-                             {"seed", cl_ulong(0)},
-                             {"draw", cl_ulong(0)}});
+    args.insert(args.end(),
+                {{"o", post_out_}, {"history", ClMem()}, {"cand", cand_}, {"cand_n", cand_n_}});
+    SampleStepArgs argmax;
+    argmax.top_k = 0;  // the kernel's argmax, not its chain
+    const std::vector<KernelArg> step = argmax.kernel_args();
+    args.insert(args.end(), step.begin(), step.end());
   }
   const KernelArgs bound(args);
   bound.bind(kernel_);
-  sample_args_.clear();
   if (!cpu_) {
-    for (const char* name :
-         {"history", "n_recent", "repeat_penalty", "frequency_penalty", "presence_penalty", "top_k",
-          "temperature", "top_p", "min_p", "seed", "draw"}) {
-      sample_args_.push_back(bound.index(name));
-    }
+    arg_history_ = bound.index("history");
+    sample_slots_ = SampleArgSlots(bound);
   }
   history_bound_ = nullptr;
   kernel_samples_ = false;
@@ -515,25 +503,16 @@ void PersistentDecode::reset_barrier() {
 void PersistentDecode::set_sample_args(const SampleStepArgs* a, const ClMem* history) {
   const cl_kernel k = kernel_.get();
   if (!a) {
-    if (kernel_samples_) set_arg(k, sample_args_[5], cl_int(0));  // top_k 0: the argmax
+    if (kernel_samples_) sample_slots_.set_top_k(k, 0);  // top_k 0: the argmax
     kernel_samples_ = false;
     return;
   }
   if (!history) throw std::logic_error("PersistentDecode: sampling without a history buffer");
   if (history->get() != history_bound_) {
-    set_arg(k, sample_args_[0], *history);
+    set_arg(k, arg_history_, *history);
     history_bound_ = history->get();
   }
-  set_arg(k, sample_args_[1], a->n_recent);
-  set_arg(k, sample_args_[2], a->repeat_penalty);
-  set_arg(k, sample_args_[3], a->frequency_penalty);
-  set_arg(k, sample_args_[4], a->presence_penalty);
-  set_arg(k, sample_args_[5], a->top_k);
-  set_arg(k, sample_args_[6], a->temperature);
-  set_arg(k, sample_args_[7], a->top_p);
-  set_arg(k, sample_args_[8], a->min_p);
-  set_arg(k, sample_args_[9], a->seed);
-  set_arg(k, sample_args_[10], a->draw);
+  sample_slots_.set(k, *a);
   kernel_samples_ = true;
 }
 
@@ -541,18 +520,29 @@ void PersistentDecode::sample_logits(const SampleStepArgs& a, const ClMem& histo
   if (cpu_) throw std::logic_error("PersistentDecode: the CPU kernel does not sample");
   if (pos < 0) throw std::out_of_range("PersistentDecode: negative position");
   set_sample_args(&a, &history);
-  set_arg(kernel_.get(), arg_token_index_, cl_int(0));
-  set_arg(kernel_.get(), arg_pos_, cl_int(-1 - pos));
-  set_arg(kernel_.get(), arg_bar_base_, cl_uint(bar_base_));
-  if (trace_arg_) {
+  set_trace_arg(false);
+  launch(0, -1 - pos, 2);  // a grid barrier and the last one's arrival
+}
+
+void PersistentDecode::set_trace_arg(bool trace) {
+  if (trace == trace_arg_) return;
+  if (trace) {
+    set_arg(kernel_.get(), arg_trace_, trace_);
+  } else {
     set_arg(kernel_.get(), arg_trace_, ClMem());
-    trace_arg_ = false;
   }
+  trace_arg_ = trace;
+}
+
+void PersistentDecode::launch(int token_index, int pos_arg, uint32_t barriers) {
+  set_arg(kernel_.get(), arg_token_index_, cl_int(token_index));
+  set_arg(kernel_.get(), arg_pos_, cl_int(pos_arg));
+  set_arg(kernel_.get(), arg_bar_base_, cl_uint(bar_base_));
   const size_t local = local_size_, global = n_groups_ * local;
   cl_check(clEnqueueNDRangeKernel(rt_.queue(), kernel_.get(), 1, nullptr, &global, &local, 0,
                                   nullptr, nullptr),
-           "clEnqueueNDRangeKernel(decode_token, sampling)");
-  bar_base_ += 2 * uint32_t(n_groups_);  // a grid barrier and the last one's arrival
+           "clEnqueueNDRangeKernel(decode_token)");
+  bar_base_ += barriers * uint32_t(n_groups_);
 }
 
 void PersistentDecode::enqueue(int token_index, int pos, bool traced, const SampleStepArgs* sample,
@@ -560,28 +550,14 @@ void PersistentDecode::enqueue(int token_index, int pos, bool traced, const Samp
   if (sample && cpu_) throw std::logic_error("PersistentDecode: the CPU kernel does not sample");
   if (!cpu_) set_sample_args(sample, history);
   const bool trace = traced || tuning_.trace;
-  if (trace != trace_arg_) {
-    if (trace) {
-      set_arg(kernel_.get(), arg_trace_, trace_);
-    } else {
-      set_arg(kernel_.get(), arg_trace_, ClMem());
-    }
-    trace_arg_ = trace;
-  }
-  set_arg(kernel_.get(), arg_token_index_, cl_int(token_index));
-  set_arg(kernel_.get(), arg_pos_, cl_int(pos));
-  set_arg(kernel_.get(), arg_bar_base_, cl_uint(bar_base_));
+  set_trace_arg(trace);
   if (++n_enqueued_ == fault::active().barrier_timeout) {  // test hook: a barrier gave up
     const cl_uint one = 1;
     cl_check(clEnqueueFillBuffer(rt_.queue(), abort_.get(), &one, 4, 0, 4, 0, nullptr, nullptr),
              "clEnqueueFillBuffer");
   }
-  const size_t local = local_size_, global = n_groups_ * local;
-  cl_check(clEnqueueNDRangeKernel(rt_.queue(), kernel_.get(), 1, nullptr, &global, &local, 0,
-                                  nullptr, nullptr),
-           "clEnqueueNDRangeKernel(decode_token)");
   // A sampled token passes one more grid barrier (decode_persistent.cl).
-  bar_base_ += (barriers_per_token_ + (sample ? 1 : 0)) * uint32_t(n_groups_);
+  launch(token_index, pos, barriers_per_token_ + (sample ? 1 : 0));
   if (sample) ++n_sampled_;
   if (trace) read_trace(traced);
 }

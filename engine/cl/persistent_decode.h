@@ -130,6 +130,10 @@ class PersistentDecode {
   std::string prefetch_defines() const;
   size_t sample_scratch() const;
   void set_sample_args(const SampleStepArgs* a, const ClMem* history);
+  void set_trace_arg(bool trace);
+  // One launch of decode_token (its token_index and pos arguments), counting
+  // the `barriers` grid barriers it passes in bar_base_.
+  void launch(int token_index, int pos_arg, uint32_t barriers);
   std::string source() const;
   bool try_shapes(const std::vector<Shape>& shapes, const std::string& source,
                   const std::string& defines);
@@ -167,8 +171,9 @@ class PersistentDecode {
   ClKernel kernel_;
   // decode_token's per-token arguments (their indices in its list).
   cl_uint arg_token_index_ = 0, arg_pos_ = 0, arg_bar_base_ = 0, arg_trace_ = 0;
-  // NVIDIA: history, then the chain's parameters (set_sample_args' order).
-  std::vector<cl_uint> sample_args_;
+  // NVIDIA: the history buffer and the chain's parameters.
+  cl_uint arg_history_ = 0;
+  SampleArgSlots sample_slots_;
   cl_mem history_bound_ = nullptr;  // the history argument now set
   bool kernel_samples_ = false;     // top_k > 0 now set
   uint64_t n_sampled_ = 0;          // n_sampled_launches()

@@ -310,6 +310,30 @@ TEST(PersistentDecode, LookaheadKeepsIdsThroughInterruptions) {
   std::filesystem::remove(path);
 }
 
+// A synthetic model wide enough for the kernel's sampling chain (n_ff 1536:
+// its local scratch), loaded; the file goes with it.
+struct ChainModel {
+  ChainModel(GgmlType layer_type, int n_vocab, int n_ctx) {
+    SyntheticSpec spec = spec_for({layer_type, GgmlType::Q8_0, true});
+    spec.n_ff = 1536;
+    spec.n_vocab = n_vocab;
+    spec.n_ctx = n_ctx;
+    path = write_synthetic_model_tmp(spec);
+    model = load_model(path);
+  }
+  ~ChainModel() { std::filesystem::remove(path); }
+  std::string path;
+  Model model;
+};
+
+// Tuning with the chain's candidate list capped at `cap` (SAMPLE_CAP; 0:
+// the kernel's own capacity).
+std::function<void(DecodeTuning&)> list_capacity(int cap) {
+  return [cap](DecodeTuning& d) {
+    if (cap > 0) d.persist_defines = "-DSAMPLE_CAP=" + std::to_string(cap);
+  };
+}
+
 // The NVIDIA kernel's own sampling chain (decode_persistent.cl, after the
 // head): at every position the id it draws is the CPU sampler's
 // (engine/chat/sampler.h, the reference) on the same logits, read back from
@@ -321,15 +345,8 @@ TEST(PersistentDecode, LookaheadKeepsIdsThroughInterruptions) {
 // radix select over all logits, runs too. Greedy and sampled launches
 // alternate, so the barrier counts of both must stay in step.
 void expect_kernel_samples_as_cpu(int n_vocab, int cap) {
-  SyntheticSpec spec = spec_for({GgmlType::Q4_0, GgmlType::Q8_0, true});
-  spec.n_ff = 1536;  // local scratch for the chain
-  spec.n_vocab = n_vocab;
-  spec.n_ctx = 64;
-  const std::string path = write_synthetic_model_tmp(spec);
-  const Model model = load_model(path);
-  ClForward cl(model, test::cl_test_runtime(), options(64, [cap](DecodeTuning& d) {
-                 if (cap > 0) d.persist_defines = "-DSAMPLE_CAP=" + std::to_string(cap);
-               }));
+  const ChainModel m(GgmlType::Q4_0, n_vocab, 64);
+  ClForward cl(m.model, test::cl_test_runtime(), options(64, list_capacity(cap)));
   ASSERT_TRUE(cl.persistent_decode()) << "see the log";
   struct Set {
     const char* name;
@@ -383,7 +400,6 @@ void expect_kernel_samples_as_cpu(int n_vocab, int cap) {
     }
   }
   EXPECT_TRUE(cl.persistent_decode()) << "the path was dropped (see the log)";
-  std::filesystem::remove(path);
 }
 
 TEST(PersistentDecodeSampling, KernelChainMatchesTheCpuSampler) {
@@ -405,15 +421,8 @@ TEST(PersistentDecodeSampling, OverfullCandidateListMatchesTheCpuSampler) {
 // work-groups without a row; `cap` 8 makes every list overflow into the
 // radix select.
 void expect_kernel_chain_on_hard_logits(int n_vocab, int cap) {
-  SyntheticSpec spec = spec_for({GgmlType::Q8_0, GgmlType::Q8_0, true});
-  spec.n_ff = 1536;  // local scratch for the chain
-  spec.n_vocab = n_vocab;
-  spec.n_ctx = 512;
-  const std::string path = write_synthetic_model_tmp(spec);
-  const Model model = load_model(path);
-  ClForward cl(model, test::cl_test_runtime(), options(512, [cap](DecodeTuning& d) {
-                 if (cap > 0) d.persist_defines = "-DSAMPLE_CAP=" + std::to_string(cap);
-               }));
+  const ChainModel m(GgmlType::Q8_0, n_vocab, 512);
+  ClForward cl(m.model, test::cl_test_runtime(), options(512, list_capacity(cap)));
   ASSERT_TRUE(cl.persistent_decode()) << "see the log";
   const std::vector<std::string> kinds = {"random",  "recent_high", "ties",  "nan",
                                           "pos_inf", "neg_inf",     "zeros", "peaked",
@@ -444,7 +453,6 @@ void expect_kernel_chain_on_hard_logits(int n_vocab, int cap) {
   std::vector<int32_t> ids{1};
   for (int pos = 0; pos < 8; ++pos) ids.push_back(cl.decode_argmax(ids.back(), pos));
   EXPECT_TRUE(cl.persistent_decode()) << "the path was dropped (see the log)";
-  std::filesystem::remove(path);
 }
 
 TEST(PersistentDecodeSampling, KernelChainOnHardLogitsMatchesTheCpuSampler) {
@@ -460,13 +468,8 @@ TEST(PersistentDecodeSampling, KernelChainOnHardLogitsMatchesTheCpuSampler) {
 // off by one unit in either direction changes the pick in one of them).
 TEST(PersistentDecodeSampling, PenaltyDivisionIsExact) {
   if (!persistent_expected() || device_is_cpu()) GTEST_SKIP() << "NVIDIA's kernel only";
-  SyntheticSpec spec = spec_for({GgmlType::Q8_0, GgmlType::Q8_0, true});
-  spec.n_ff = 1536;
-  spec.n_vocab = 1000;
-  spec.n_ctx = 64;
-  const std::string path = write_synthetic_model_tmp(spec);
-  const Model model = load_model(path);
-  ClForward cl(model, test::cl_test_runtime(), options(64));
+  const ChainModel m(GgmlType::Q8_0, 1000, 64);
+  ClForward cl(m.model, test::cl_test_runtime(), options(64));
   const SamplingParams p =
       test::Sampling{.temperature = 0.0f, .repeat_penalty = 1.1f, .repeat_last_n = 8}.params();
   ASSERT_EQ(cl.sampled_launches_per_token(p), 1);
@@ -488,7 +491,6 @@ TEST(PersistentDecodeSampling, PenaltyDivisionIsExact) {
     }
   }
   EXPECT_EQ(n_checked, 400);
-  std::filesystem::remove(path);
 }
 
 // A sampled reply as the chat runs it: each step's id fed to the next, the
@@ -497,12 +499,7 @@ TEST(PersistentDecodeSampling, PenaltyDivisionIsExact) {
 // samples each step on the host from the same kernel's logits.
 TEST(PersistentDecodeSampling, LookaheadRepliesMatchTheHostSampler) {
   if (!persistent_expected() || device_is_cpu()) GTEST_SKIP() << "NVIDIA's kernel only";
-  SyntheticSpec spec = spec_for({GgmlType::Q8_0, GgmlType::Q8_0, true});
-  spec.n_ff = 1536;
-  spec.n_vocab = 3000;
-  spec.n_ctx = 128;
-  const std::string path = write_synthetic_model_tmp(spec);
-  const Model model = load_model(path);
+  const ChainModel m(GgmlType::Q8_0, 3000, 128);
   const SamplingParams p = test::Sampling{.temperature = 1.2f,
                                           .top_k = 40,
                                           .top_p = 0.95f,
@@ -513,7 +510,7 @@ TEST(PersistentDecodeSampling, LookaheadRepliesMatchTheHostSampler) {
                                           .seed = 99}
                                .params();
   auto reply = [&](bool on_host) {
-    ClForward cl(model, test::cl_test_runtime(), options(128));
+    ClForward cl(m.model, test::cl_test_runtime(), options(128));
     EXPECT_EQ(cl.sampled_launches_per_token(p), 1);
     const uint64_t sampled_before = cl.tokens_sampled_in_decode_kernel();
     std::vector<int32_t> ids{7};
@@ -534,7 +531,6 @@ TEST(PersistentDecodeSampling, LookaheadRepliesMatchTheHostSampler) {
     return ids;
   };
   EXPECT_EQ(reply(false), reply(true));
-  std::filesystem::remove(path);
 }
 
 // The switches: persistent off keeps the plan for every step; lookahead off

@@ -7,12 +7,17 @@
 //      context length fits), tracking the maximum;
 //   2. p_t = exp(s_t - max) and their sum;
 //   3. out[i] = sum_t p_t v_t[i] / sum, work-items split over (i, t).
-// Cache layout: [n_ctx][n_embd_kv] floats per layer. head_dim is a multiple
-// of 4 (checked by the host): rows are read as float4.
+// Cache layout: rows of n_embd_kv floats per layer (kv_row below). head_dim
+// is a multiple of 4 (checked by the host): rows are read as float4.
 
 #ifndef ATT_WG
 #define ATT_WG 128
 #endif
+
+// Key t of the window (t < n_pos) is cache row t from layer_off, or, once
+// t reaches wrap_at (a sliding-window layer's ring of `ring` rows wrapping
+// around, engine/cl/decode_state.h), row t - ring.
+inline long kv_row(int t, int wrap_at, int ring) { return t < wrap_at ? t : (long)t - ring; }
 
 inline float group_reduce(float v, __local float* red, int op_max) {
   const int lid = get_local_id(0);
@@ -29,8 +34,8 @@ inline float group_reduce(float v, __local float* red, int op_max) {
 
 __kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void attention_decode(
     const __global float* q, const __global float* k_cache, const __global float* v_cache,
-    ulong layer_off, int n_pos, int n_head, int n_head_kv, int head_dim, __global float* scores,
-    int scores_stride, __global float* out) {
+    ulong layer_off, int n_pos, int wrap_at, int ring, int n_head, int n_head_kv, int head_dim,
+    __global float* scores, int scores_stride, __global float* out) {
   __local float red[ATT_WG];
   __local float4 red4[ATT_WG];
   const int h = get_group_id(0);
@@ -46,7 +51,7 @@ __kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void attention_deco
 
   float local_max = -INFINITY;
   for (int t = lid; t < n_pos; t += ATT_WG) {
-    const __global float4* k = (const __global float4*)(kh + (size_t)t * n_embd_kv);
+    const __global float4* k = (const __global float4*)(kh + kv_row(t, wrap_at, ring) * n_embd_kv);
     float4 acc = 0.0f;
     for (int i = 0; i < hd4; ++i) acc += qh[i] * k[i];
     const float dot = (acc.x + acc.y + acc.z + acc.w) * inv_sqrt;
@@ -72,7 +77,7 @@ __kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void attention_deco
   float4 acc = 0.0f;
   if (part < n_parts) {
     for (int t = part; t < n_pos; t += n_parts) {
-      acc += s[t] * vload4(d, vh + (size_t)t * n_embd_kv);
+      acc += s[t] * vload4(d, vh + kv_row(t, wrap_at, ring) * n_embd_kv);
     }
   }
   red4[lid] = acc;

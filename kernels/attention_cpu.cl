@@ -1,7 +1,7 @@
 // Decode attention for CPU devices (PoCL): same kernel name, arguments and
 // launch geometry as kernels/attention.cl (one work-group of ATT_WG items per
 // query head; head h reads KV head h / (n_head / n_head_kv); cache layout
-// [n_ctx][n_embd_kv] floats per layer; head_dim a multiple of 4).
+// rows of n_embd_kv floats per layer, kv_row below; head_dim a multiple of 4).
 //
 // Algorithm: PoCL runs a work-group's items one after another on one core,
 // so splitting a head over them buys no parallelism, only the cost of the
@@ -21,11 +21,16 @@
 #define ATT_WG 64
 #endif
 
-// Attention of query head h over positions 0 .. n_pos - 1, by one work-item.
+// Key t of the window (t < n_pos) is cache row t from layer_off, or, once
+// t reaches wrap_at (a sliding-window layer's ring of `ring` rows wrapping
+// around, engine/cl/decode_state.h), row t - ring.
+inline long kv_row(int t, int wrap_at, int ring) { return t < wrap_at ? t : (long)t - ring; }
+
+// Attention of query head h over the window's n_pos keys, by one work-item.
 inline void attend_head(int h, const __global float* q, const __global float* k_cache,
-                        const __global float* v_cache, ulong layer_off, int n_pos, int n_head,
-                        int n_head_kv, int head_dim, __global float* scores, int scores_stride,
-                        __global float* out) {
+                        const __global float* v_cache, ulong layer_off, int n_pos, int wrap_at,
+                        int ring, int n_head, int n_head_kv, int head_dim, __global float* scores,
+                        int scores_stride, __global float* out) {
   const int n_kv4 = n_head_kv * head_dim / 4;  // cache row, in float4
   const int hd4 = head_dim / 4;
   const int kvh = h / (n_head / n_head_kv);
@@ -37,7 +42,7 @@ inline void attend_head(int h, const __global float* q, const __global float* k_
 
   float max = -INFINITY;
   for (int t = 0; t < n_pos; ++t) {
-    const __global float4* k = kh + (size_t)t * n_kv4;
+    const __global float4* k = kh + kv_row(t, wrap_at, ring) * n_kv4;
     float4 a0 = 0.0f, a1 = 0.0f;
     int i = 0;
     for (; i + 2 <= hd4; i += 2) {
@@ -64,7 +69,7 @@ inline void attend_head(int h, const __global float* q, const __global float* k_
   for (; d + 4 <= hd4; d += 4) {
     float4 a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
     for (int t = 0; t < n_pos; ++t) {
-      const __global float4* v = vh + (size_t)t * n_kv4 + d;
+      const __global float4* v = vh + kv_row(t, wrap_at, ring) * n_kv4 + d;
       const float p = s[t];
       a0 = mad(p, v[0], a0);
       a1 = mad(p, v[1], a1);
@@ -78,16 +83,16 @@ inline void attend_head(int h, const __global float* q, const __global float* k_
   }
   for (; d < hd4; ++d) {
     float4 a = 0.0f;
-    for (int t = 0; t < n_pos; ++t) a = mad(s[t], vh[(size_t)t * n_kv4 + d], a);
+    for (int t = 0; t < n_pos; ++t) a = mad(s[t], vh[kv_row(t, wrap_at, ring) * n_kv4 + d], a);
     o[d] = a * inv_sum;
   }
 }
 
 __kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void attention_decode(
     const __global float* q, const __global float* k_cache, const __global float* v_cache,
-    ulong layer_off, int n_pos, int n_head, int n_head_kv, int head_dim, __global float* scores,
-    int scores_stride, __global float* out) {
+    ulong layer_off, int n_pos, int wrap_at, int ring, int n_head, int n_head_kv, int head_dim,
+    __global float* scores, int scores_stride, __global float* out) {
   if (get_local_id(0) != 0) return;
-  attend_head(get_group_id(0), q, k_cache, v_cache, layer_off, n_pos, n_head, n_head_kv, head_dim,
-              scores, scores_stride, out);
+  attend_head(get_group_id(0), q, k_cache, v_cache, layer_off, n_pos, wrap_at, ring, n_head,
+              n_head_kv, head_dim, scores, scores_stride, out);
 }

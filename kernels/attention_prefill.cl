@@ -2,6 +2,8 @@
 // chunk sits at position pos0 + t and attends to cache positions
 // 0..pos0 + t (the chunk's own keys were appended by rope_kv_rows before),
 // or with window > 0 (sliding-window layers) to the last `window` of them.
+// Position p's K and V are the caches' row p % ring from float offset
+// layer_off (ring: the layer's rows, engine/cl/decode_state.h).
 // Grouped-query attention: query head h reads KV head h / (n_head / n_head_kv).
 //
 // A work-group takes ATT_TQ consecutive queries of one head (one work-item
@@ -96,8 +98,8 @@ inline float hsumv(floatV v) {
 // one rescale of (m, l, o), then the weighted values. Launch: global
 // (n_head, ceil(n_tok / ATT_TQ)), local (1, 1).
 __kernel void attention_prefill(const __global float* q, const __global float* k_cache,
-                                const __global float* v_cache, ulong layer_off, int pos0,
-                                int n_tok, int n_head, int n_head_kv, int window,
+                                const __global float* v_cache, ulong layer_off, int pos0, int n_tok,
+                                int n_head, int n_head_kv, int window, int ring,
                                 __global float* out) {
   const int h = get_global_id(0);
   const int t0 = get_global_id(1) * ATT_TQ;
@@ -142,7 +144,9 @@ __kernel void attention_prefill(const __global float* q, const __global float* k
         floatV acc[8];
         const __global float* kr[8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) kr[j] = kh + (size_t)(k_begin + j0 + min(j, last)) * n_embd_kv;
+        for (int j = 0; j < 8; ++j) {
+          kr[j] = kh + (size_t)((k_begin + j0 + min(j, last)) % ring) * n_embd_kv;
+        }
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[j] = qr[0] * VLOADV(0, kr[j]);
 #pragma unroll
@@ -174,7 +178,7 @@ __kernel void attention_prefill(const __global float* q, const __global float* k
 #pragma unroll
       for (int d = 0; d < HDV; ++d) od[d] *= corr;
       for (int j = 0; j < n; ++j) {
-        const __global float* vr = vh + (size_t)(k_begin + j) * n_embd_kv;
+        const __global float* vr = vh + (size_t)((k_begin + j) % ring) * n_embd_kv;
         const floatV pj = (floatV)(sc[j]);
 #pragma unroll
         for (int d = 0; d < HDV; ++d) od[d] = fma(pj, VLOADV(d, vr), od[d]);
@@ -193,12 +197,12 @@ __kernel void attention_prefill(const __global float* q, const __global float* k
 
 #else  // !ATT_DIRECT
 
-// q, out: [n_tok][n_head * HEAD_DIM]; caches [n_ctx][n_head_kv * HEAD_DIM]
+// q, out: [n_tok][n_head * HEAD_DIM]; caches [ring][n_head_kv * HEAD_DIM]
 // from float offset layer_off. Launch: global (n_head, ceil(n_tok / ATT_TQ) *
 // WG), local (1, WG), WG = ATT_TQ * ATT_KS * ATT_DS.
 __kernel __attribute__((reqd_work_group_size(1, WG, 1))) void attention_prefill(
     const __global float* q, const __global float* k_cache, const __global float* v_cache,
-    ulong layer_off, int pos0, int n_tok, int n_head, int n_head_kv, int window,
+    ulong layer_off, int pos0, int n_tok, int n_head, int n_head_kv, int window, int ring,
     __global float* out) {
   __local float4 kl[ATT_TK * HD4];
   __local float4 vl[ATT_TK * HD4];
@@ -244,7 +248,7 @@ __kernel __attribute__((reqd_work_group_size(1, WG, 1))) void attention_prefill(
     for (int e = wid; e < ATT_TK * HD4; e += WG) {
       const int j = e / HD4, d = e % HD4;
       const bool in = kt + j < n_keys;
-      const size_t row = (size_t)(kt + j) * n_embd_kv;
+      const size_t row = (size_t)((kt + j) % ring) * n_embd_kv;
       kl[e] = in ? vload4(d, kh + row) : (float4)(0.0f);
       vl[e] = in ? vload4(d, vh + row) : (float4)(0.0f);
     }

@@ -79,7 +79,9 @@
 //               so the copies agree bit for bit)
 //   FFN_GELU    GELU (tanh form) in place of SiLU
 //   WINDOW      > 0: layers whose LO_ALT word has LAYER_SWA attend over the
-//               last WINDOW positions, with the RoPE table rope_cs_swa
+//               last WINDOW positions, with the RoPE table rope_cs_swa; their
+//               K / V rows are a ring of KV_RING (position p at row
+//               p % KV_RING, engine/cl/decode_state.h), the others' N_CTX
 //   EMBED_SCALE the embedding row's factor; Q_MUL q's on top of
 //               1/sqrt(HEAD_DIM); N_EMBD_Q (persistent_layout.cl) q's width
 //
@@ -123,6 +125,9 @@
 #endif
 #ifndef WINDOW
 #define WINDOW 0
+#endif
+#ifndef KV_RING
+#define KV_RING N_CTX
 #endif
 #ifndef Q_MUL
 #define Q_MUL 1.0f
@@ -173,6 +178,11 @@
 #define PF_IDLE_DIV 4
 
 // ---- warp primitives (PTX) --------------------------------------------------
+
+// The cache row of position p in a layer of `ring` rows (N_CTX: every
+// position its own row; a sliding-window layer's ring of KV_RING: p %
+// KV_RING, a constant modulus: no division routine in the kernel).
+INLINE int kv_slot(int p, int ring) { return ring < N_CTX ? p % KV_RING : p; }
 
 INLINE float shfl_bfly(float v, int mask) {
   float r;
@@ -913,8 +923,8 @@ typedef struct {
 typedef struct {
   __global float* x;                  // (N_EMBD) the residual stream
   __global float* q;                  // (N_EMBD_Q) this position's queries
-  __global float* k_cache;            // (N_LAYER, N_CTX, N_EMBD_KV)
-  __global float* v_cache;            // (N_LAYER, N_CTX, N_EMBD_KV)
+  __global float* k_cache;            // rows of N_EMBD_KV, layer by layer (KV_RING)
+  __global float* v_cache;            // the same for V
   __global float* att;                // (N_EMBD_Q) attention output, heads side by side
   __global float* h;                  // (N_FF) silu(gate) * up
   __global float* logits;             // (N_VOCAB)
@@ -1296,7 +1306,7 @@ INLINE void qkv_early_loads(const Weights* w, int il, const Place* at, RowRegs* 
 // pos (QK_NORM: k -> h). The warp's first pair is in ra, rb and its (cos, sin) in cs_first
 // (qkv_early_loads).
 INLINE void qkv_rope_append(const Weights* w, const State* s, const Local* lm, const Place* at,
-                            const __global ulong* lo, size_t cache_base, int pos,
+                            const __global ulong* lo, size_t cache_base, int pos, int slot,
                             volatile const __global float* x_in, const __global float* post_ffn,
                             const __global float2* rope_cs, const float4* gw, float2 cs_first,
                             RowRegs* ra, RowRegs* rb) {
@@ -1340,10 +1350,10 @@ INLINE void qkv_rope_append(const Weights* w, const State* s, const Local* lm, c
         first = 0;
       } else if (r0 < N_EMBD_Q + N_EMBD_KV) {
         // QK_NORM: raw, in h (qk_prepare norms and turns it into the cache)
-        dst = QK_NORM ? s->h : s->k_cache + cache_base + (size_t)pos * N_EMBD_KV;
+        dst = QK_NORM ? s->h : s->k_cache + cache_base + (size_t)slot * N_EMBD_KV;
         first = N_EMBD_Q;
       } else {
-        dst = s->v_cache + cache_base + (size_t)pos * N_EMBD_KV;
+        dst = s->v_cache + cache_base + (size_t)slot * N_EMBD_KV;
         first = N_EMBD_Q + N_EMBD_KV;
       }
       dst[p.rows.x - first] = a;
@@ -1397,7 +1407,7 @@ INLINE void head_norm_rope(float* val, volatile const __global float* v, const _
 // cache at pos by warp 1. Every unit of the K head whose span ends at pos
 // writes the same bits there, and only such units read position pos.
 INLINE void qk_prepare(const Weights* w, const State* s, const Local* lm, const Place* at,
-                       const __global ulong* lo, size_t cache_base, int pos,
+                       const __global ulong* lo, size_t cache_base, int pos, int slot,
                        const __global float2* rope_cs, int hd, bool with_k) {
   if (at->warp == 0 || (at->warp == 1 && with_k)) {
     const bool is_q = at->warp == 0;
@@ -1406,7 +1416,7 @@ INLINE void qk_prepare(const Weights* w, const State* s, const Local* lm, const 
     const __global float* g = (const __global float*)(w->arena + lo[is_q ? LO_Q_NORM : LO_K_NORM]);
     float val[AW_D];
     head_norm_rope(val, v, g, lm->att_acc + at->warp * AW_STRIDE, rope_cs, pos, at->lane);
-    __global float* k_pos = s->k_cache + cache_base + (size_t)pos * N_EMBD_KV + kvh * HEAD_DIM;
+    __global float* k_pos = s->k_cache + cache_base + (size_t)slot * N_EMBD_KV + kvh * HEAD_DIM;
 #pragma unroll
     for (int d = 0; d < AW_D; ++d) {
       const int i = at->lane + 32 * d;
@@ -1507,8 +1517,8 @@ INLINE int att_n_split(int n_pos, int n_groups) {
 // at once, folded into the warp's online softmax (*m, *l, acc). Lane l holds
 // dimensions l + 32 * d, d < AW_D, of q, K, V and acc; row0 includes l.
 INLINE void att_warp_round(const __global float* k_cache, const __global float* v_cache,
-                           size_t row0, int p0, int s_end, const int nb, const float* qv,
-                           float* acc, float* m, float* l) {
+                           size_t row0, int shift, int p_wrap, int p0, int s_end, const int nb,
+                           const float* qv, float* acc, float* m, float* l) {
   float kr[ATT_LONG_ROUND][AW_D], vr[ATT_LONG_ROUND][AW_D], sc[ATT_LONG_ROUND];
 #pragma unroll
   for (int i = 0; i < nb; ++i) {
@@ -1517,8 +1527,13 @@ INLINE void att_warp_round(const __global float* k_cache, const __global float* 
     for (int d = 0; d < AW_D; ++d) {
       kr[i][d] = vr[i][d] = 0.0f;
       if (p < s_end) {
-        kr[i][d] = k_cache[row0 + (size_t)p * N_EMBD_KV + 32 * d];
-        vr[i][d] = v_cache[row0 + (size_t)p * N_EMBD_KV + 32 * d];
+#if WINDOW > 0
+        const int row = p < p_wrap ? p - shift : p - p_wrap;  // att_warps
+#else
+        const int row = p;
+#endif
+        kr[i][d] = k_cache[row0 + (size_t)row * N_EMBD_KV + 32 * d];
+        vr[i][d] = v_cache[row0 + (size_t)row * N_EMBD_KV + 32 * d];
       }
     }
   }
@@ -1553,8 +1568,8 @@ INLINE void att_warp_round(const __global float* k_cache, const __global float* 
 // than 4 positions, else of 4 (H200, against 4 always: tg128 2,316-2,320 vs
 // 2,289-2,301 tok/s; at d512, where a split is 64 positions, 8 always lost:
 // 1,937-1,953 vs 1,966-1,975).
-INLINE void att_warps(const State* s, const Local* lm, const Place* at, size_t cache_base, int hd,
-                      int s_begin, int s_end) {
+INLINE void att_warps(const State* s, const Local* lm, const Place* at, size_t cache_base, int ring,
+                      int hd, int s_begin, int s_end) {
   const int kvh = hd / (N_HEAD / N_HEAD_KV);
   const size_t row0 = cache_base + kvh * HEAD_DIM + at->lane;
 #if QK_NORM
@@ -1569,13 +1584,18 @@ INLINE void att_warps(const State* s, const Local* lm, const Place* at, size_t c
     acc[d] = 0.0f;
   }
   float m = -1e30f, l = 0.0f;
+  // The span's rows (at most a ring of them): from s_begin's on, wrapping to
+  // row 0 at position p_wrap; no division per key.
+  const int slot0 = kv_slot(s_begin, ring);
+  const int shift = s_begin - slot0, p_wrap = s_begin + ring - slot0;
   if (s_end - s_begin > 4 * WARPS) {
     for (int p0 = s_begin + at->warp; p0 < s_end; p0 += ATT_LONG_ROUND * WARPS) {
-      att_warp_round(s->k_cache, s->v_cache, row0, p0, s_end, ATT_LONG_ROUND, qv, acc, &m, &l);
+      att_warp_round(s->k_cache, s->v_cache, row0, shift, p_wrap, p0, s_end, ATT_LONG_ROUND, qv,
+                     acc, &m, &l);
     }
   } else {
     for (int p0 = s_begin + at->warp; p0 < s_end; p0 += 4 * WARPS) {
-      att_warp_round(s->k_cache, s->v_cache, row0, p0, s_end, 4, qv, acc, &m, &l);
+      att_warp_round(s->k_cache, s->v_cache, row0, shift, p_wrap, p0, s_end, 4, qv, acc, &m, &l);
     }
   }
 #pragma unroll
@@ -1669,15 +1689,16 @@ INLINE void att_merge_splits(const State* s, const Local* lm, const Place* at, i
 // n_pos - 1) first, with layer lo's head norms and the RoPE table rope_cs.
 INLINE void attention(const Weights* w, const State* s, const Local* lm, const Place* at,
                       const __global ulong* lo, const __global float2* rope_cs, size_t cache_base,
-                      int first, int n_pos, int n_split) {
+                      int ring, int first, int n_pos, int n_split) {
   for (int unit = at->group; unit < N_HEAD * n_split; unit += at->n_groups) {
     const int hd = unit / n_split, sp = unit % n_split;
     const int s_span = (n_pos - first + n_split - 1) / n_split;
     const int s_begin = first + sp * s_span, s_end = min(n_pos, s_begin + s_span);
 #if QK_NORM
-    qk_prepare(w, s, lm, at, lo, cache_base, n_pos - 1, rope_cs, hd, s_end == n_pos);
+    qk_prepare(w, s, lm, at, lo, cache_base, n_pos - 1, kv_slot(n_pos - 1, ring), rope_cs, hd,
+               s_end == n_pos);
 #endif
-    att_warps(s, lm, at, cache_base, hd, s_begin, s_end);
+    att_warps(s, lm, at, cache_base, ring, hd, s_begin, s_end);
     att_merge_warps(s, lm, at, hd, sp, n_split);
     if (n_split > 1) att_merge_splits(s, lm, at, hd, n_split);
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -2058,7 +2079,6 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   // then grid_wait.
   for (int il = 0; il < N_LAYER; ++il) {
     const __global ulong* lo = layer_off + il * LO_N;
-    const size_t cache_base = ((size_t)il * N_CTX) * N_EMBD_KV;
 #if WINDOW > 0
     const bool swa = ((uint)lo[LO_ALT] & LAYER_SWA) != 0;
     const int first = swa ? max(0, n_pos - WINDOW) : 0;
@@ -2066,15 +2086,18 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     const float2 cs_layer = swa ? cs_first_swa : cs_first;
 #else
     const int first = 0;
+  size_t cache_base = 0;  // this layer's K / V rows (engine/cl/decode_state.h)
     const __global float2* rope = rope_cs;
     const float2 cs_layer = cs_first;
 #endif
     const int n_split = att_n_split(n_pos - first, at.n_groups);
     const int n_units = N_HEAD * n_split;
+    const int ring = swa ? KV_RING : N_CTX;
     const bool pf_idle =
         at.n_groups > n_units && at.n_groups - n_units >= at.n_groups / PF_IDLE_DIV;
     const int n_idle = at.n_groups - n_units;
 #if POST_NORMS
+    const int ring = N_CTX;
     const __global float* post_ffn =
         il > 0 ? (const __global float*)(arena + lo[LO_POST_FFN - LO_N]) : 0;
 #else
@@ -2085,8 +2108,8 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 #if PF_STAGES
     prefetch_part(&w, il, PF_GATE, at.gwarp, at.n_gwarps, at.lane);
 #endif
-    qkv_rope_append(&w, &s, &lm, &at, lo, cache_base, pos, il > 0 ? x : 0, post_ffn, rope, gw,
-                    cs_layer, &ra, &rb);
+    qkv_rope_append(&w, &s, &lm, &at, lo, cache_base, pos, kv_slot(pos, ring), il > 0 ? x : 0,
+                    post_ffn, rope, gw, cs_layer, &ra, &rb);
     grid_arrive(&gb);
 #if !PF_STAGES
     if (!pf_idle) prefetch_weights(&w, il, at.gwarp, at.n_gwarps, at.lane);
@@ -2105,7 +2128,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
       prefetch_weights(&w, il, at.slot * n_idle + at.group - n_units, WARPS * n_idle, at.lane);
     }
 #endif
-    attention(&w, &s, &lm, &at, lo, rope, cache_base, first, n_pos, n_split);
+    attention(&w, &s, &lm, &at, lo, rope, cache_base, ring, first, n_pos, n_split);
     grid_arrive(&gb);
     matvec_first_row(WT_WO, WT_WO_ALT, USES_ALT(lo, WO), arena, lo + LO_WO_Q, lo + LO_WO_S,
                      N_EMBD_Q, &at, &ra);
@@ -2148,6 +2171,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     gb.trace = 0;
     grid_sync(&gb, &at);
     gb.trace = traced;
+    cache_base += (size_t)ring * N_EMBD_KV;
     sample_list(&s, &sa, &at, scratch, &s_ul);
   }
   // The last work-group to arrive picks the token; the others are done (no

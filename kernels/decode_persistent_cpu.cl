@@ -428,8 +428,8 @@ CPU_INLINE void attention(const State* s, Grid* g, ulong layer_cache, int pos, i
   }
 #else
   for (uint hd; claim(g, N_HEAD, &hd);) {
-    attend_head(hd, s->q, s->k_cache, s->v_cache, layer_cache, pos + 1, N_HEAD, N_HEAD_KV, HEAD_DIM,
-                s->scores, N_CTX, s->att);
+    attend_head(hd, s->q, s->k_cache, s->v_cache, layer_cache, pos + 1, pos + 1, 0, N_HEAD,
+                N_HEAD_KV, HEAD_DIM, s->scores, N_CTX, s->att);
   }
 #endif
 }

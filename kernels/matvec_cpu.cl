@@ -287,8 +287,8 @@ __kernel __attribute__((reqd_work_group_size(ROWS, 1, 1))) void qkv_rope_attenti
     if (atomic_inc(head_done + h) != n_feeding - 1) continue;
     mem_fence(CLK_GLOBAL_MEM_FENCE);
     head_done[h] = 0;
-    attend_head(h, q, k_cache, v_cache, layer_off, pos + 1, n_head, n_head_kv, head_dim, scores,
-                scores_stride, att_out);
+    attend_head(h, q, k_cache, v_cache, layer_off, pos + 1, pos + 1, 0, n_head, n_head_kv, head_dim,
+                scores, scores_stride, att_out);
   }
 }
 #endif

@@ -94,6 +94,8 @@ __kernel void silu_mul(__global float* g, const __global float* u, int n, int n_
 // RMSNorm each q / k head; rope_cs as in rope_kv_rows, pair i of a head is
 // (2i, 2i + 1), or (i, i + n_rot / 2) when neox != 0; q is then multiplied
 // by q_scale (a model's attention scale over the kernels' 1/sqrt(head_dim)).
+// k and v go to the caches' row (pos0 + t) % ring from float offset
+// layer_off (ring: the layer's rows, engine/cl/decode_state.h).
 // head_dim <= HEAD_MAX.
 // Launch: global ((n_head + 2 * n_head_kv) * NORM_WG, n_tok), local (NORM_WG, 1).
 __kernel __attribute__((reqd_work_group_size(NORM_WG, 1, 1))) void head_rows(
@@ -101,7 +103,7 @@ __kernel __attribute__((reqd_work_group_size(NORM_WG, 1, 1))) void head_rows(
     int n_head, int n_head_kv, int head_dim, const __global float* q_norm,
     const __global float* k_norm, float eps, int n_rot, int neox, const __global float2* rope_cs,
     int pos0, float q_scale, __global float* q, __global float* k_cache, __global float* v_cache,
-    ulong layer_off) {
+    ulong layer_off, int ring) {
   __local float hv[HEAD_MAX];
   __local float red[NORM_WG];
   const int lid = get_local_id(0);
@@ -141,10 +143,10 @@ __kernel __attribute__((reqd_work_group_size(NORM_WG, 1, 1))) void head_rows(
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
-  __global float* dst =
-      kind == 0 ? q + (size_t)t * n_q + col
-                : (kind == 1 ? k_cache : v_cache) + layer_off + (size_t)pos * n_embd_kv +
-                      (slot - n_head - (kind == 2 ? n_head_kv : 0)) * head_dim;
+  __global float* dst = kind == 0 ? q + (size_t)t * n_q + col
+                                  : (kind == 1 ? k_cache : v_cache) + layer_off +
+                                        (size_t)(pos % ring) * n_embd_kv +
+                                        (slot - n_head - (kind == 2 ? n_head_kv : 0)) * head_dim;
   const float scale = kind == 0 ? q_scale : 1.0f;
   for (int i = lid; i < head_dim; i += NORM_WG) dst[i] = hv[i] * scale;
 }

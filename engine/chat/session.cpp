@@ -151,9 +151,12 @@ ChatSession::Snapshot ChatSession::snapshot() const {
 void ChatSession::restore(Snapshot before) {
   // A failed backend call at pos may have written the cache from pos on, so
   // the old bookkeeping holds only when everything it lists is still in the
-  // cache, untouched (the failed turn fed its prompt after it).
-  const bool cache_intact = tokens_.size() >= before.tokens.size() &&
-                            std::equal(before.tokens.begin(), before.tokens.end(), tokens_.begin());
+  // cache, untouched (the failed turn fed its prompt after it), and the
+  // backend can go on from there (a sliding-window ring may not).
+  const bool cache_intact =
+      tokens_.size() >= before.tokens.size() &&
+      std::equal(before.tokens.begin(), before.tokens.end(), tokens_.begin()) &&
+      backend_.can_resume(int(before.tokens.size()));
   turns_ = std::move(before.turns);
   sampler_.set_draws(before.draws);  // the same seed then gives the same text
   if (cache_intact) {
@@ -188,9 +191,12 @@ TurnResult ChatSession::regenerate(const TurnHooks& hooks) {
   Snapshot before = snapshot();
   Turn reply = std::move(turns_.back());
   turns_.pop_back();
-  if (synced_ && reply_start_ > 0 && reply_start_ <= tokens_.size()) {
+  if (synced_ && reply_start_ > 0 && reply_start_ <= tokens_.size() &&
+      backend_.can_resume(int(reply_start_) - 1)) {
     // Roll back to the end of the prompt and feed its last token again: that
-    // gives the first reply token's logits without re-running the prompt.
+    // gives the first reply token's logits without re-running the prompt
+    // (unless the backend's sliding-window rings lost what it needs: then
+    // the conversation is fed again from its text below).
     const std::vector<int32_t> last{tokens_[reply_start_ - 1]};
     tokens_.resize(reply_start_ - 1);
     pending_.clear();

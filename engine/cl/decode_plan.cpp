@@ -73,6 +73,8 @@ KernelArgs attention_decode_args(const ModelConfig& c, const DecodeState& s, con
           {"v_cache", s.v_cache},
           {"layer_off", layer_off},
           {"n_pos", cl_int(1)},
+          {"wrap_at", cl_int(s.n_ctx)},  // never reached: rows 0..n_pos - 1 from layer_off
+          {"ring", cl_int(s.n_ctx)},
           {"n_head", cl_int(c.n_head)},
           {"n_head_kv", cl_int(c.n_head_kv)},
           {"head_dim", cl_int(c.head_dim)},
@@ -147,8 +149,8 @@ DecodePlan::LayerPlan DecodePlan::layer_plan(int il) {
   } else {  // attention over the cache
     p.attention = {programs_.attention_kernel(), size_t(c.n_head) * size_t(tune.att_wg),
                    size_t(tune.att_wg), "attention", il};
-    const KernelArgs args = attention_decode_args(
-        c, s_, s_.q, cl_ulong(size_t(il) * size_t(s_.n_ctx) * size_t(c.n_embd_kv())), s_.att_out);
+    const KernelArgs args =
+        attention_decode_args(c, s_, s_.q, s_.kv[size_t(il)].offset, s_.att_out);
     args.bind(p.attention.kernel);
     p.attention_arg_n_pos = args.index("n_pos");
   }
@@ -281,7 +283,7 @@ void DecodePlan::enqueue_token(int token_index, int pos, bool with_head) {
   enqueue(embed_);
   for (int il = 0; il < c.n_layer; ++il) {
     LayerPlan& p = layers_[size_t(il)];
-    const cl_ulong cache_off = (cl_ulong(il) * cl_ulong(s_.n_ctx) + cl_ulong(pos)) * c.n_embd_kv();
+    const cl_ulong cache_off = s_.kv[size_t(il)].offset + cl_ulong(pos) * c.n_embd_kv();
     for (QkvLaunch& l : p.qkv) {  // rmsnorm -> q, k, v -> rope -> KV append
       set_arg(l.kernel.get(), l.arg_pos, cl_int(pos));
       set_arg(l.kernel.get(), l.arg_cache_off, cache_off);

@@ -5,21 +5,43 @@
 // private scratch besides. Lives as long as the context (n_ctx positions).
 #pragma once
 
+#include <vector>
+
 #include "engine/cl/runtime.h"
 #include "engine/model/model.h"
 
 namespace clchat {
 
+// Rows of a sliding-window layer's K/V ring when chunks of up to `chunk`
+// positions are prefilled: a chunk writes its rows before its first query
+// attends back window - 1 positions, so window + chunk rows keep every key
+// a query needs (capped at n_ctx). n_ctx for models without a window.
+int kv_ring_rows(const ModelConfig& c, int n_ctx, int chunk);
+
+// Bytes of each of the K and V caches for n_ctx positions and rings of
+// kv_ring rows.
+uint64_t kv_cache_bytes(const ModelConfig& c, int n_ctx, int kv_ring);
+
+// Where a layer's K and V rows are: `rows` rows of n_embd_kv floats from
+// float `offset` of k_cache and v_cache; position p in row p % rows (rows is
+// n_ctx, or a sliding-window layer's kv_ring).
+struct KvLayer {
+  cl_ulong offset = 0;
+  int rows = 0;
+};
+
 struct DecodeState {
-  int n_ctx = 0;  // positions in the KV cache
-  ClMem x;        // (n_embd) float: the residual stream
-  ClMem q;        // (n_embd_q) float: the roped queries
-  ClMem att_out;  // (n_embd_q) float: the attention's output, before Wo
-  ClMem h;        // (n_ff) float: silu(Wgate xn) * (Wup xn)
-  ClMem logits;   // (n_vocab) float
-  ClMem scores;   // (n_head, n_ctx) float: attention scores (the CPU kernels')
-  ClMem k_cache;  // (n_layer, n_ctx, n_embd_kv) float
-  ClMem v_cache;  // (n_layer, n_ctx, n_embd_kv) float
+  int n_ctx = 0;            // positions in the KV cache
+  int kv_ring = 0;          // rows of each sliding-window layer (kv_ring_rows; n_ctx: no ring)
+  std::vector<KvLayer> kv;  // n_layer entries
+  ClMem x;                  // (n_embd) float: the residual stream
+  ClMem q;                  // (n_embd_q) float: the roped queries
+  ClMem att_out;            // (n_embd_q) float: the attention's output, before Wo
+  ClMem h;                  // (n_ff) float: silu(Wgate xn) * (Wup xn)
+  ClMem logits;             // (n_vocab) float
+  ClMem scores;             // (n_head, n_ctx) float: attention scores (the CPU kernels')
+  ClMem k_cache;            // the layers' K rows (kv)
+  ClMem v_cache;            // the layers' V rows (kv)
   // (n_ctx) int: the token ids of a step or a prompt; each step's argmax
   // lands in ids[0], the next step's input.
   ClMem ids;
@@ -27,7 +49,7 @@ struct DecodeState {
   // after the FFN of every layer (debug readback; allocated on first use).
   ClMem debug_hidden;
 
-  DecodeState(const ModelConfig& c, const ClRuntime& rt, int n_ctx);
+  DecodeState(const ModelConfig& c, const ClRuntime& rt, int n_ctx, int kv_ring);
 };
 
 }  // namespace clchat

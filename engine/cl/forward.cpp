@@ -37,19 +37,28 @@ Tuning tuning_for(const ModelConfig& c, const DeviceInfo& device,
 }
 
 // The KV cache positions: the wanted ones (0: the model's), reduced until
-// the cache fits one allocation and half the device memory.
-int fit_context(const ModelConfig& c, const DeviceInfo& device, int wanted) {
-  int n_ctx = wanted > 0 ? wanted : c.n_ctx_train;
-  const uint64_t per_pos = uint64_t(c.n_layer) * uint64_t(c.n_embd_kv()) * 4;
-  const uint64_t max_pos = std::min(device.max_alloc_bytes, device.global_mem_bytes / 4) /
-                           std::max<uint64_t>(per_pos, 1);
-  if (uint64_t(n_ctx) > max_pos) {
-    // Logged only: the caller tells the user (context_reduced_note, device_fit.h).
-    spdlog::info("context {} does not fit {} memory; reduced to {}", n_ctx, device.name, max_pos);
-    n_ctx = int(max_pos);
+// the cache (its sliding-window layers rings for prefill chunks of `chunk`)
+// fits one allocation and a quarter of the device memory.
+int fit_context(const ModelConfig& c, const DeviceInfo& device, int wanted, int chunk) {
+  const int n_ctx = wanted > 0 ? wanted : c.n_ctx_train;
+  const uint64_t budget = std::min(device.max_alloc_bytes, device.global_mem_bytes / 4);
+  const auto fits = [&](int n) {
+    return kv_cache_bytes(c, n, kv_ring_rows(c, n, std::clamp(chunk, 1, n))) <= budget;
+  };
+  if (fits(n_ctx)) return n_ctx;
+  int lo = 0, hi = n_ctx;  // the most positions that fit: in lo..hi
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
   }
-  if (n_ctx < 1) throw std::runtime_error("the KV cache does not fit " + device.name);
-  return n_ctx;
+  if (lo < 1) throw std::runtime_error("the KV cache does not fit " + device.name);
+  // Logged only: the caller tells the user (context_reduced_note, device_fit.h).
+  spdlog::info("context {} does not fit {} memory; reduced to {}", n_ctx, device.name, lo);
+  return lo;
 }
 
 }  // namespace
@@ -58,10 +67,11 @@ ClForward::ClForward(const Model& model, ClRuntime& rt, const ClForwardOptions& 
     : config_(model.config),
       rt_(rt),
       tuning_(tuning_for(model.config, rt.device(), options.tuning)),
-      n_ctx_(fit_context(model.config, rt.device(), options.n_ctx)),
+      n_ctx_(fit_context(model.config, rt.device(), options.n_ctx, options.prefill_chunk)),
       programs_(rt, tuning_.decode.plan),
       weights_(model, rt, n_ctx_),
-      state_(model.config, rt, n_ctx_),
+      state_(model.config, rt, n_ctx_,
+             kv_ring_rows(model.config, n_ctx_, std::clamp(options.prefill_chunk, 1, n_ctx_))),
       plan_(model.config, rt, programs_, weights_, state_),
       profiling_(rt.profiling()) {
   // Other architectures run every step on ClPrefill (decode: one token,
@@ -169,6 +179,26 @@ void ClForward::check_position(int pos, size_t n_tokens) const {
   }
 }
 
+bool ClForward::can_resume(int pos) const {
+  if (state_.kv_ring >= n_ctx_ || pos <= 0 || pos >= written_end_) return true;
+  // The window of position pos starts at `first`; its rows are intact while
+  // no later position of the same row was written (lookahead steps included).
+  const int64_t first = std::max(0, pos - config_.sliding_window + 1);
+  return first + state_.kv_ring >= int64_t(written_end_) + int64_t(k_lookahead);
+}
+
+void ClForward::claim_positions(int pos, size_t n_tokens) {
+  check_position(pos, n_tokens);
+  if (!can_resume(pos)) {
+    throw std::runtime_error(
+        "the sliding-window layers' KV rings no longer hold the positions before " +
+        std::to_string(pos) + " (written up to " + std::to_string(written_end_) +
+        "); run the context again from position 0");
+  }
+  const int end = pos + int(n_tokens);
+  written_end_ = pos == 0 ? end : std::max(written_end_, end);
+}
+
 void ClForward::write_ids(std::span<const int32_t> ids) {
   settle();
   for (int32_t id : ids) {
@@ -198,7 +228,7 @@ int32_t ClForward::read_token() {
 }
 
 int32_t ClForward::prefill(std::span<const int32_t> tokens, int pos) {
-  check_position(pos, tokens.size());
+  claim_positions(pos, tokens.size());
   write_ids(tokens);
   if (general() || (prefill_ && tokens.size() > 1 && !debug_)) {  // batched (ClPrefill): the
     prefill_->run(int(tokens.size()), pos, state_.x);  // last position leaves its hidden state in x
@@ -273,7 +303,7 @@ void ClForward::settle() {
 }
 
 int32_t ClForward::decode_step(int32_t token, int pos, bool lookahead, const SampleStep* sample) {
-  check_position(pos, 1);
+  claim_positions(pos, 1);
   if (persistent_ && !debug_) {
     const int32_t id =
         profiling_ ? persistent_traced_step(token, pos, sample)
@@ -433,7 +463,7 @@ void ClForward::collect_debug(int pos) {
 
 void ClForward::prefill_logits(std::span<const int32_t> tokens, int pos, int first_out,
                                std::vector<float>& out) {
-  check_position(pos, tokens.size());
+  claim_positions(pos, tokens.size());
   if (!prefill_) {
     Backend::prefill_logits(tokens, pos, first_out, out);
     return;

@@ -67,6 +67,7 @@ class ClForward final : public Backend {
 
   std::string name() const override;
   int n_ctx() const override { return n_ctx_; }
+  bool can_resume(int pos) const override;
   int32_t prefill(std::span<const int32_t> tokens, int pos) override;
   int32_t decode_argmax(int32_t token, int pos) override;
   std::span<const float> decode_logits(int32_t token, int pos) override;
@@ -151,6 +152,9 @@ class ClForward final : public Backend {
   // After the persistent kernel gave a token up: the plan runs it, and the
   // kernel is rearmed or (after k_max_timeouts) dropped.
   void after_persistent_timeout();
+  // check_position, and that the sliding-window rings still hold what a
+  // call at pos needs (can_resume); records the positions written.
+  void claim_positions(int pos, size_t n_tokens);
   void write_ids(std::span<const int32_t> ids);
   // ids[0] = token, unless it is known to hold it already.
   void feed_token(int32_t token);
@@ -173,6 +177,9 @@ class ClForward final : public Backend {
   bool sampler_tried_ = false;
   bool debug_ = false;
   bool profiling_ = false;
+  // One past the highest position written since the last call at position
+  // 0 (can_resume).
+  int written_end_ = 0;
 
   static constexpr size_t k_lookahead = 2;
   int32_t lookahead_token_ = -1;  // input of the oldest step in flight (the last id returned)

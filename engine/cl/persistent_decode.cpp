@@ -291,7 +291,10 @@ std::string PersistentDecode::graph_defines() const {
   d += flag("NEOX", c.rope_style == RopeStyle::Neox) + flag("QKV_BIAS", c.qkv_bias) +
        flag("QK_NORM", c.qk_norm) + flag("POST_NORMS", c.post_norms) +
        flag("FFN_GELU", c.ffn_act == FfnActivation::GeluTanh);
-  if (c.sliding_window > 0) d += " -DWINDOW=" + std::to_string(c.sliding_window);
+  if (c.sliding_window > 0) {
+    d += " -DWINDOW=" + std::to_string(c.sliding_window) +
+         " -DKV_RING=" + std::to_string(s_.kv_ring);
+  }
   if (c.embed_scale != 1.0f) d += " -DEMBED_SCALE=" + flt(c.embed_scale);
   if (c.q_scale() != 1.0f) d += " -DQ_MUL=" + flt(c.q_scale());
   return d;

@@ -592,7 +592,8 @@ ClPrefill::Step ClPrefill::head_step(int il, cl_ulong layer_off, const QkvLayout
                            {"q", q_},
                            {"k_cache", s_.k_cache},
                            {"v_cache", s_.v_cache},
-                           {"layer_off", layer_off}};
+                           {"layer_off", layer_off},
+                           {"ring", cl_int(s_.kv[size_t(il)].rows)}};
   args.bind(head.kernel);
   head.arg_n_tok = int(args.index("n_tok"));
   head.arg_pos0 = int(args.index("pos0"));
@@ -617,7 +618,7 @@ void ClPrefill::add_layer_steps(int il, const PrefillTuning& att_tuning) {
   const ModelConfig& c = config_;
   const DeviceWeights::Layer& w = w_.layers[size_t(il)];
   const int n_q = c.n_embd_q(), n_qkv = n_q + 2 * c.n_embd_kv();
-  const cl_ulong layer_off = cl_ulong(il) * cl_ulong(s_.n_ctx) * cl_ulong(c.n_embd_kv());
+  const cl_ulong layer_off = s_.kv[size_t(il)].offset;
   // xn = rmsnorm(x) * attn_norm; qkv = [Wq; Wk; Wv] xn
   steps_.push_back(norm_step(x_, w.attn_norm.q, xn_, "attn_norm"));
   int row_base = 0;
@@ -663,6 +664,7 @@ ClPrefill::Step ClPrefill::attention_step(int il, cl_ulong layer_off,
                                {"n_head", cl_int(c.n_head)},
                                {"n_head_kv", cl_int(c.n_head_kv)},
                                {"window", cl_int(c.is_swa(il) ? c.sliding_window : 0)},
+                               {"ring", cl_int(s_.kv[size_t(il)].rows)},
                                {"out", att_}};
   att_args.bind(att.kernel);
   att.arg_pos0 = int(att_args.index("pos0"));
@@ -687,8 +689,8 @@ ClPrefill::Step ClPrefill::matvec_step(const DeviceMatrix& w, const ClMem& x, co
 }
 
 // One position's attention over the cache (the decode plan's kernel, a
-// work-group per head): a window is the cache from its first position on
-// (att_base + first * n_embd_kv, set per step by enqueue()).
+// work-group per head): a window's keys start at its first position's row
+// and wrap at the end of the layer's ring (set per step by enqueue()).
 ClPrefill::Step ClPrefill::decode_attention_step(int il, cl_ulong layer_off) {
   const ModelConfig& c = config_;
   const KernelTuning& t = decode_programs_->tuning();
@@ -700,10 +702,13 @@ ClPrefill::Step ClPrefill::decode_attention_step(int il, cl_ulong layer_off) {
   att.label = "attention";
   att.att_base = layer_off;
   att.att_window = c.is_swa(il) ? c.sliding_window : 0;
+  att.att_ring = s_.kv[size_t(il)].rows;
   const KernelArgs args = attention_decode_args(c, s_, q_, layer_off, att_);
   args.bind(att.kernel);
   att.arg_att_off = int(args.index("layer_off"));
   att.arg_att_n = int(args.index("n_pos"));
+  att.arg_att_wrap = int(args.index("wrap_at"));
+  set_arg(att.kernel.get(), cl_uint(args.index("ring")), cl_int(att.att_ring));
   return att;
 }
 
@@ -753,7 +758,7 @@ void ClPrefill::build_decode_steps() {
   const int n_q = c.n_embd_q(), n_kv = c.n_embd_kv();
   for (int il = 0; il < c.n_layer; ++il) {
     const DeviceWeights::Layer& w = w_.layers[size_t(il)];
-    const cl_ulong layer_off = cl_ulong(il) * cl_ulong(s_.n_ctx) * cl_ulong(n_kv);
+    const cl_ulong layer_off = s_.kv[size_t(il)].offset;
     const size_t first_step = decode_steps_.size();
     // q, k, v = [Wq; Wk; Wv] rmsnorm(x) * attn_norm
     const bool stacked = w.qkv.size() == 1;
@@ -814,9 +819,11 @@ cl_event ClPrefill::enqueue(Step& s, int n_tok, int pos0, int id_off, int row0, 
   if (s.arg_row0 >= 0) set_arg(s.kernel.get(), cl_uint(s.arg_row0), cl_int(row0));
   if (s.arg_att_n >= 0) {  // one position, pos0: the window's positions first..pos0
     const int first = s.att_window > 0 ? std::max(0, pos0 + 1 - s.att_window) : 0;
-    const cl_ulong off = s.att_base + cl_ulong(first) * cl_ulong(config_.n_embd_kv());
+    const int row = first % s.att_ring;  // then on, wrapping at the ring's end
+    const cl_ulong off = s.att_base + cl_ulong(row) * cl_ulong(config_.n_embd_kv());
     set_arg(s.kernel.get(), cl_uint(s.arg_att_off), off);
     set_arg(s.kernel.get(), cl_uint(s.arg_att_n), cl_int(pos0 + 1 - first));
+    set_arg(s.kernel.get(), cl_uint(s.arg_att_wrap), cl_int(s.att_ring - row));
   }
   if (s.local0 == 0 || s.local1 == 0) {
     throw std::logic_error(std::string("prefill step ") + s.label + " has no local size");

@@ -97,10 +97,11 @@ class ClPrefill {
     // Decode attention (attention_decode over one position's window): the
     // cache offset and position count set per step from the layer's base
     // offset and window (0: none).
-    int arg_att_off = -1, arg_att_n = -1;
+    int arg_att_off = -1, arg_att_n = -1, arg_att_wrap = -1;
     cl_ulong att_base = 0;
     int att_window = 0;
-    int layer = -1;  // decode steps: the layer it belongs to (profile), -1: none
+    int att_ring = 0;  // the layer's K / V rows (DecodeState::kv)
+    int layer = -1;    // decode steps: the layer it belongs to (profile), -1: none
     const char* label = "";
     // matmul_x16 and matmul_mma steps: the activations they read quantized
     // (xq_) or packed (xp_), so a following matmul of the same input skips

@@ -21,6 +21,11 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual int n_ctx() const = 0;
+  // Whether a call at `pos` may follow the calls so far: always, unless
+  // the cache keeps only part of the earlier positions (the OpenCL engine's
+  // sliding-window rings, after a step back of more than a prefill chunk).
+  // When false, run the context again from position 0.
+  virtual bool can_resume(int /*pos*/) const { return true; }
 
   // Runs `tokens` at positions pos.. and returns the greedy next token (the
   // argmax of the last position's logits).

@@ -262,34 +262,42 @@ TEST_P(ChatSessionTest, CancelDuringPrefillStopsAfterOneChunk) {
 }
 
 // Forwards to a real backend; the call numbered `fail_at` (0 = the next one)
-// and every later one throw until fail_at is reset to -1.
-class FailingBackend final : public Backend {
+// and every later one throw until fail_at is reset to -1. With
+// can_step_back false it goes on only forward or from position 0, as the
+// OpenCL engine's sliding-window rings after a step back of more than a
+// prefill chunk (a call elsewhere throws, as theirs does).
+class ScriptedBackend final : public Backend {
  public:
-  explicit FailingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  explicit ScriptedBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
   int fail_at = -1;
+  bool can_step_back = true;
 
   std::string name() const override { return inner_->name(); }
   int n_ctx() const override { return inner_->n_ctx(); }
+  bool can_resume(int pos) const override { return can_step_back || pos == 0 || pos >= end_; }
   int32_t prefill(std::span<const int32_t> tokens, int pos) override {
-    tick();
+    tick(pos, tokens.size());
     return inner_->prefill(tokens, pos);
   }
   int32_t decode_argmax(int32_t token, int pos) override {
-    tick();
+    tick(pos, 1);
     return inner_->decode_argmax(token, pos);
   }
   std::span<const float> decode_logits(int32_t token, int pos) override {
-    tick();
+    tick(pos, 1);
     return inner_->decode_logits(token, pos);
   }
 
  private:
-  void tick() {
+  void tick(int pos, size_t n) {
+    if (!can_resume(pos)) throw std::logic_error("a step back the backend cannot take");
+    end_ = pos == 0 ? pos + int(n) : std::max(end_, pos + int(n));
     if (fail_at < 0) return;
     if (fail_at == 0) throw std::runtime_error("injected backend failure");
     --fail_at;
   }
   std::unique_ptr<Backend> inner_;
+  int end_ = 0;  // one past the highest position fed since position 0
 };
 
 std::vector<std::string> texts_of(const std::vector<Turn>& turns) {
@@ -300,7 +308,7 @@ std::vector<std::string> texts_of(const std::vector<Turn>& turns) {
 
 TEST_P(ChatSessionTest, FailedTurnLeavesTheConversationAsItWas) {
   const int max_tokens = 12;
-  FailingBackend backend(make_backend(256));
+  ScriptedBackend backend(make_backend(256));
   auto s = make_session(backend, max_tokens);
   const TurnResult r1 = s->submit("Tom had a dog");
   ASSERT_TRUE(r1.error.empty()) << r1.error;
@@ -332,6 +340,31 @@ TEST_P(ChatSessionTest, FailedTurnLeavesTheConversationAsItWas) {
   ASSERT_TRUE(r2.error.empty()) << r2.error;
   EXPECT_EQ(s->turns().size(), 4u);
   expect_reply_matches_from_scratch(*s, r2, max_tokens);
+}
+
+// A backend that cannot step back: regenerate feeds the conversation again
+// from position 0 instead of the prompt's last token, and a failed turn's
+// restore forgets the cache; the replies stay the same.
+TEST_P(ChatSessionTest, RegenerateRebuildsWhenTheBackendCannotStepBack) {
+  const int max_tokens = 10;
+  ScriptedBackend backend(make_backend(256));
+  backend.can_step_back = false;
+  auto s = make_session(backend, max_tokens);
+  s->submit("Tom had a dog");
+  const TurnResult r2 = s->submit("The sun was hot");
+  ASSERT_TRUE(r2.error.empty()) << r2.error;
+  const TurnResult again = s->regenerate();
+  ASSERT_TRUE(again.error.empty()) << again.error;
+  EXPECT_EQ(again.prefill_tokens, s->n_past() - again.decode_tokens);  // from position 0
+  EXPECT_EQ(again.reply, r2.reply);
+
+  backend.fail_at = 4;  // mid-reply: the cache moved past the turn's start
+  EXPECT_EQ(s->submit("The cat").reason, ev::FinishReason::Error);
+  backend.fail_at = -1;
+  const TurnResult r3 = s->submit("The cat");
+  ASSERT_TRUE(r3.error.empty()) << r3.error;
+  EXPECT_EQ(r3.prefill_tokens, s->n_past() - r3.decode_tokens);  // rebuilt from the text
+  expect_reply_matches_from_scratch(*s, r3, max_tokens);
 }
 
 TEST_P(ChatSessionTest, RefusedRegenerateKeepsTheReply) {
@@ -423,7 +456,7 @@ TEST_P(ChatSessionTest, FailedSampledTurnGivesBackItsDraws) {
   p.seed = 1234;
   p.max_tokens = 12;
   auto reply = [&](int fail_at) {
-    FailingBackend backend(make_backend(256));
+    ScriptedBackend backend(make_backend(256));
     auto s = make_session(backend, p.max_tokens);
     s->set_sampling(p);
     backend.fail_at = fail_at;  // the prompt and fail_at - 1 reply steps go through

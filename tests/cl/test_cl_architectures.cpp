@@ -87,6 +87,14 @@ SyntheticSpec spec_of(const ArchCase& c) {
   return s;
 }
 
+// The CPU reference's logits at position `at` of `tokens` run from 0.
+std::vector<float> cpu_logits_at(const Model& model, const std::vector<int32_t>& tokens, int at) {
+  CpuForward cpu(model, at + 1);
+  std::vector<float> logits;
+  for (int p = 0; p <= at; ++p) logits = cpu.forward(tokens[size_t(p)], p);
+  return logits;
+}
+
 class ClArchitecture : public testing::TestWithParam<ArchCase> {};
 
 TEST_P(ClArchitecture, DecodeAndPrefillLogitsMatchCpu) {
@@ -160,10 +168,12 @@ void run_2d(const ClKernel& k, size_t g0, size_t g1, size_t l0) {
 }
 
 // 3 q heads, 1 KV head of 40 values with partial RoPE (n_rot 24), biases,
-// head norms, both pairings; q rows to q, k and v to the cache layer 1 at
-// positions pos0 + t, against cpu::rmsnorm and cpu::rope in float32/64.
+// head norms, both pairings; q rows to q, k and v to the cache layer 1, a
+// ring of 7 rows, at positions pos0 + t (rows 5, 6, 0, 1), against
+// cpu::rmsnorm and cpu::rope in float32/64.
 TEST(ClPrefillOps, HeadRowsMatchesReference) {
   const int n_head = 3, n_head_kv = 1, hd = 40, n_rot = 24, n_tok = 4, pos0 = 5, n_ctx = 12;
+  const int ring = 7;
   const int n_q = n_head * hd, n_kv = n_head_kv * hd, n_qkv = n_q + 2 * n_kv;
   const size_t layer_off = size_t(n_ctx) * n_kv;
   const float eps = 1e-6f, base = 1000.0f, q_scale = 0.75f;
@@ -193,8 +203,8 @@ TEST(ClPrefillOps, HeadRowsMatchesReference) {
       cpu::rope(row.data() + n_q, n_head_kv, hd, pos0 + t, rp);
       for (int i = 0; i < n_q; ++i) ref_q.push_back(double(row[size_t(i)]) * q_scale);
       for (int i = 0; i < n_kv; ++i) {
-        ref_k[layer_off + size_t(pos0 + t) * n_kv + i] = row[size_t(n_q + i)];
-        ref_v[layer_off + size_t(pos0 + t) * n_kv + i] = row[size_t(n_q + n_kv + i)];
+        ref_k[layer_off + size_t((pos0 + t) % ring) * n_kv + i] = row[size_t(n_q + i)];
+        ref_v[layer_off + size_t((pos0 + t) % ring) * n_kv + i] = row[size_t(n_q + n_kv + i)];
       }
     }
     const ClMem qkv_d = cl_buffer(qkv), bias_d = cl_buffer(bias), qn_d = cl_buffer(qn),
@@ -209,7 +219,7 @@ TEST(ClPrefillOps, HeadRowsMatchesReference) {
     set_args(k, qkv_d, cl_int(n_qkv), cl_int(n_q), cl_int(n_q + n_kv), bias_d, cl_int(n_tok),
              cl_int(n_head), cl_int(n_head_kv), cl_int(hd), qn_d, kn_d, eps, cl_int(n_rot),
              cl_int(style == RopeStyle::Neox ? 1 : 0), cs_d, cl_int(pos0), q_scale, q, kc, vc,
-             cl_ulong(layer_off));
+             cl_ulong(layer_off), cl_int(ring));
     run_2d(k, size_t(n_head + 2 * n_head_kv) * 16, size_t(n_tok), 16);
     const auto got_q = cl_read(q, ref_q.size() + 16);
     EXPECT_LE(test::relative_error(std::span(got_q).first(ref_q.size()), ref_q), 1e-5);
@@ -237,6 +247,46 @@ TEST(ClPrefillOps, ScaleRowsAndGeluMulMatchReference) {
   set_args(scale, x_dev, 25.3f, cl_int(n), cl_int(n_tok));
   run_2d(scale, size_t(n), size_t(n_tok), 0);
   EXPECT_LE(test::relative_error(cl_read(x_dev, g.size()), ref_scale), 1e-6);
+}
+
+// ---- sliding-window rings: stepping back --------------------------------------------
+
+// Gemma 3's shape with a 5-position window, chunks of 4: the window layers
+// keep rings of 9 rows. After 30 positions a step back of up to a chunk
+// (position 27 on) still finds its window and matches the CPU reference on
+// the new branch; a longer one is refused (can_resume false, and the call
+// throws), and the context runs again from position 0.
+TEST(ClForwardRing, StepBackWithinAChunkKeepsTheWindow) {
+  const TempModel m(
+      write_synthetic_model_tmp(spec_of({"gemma3", "gemma3", 64, 5, false, GgmlType::Q8_0})));
+  const ModelConfig& c = m.model.config;
+  const int n_ctx = 40, n = 30;
+  const auto tokens = some_tokens(n, c.n_vocab);
+  ClForward cl(m.model, test::cl_test_runtime(), ClForwardOptions{n_ctx, 4});
+  CpuForward cpu(m.model, n_ctx);
+  for (int p = 0; p < n; ++p) {
+    cl.decode_logits(tokens[size_t(p)], p);
+    cpu.forward(tokens[size_t(p)], p);
+  }
+  for (int p = 0; p <= n; ++p) {
+    // window first = max(0, p - 4); rows of 9; written up to 30, lookahead 2
+    EXPECT_EQ(cl.can_resume(p), p == 0 || p >= 27) << "position " << p;
+  }
+  // A new branch from 28: tokens other than the first ones.
+  for (int p = 28; p < 34; ++p) {
+    const int32_t t = int32_t((p * 37 + 11) % c.n_vocab);
+    const auto got = cl.decode_logits(t, p);
+    const auto want = cpu.forward(t, p);
+    EXPECT_LE(test::relative_error(std::vector<float>(got.begin(), got.end()), want), k_logits_tol)
+        << "position " << p;
+  }
+  EXPECT_FALSE(cl.can_resume(20));
+  EXPECT_THROW(cl.decode_logits(tokens[20], 20), std::runtime_error);
+  // From position 0 again: a fresh context.
+  std::vector<float> out;
+  cl.prefill_logits(tokens, 0, n - 1, out);
+  EXPECT_LE(test::relative_error(out, cpu_logits_at(m.model, tokens, n - 1)), k_logits_tol);
+  EXPECT_TRUE(cl.can_resume(n - 3));
 }
 
 // ---- Gemma 3 270M, real weights -------------------------------------------------------

@@ -11,7 +11,8 @@
 // The cache holds two layers and more positions than n_pos; the kernel reads
 // layer 1, and every cache position at or past n_pos (and all of layer 0) is
 // NaN, so reading past n_pos or from the wrong layer shows. The output and the
-// scores scratch are NaN before each launch.
+// scores scratch are NaN before each launch. Also a window that wraps around
+// a sliding-window layer's ring of rows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -84,6 +85,35 @@ std::vector<int> att_work_groups(int head_dim) {
 
 class ClAttention : public testing::TestWithParam<HeadShape> {};
 
+// attention_decode of every kernel variant and work-group size over n_pos
+// keys from float offset `off` of the caches (rows wrapping back by `ring`
+// from key wrap_at on), against ref; outputs and scores NaN before each run.
+void expect_attention_matches(const HeadShape& s, const ClMem& q, const ClMem& k_cache,
+                              const ClMem& v_cache, size_t off, int n_pos, int wrap_at, int ring,
+                              const std::vector<double>& ref) {
+  const int d = s.head_dim;
+  const ClRuntime& rt = test::cl_test_runtime();
+  const size_t n_out = size_t(s.n_head * d) + 16;
+  const ClMem out = rt.alloc(n_out * 4);
+  const ClMem scores = rt.alloc(size_t(s.n_head) * size_t(n_pos) * 4);
+  for (const KernelTuning& variant : test::kernel_variants()) {
+    for (const int wg : att_work_groups(d)) {
+      KernelTuning t = variant;
+      t.att_wg = wg;
+      SCOPED_TRACE(test::describe(t));
+      const ClKernel k = test::cl_programs(t).attention_kernel();
+      cl_poison(out, n_out);
+      cl_poison(scores, size_t(s.n_head) * size_t(n_pos));
+      set_args(k, q, k_cache, v_cache, cl_ulong(off), cl_int(n_pos), cl_int(wrap_at), cl_int(ring),
+               cl_int(s.n_head), cl_int(s.n_head_kv), cl_int(d), scores, cl_int(n_pos), out);
+      test::cl_run(k, size_t(s.n_head) * size_t(wg), size_t(wg));
+      const auto got = cl_read(out, n_out);
+      EXPECT_LE(test::relative_error(std::span(got).first(size_t(s.n_head * d)), ref), 1e-4);
+      EXPECT_EQ(test::count_overwritten(got, size_t(s.n_head * d)), 0u) << "write past the heads";
+    }
+  }
+}
+
 TEST_P(ClAttention, MatchesReferenceAtEveryLength) {
   const HeadShape s = GetParam();
   const int d = s.head_dim, n_kv = s.n_head_kv * d;
@@ -93,11 +123,7 @@ TEST_P(ClAttention, MatchesReferenceAtEveryLength) {
   const auto q = test::random_floats(size_t(s.n_head * d), 11, -3.0f, 3.0f);
   const auto k_values = test::random_floats(layer_size, 12);
   const auto v_values = test::random_floats(layer_size, 13);
-  const size_t n_out = size_t(s.n_head * d) + 16;
-  const ClRuntime& rt = test::cl_test_runtime();
   const ClMem q_dev = cl_buffer(q);
-  const ClMem out = rt.alloc(n_out * 4);
-  const ClMem scores = rt.alloc(size_t(s.n_head) * k_n_ctx * 4);
 
   for (const int n_pos : k_positions) {
     SCOPED_TRACE("n_pos " + std::to_string(n_pos));
@@ -108,25 +134,33 @@ TEST_P(ClAttention, MatchesReferenceAtEveryLength) {
     std::copy_n(k_values.begin(), n_valid, k_cache.begin() + ptrdiff_t(layer_off));
     std::copy_n(v_values.begin(), n_valid, v_cache.begin() + ptrdiff_t(layer_off));
     const auto ref = ref_attention(s, q, k_cache, v_cache, layer_off, n_pos);
-    const ClMem k_dev = cl_buffer(k_cache), v_dev = cl_buffer(v_cache);
-
-    for (const KernelTuning& variant : test::kernel_variants()) {
-      for (const int wg : att_work_groups(d)) {
-        KernelTuning t = variant;
-        t.att_wg = wg;
-        SCOPED_TRACE(test::describe(t));
-        const ClKernel k = test::cl_programs(t).attention_kernel();
-        cl_poison(out, n_out);
-        cl_poison(scores, size_t(s.n_head) * k_n_ctx);
-        set_args(k, q_dev, k_dev, v_dev, cl_ulong(layer_off), cl_int(n_pos), cl_int(s.n_head),
-                 cl_int(s.n_head_kv), cl_int(d), scores, cl_int(k_n_ctx), out);
-        test::cl_run(k, size_t(s.n_head) * size_t(wg), size_t(wg));
-        const auto got = cl_read(out, n_out);
-        EXPECT_LE(test::relative_error(std::span(got).first(size_t(s.n_head * d)), ref), 1e-4);
-        EXPECT_EQ(test::count_overwritten(got, size_t(s.n_head * d)), 0u) << "write past the heads";
-      }
-    }
+    expect_attention_matches(s, q_dev, cl_buffer(k_cache), cl_buffer(v_cache), layer_off, n_pos,
+                             k_n_ctx, k_n_ctx, ref);
   }
+}
+
+// A sliding-window layer's ring (engine/cl/decode_state.h): layer 1 holds
+// `ring` rows and the window's n_pos keys start at row first_row, wrapping
+// to row 0 after the last row (wrap_at = ring - first_row). The rows outside
+// the window are NaN; the reference takes the keys in window order.
+TEST_P(ClAttention, WindowWrapsAroundTheRing) {
+  const HeadShape s = GetParam();
+  const int d = s.head_dim, n_kv = s.n_head_kv * d, ring = 40, n_pos = 25, first_row = 31;
+  const size_t layer_off = size_t(ring) * size_t(n_kv);  // layer 1
+  const auto q = test::random_floats(size_t(s.n_head * d), 31, -3.0f, 3.0f);
+  const auto k_window = test::random_floats(size_t(n_pos) * n_kv, 32);
+  const auto v_window = test::random_floats(size_t(n_pos) * n_kv, 33);
+  std::vector<float> k_cache(2 * layer_off, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> v_cache = k_cache;
+  for (int t = 0; t < n_pos; ++t) {
+    const size_t row = layer_off + size_t((first_row + t) % ring) * n_kv;
+    std::copy_n(k_window.begin() + ptrdiff_t(t * n_kv), n_kv, k_cache.begin() + ptrdiff_t(row));
+    std::copy_n(v_window.begin() + ptrdiff_t(t * n_kv), n_kv, v_cache.begin() + ptrdiff_t(row));
+  }
+  const auto ref = ref_attention(s, q, k_window, v_window, 0, n_pos);
+  expect_attention_matches(s, cl_buffer(q), cl_buffer(k_cache), cl_buffer(v_cache),
+                           layer_off + size_t(first_row) * n_kv, n_pos, ring - first_row, ring,
+                           ref);
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, ClAttention, testing::ValuesIn(k_head_shapes),
@@ -166,8 +200,8 @@ TEST(ClAttention, PeakedScoresPickOnePosition) {
     const ClKernel k = test::cl_programs(t).attention_kernel();
     cl_poison(out, size_t(s.n_head * d));
     cl_poison(scores, size_t(s.n_head) * k_n_ctx);
-    set_args(k, q_dev, k_dev, v_dev, cl_ulong(0), cl_int(n_pos), cl_int(s.n_head),
-             cl_int(s.n_head_kv), cl_int(d), scores, cl_int(k_n_ctx), out);
+    set_args(k, q_dev, k_dev, v_dev, cl_ulong(0), cl_int(n_pos), cl_int(k_n_ctx), cl_int(k_n_ctx),
+             cl_int(s.n_head), cl_int(s.n_head_kv), cl_int(d), scores, cl_int(k_n_ctx), out);
     test::cl_run(k, size_t(s.n_head) * size_t(t.att_wg), size_t(t.att_wg));
     const auto got = cl_read(out, size_t(s.n_head * d));
     EXPECT_LE(test::relative_error(std::span<const float>(got), ref), 1e-4);

@@ -181,8 +181,9 @@ TEST(ClCpuFused, QkvRopeAttentionMatchesTheSeparateKernels) {
             for (int i = 0; i < times; ++i) test::cl_run(k, global, wg);
             if (!fused) {
               const ClKernel a = progs.attention_kernel();
-              set_args(a, q, k_cache, v_cache, layer_off, cl_int(pos + 1), cl_int(s.n_head),
-                       cl_int(s.n_head_kv), cl_int(hd), scores, cl_int(n_ctx), att);
+              set_args(a, q, k_cache, v_cache, layer_off, cl_int(pos + 1), cl_int(n_ctx),
+                       cl_int(n_ctx), cl_int(s.n_head), cl_int(s.n_head_kv), cl_int(hd), scores,
+                       cl_int(n_ctx), att);
               test::cl_run(a, size_t(s.n_head) * t.att_wg, size_t(t.att_wg));
             } else {
               EXPECT_EQ(test::cl_read<cl_uint>(head_done, size_t(s.n_head)),

@@ -24,6 +24,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/cl/forward.h"
@@ -110,10 +111,19 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
                  (t.att_direct ? " direct" : ""));
     const ClKernel k =
         build_kernel("attention_prefill", ClPrefill::attention_defines(d, t), "attention_prefill");
-    for (auto [pos0, window] : {std::pair{0, 0}, {37, 0}, {0, 5}, {37, 20}}) {
+    // ring 0: the layer's n_ctx rows; else window + n_tok rows, position p in
+    // row p % ring (a sliding-window layer's ring, engine/cl/decode_state.h)
+    for (auto [pos0, window, ring_of_window] : {std::tuple{0, 0, false},
+                                                {37, 0, false},
+                                                {0, 5, false},
+                                                {37, 20, false},
+                                                {37, 20, true},
+                                                {70, 9, true}}) {
       for (int n_tok : {1, 7, 50}) {
+        if (pos0 + n_tok > n_ctx) continue;
+        const int ring = ring_of_window ? window + n_tok : n_ctx;
         SCOPED_TRACE("pos0 " + std::to_string(pos0) + " window " + std::to_string(window) +
-                     " n_tok " + std::to_string(n_tok));
+                     " n_tok " + std::to_string(n_tok) + " ring " + std::to_string(ring));
         const uint32_t seed = uint32_t(pos0 * 100 + n_tok + d);
         const auto q = test::random_floats(size_t(n_tok) * n_embd, seed, -2.0f, 2.0f);
         auto kc = test::random_floats(size_t(n_layers) * n_ctx * n_kv, seed + 1, -2.0f, 2.0f);
@@ -154,12 +164,21 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
             }
           }
         }
-        const ClMem q_dev = cl_buffer(q), k_dev = cl_buffer(kc), v_dev = cl_buffer(vc);
+        // The cache as the kernel reads it: position p of layer 1 in row p % ring
+        // (the rows no position of the chunk's windows has stay NaN).
+        std::vector<float> kr(kc.size(), k_nan), vr(vc.size(), k_nan);
+        for (int p = first_seen; p < pos0 + n_tok; ++p) {
+          const size_t from = layer_off + size_t(p) * n_kv,
+                       to = layer_off + size_t(p % ring) * n_kv;
+          std::copy_n(kc.begin() + ptrdiff_t(from), n_kv, kr.begin() + ptrdiff_t(to));
+          std::copy_n(vc.begin() + ptrdiff_t(from), n_kv, vr.begin() + ptrdiff_t(to));
+        }
+        const ClMem q_dev = cl_buffer(q), k_dev = cl_buffer(kr), v_dev = cl_buffer(vr);
         const size_t n_out = ref.size() + 16;
         const ClMem out = test::cl_test_runtime().alloc(n_out * 4);
         cl_poison(out, n_out);
         set_args(k, q_dev, k_dev, v_dev, cl_ulong(layer_off), cl_int(pos0), cl_int(n_tok),
-                 cl_int(s.n_head), cl_int(s.n_head_kv), cl_int(window), out);
+                 cl_int(s.n_head), cl_int(s.n_head_kv), cl_int(window), cl_int(ring), out);
         // as ClPrefill launches it: a work-item per ATT_TQ queries (direct),
         // else a work-group of their lanes
         const size_t wg =
@@ -409,16 +428,18 @@ TEST(ClPrefill, CrossesChunkOf512) {
 // (reference/smollm2-q4_k_m/ppl.json: Q5_0, Q8_0, Q4_K and Q6_K tensors);
 // Gemma 3 270M likewise.
 // The device comes from CLCHAT_TEST_DEVICE (default cpu, i.e. PoCL).
-// `model_path`: a full path; `ctx` and `windows`: the reference's.
+// `model_path`: a full path; `ctx` and `windows`: the reference's; `chunk`:
+// the prefill chunk.
 void expect_perplexity_matches(const std::string& model_path, const std::string& reference,
-                               int ctx = 512, int windows = 14) {
+                               int ctx = 512, int windows = 14, int chunk = 512) {
   const auto ref = nlohmann::json::parse(test::read_file(test::shared_file(reference)));
   const double want = ref.at("ppl").get<double>();
   const char* dev = std::getenv("CLCHAT_TEST_DEVICE");
   const auto r =
       test::run_command(test::clchat_binary() + " perplexity -m " + model_path + " -f " +
                         test::shared_file("reference/ppl-text.txt") + " --ctx " +
-                        std::to_string(ctx) + " --device " + (dev && *dev ? dev : "cpu"));
+                        std::to_string(ctx) + " --chunk " + std::to_string(chunk) + " --device " +
+                        (dev && *dev ? dev : "cpu"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::printf("%s%s", r.out.c_str(), r.err.c_str());
   const std::string key = "Final estimate: PPL = ";
@@ -441,11 +462,13 @@ TEST(ClchatPerplexity, SmolLM2Q4KMMatchesReference) {
 }
 
 // Gemma 3 270M with ctx 1024 (7 windows, 3577 scored tokens; the 512-position
-// window of its local layers binds): reference/gemma3/ppl-gemma3.json.
+// window of its local layers binds): reference/gemma3/ppl-gemma3.json. In
+// chunks of 256 those layers keep rings of 768 rows, which each window's
+// positions 768-1023 wrap.
 TEST(ClchatPerplexity, Gemma3MatchesReference) {
   const std::string path = test::gemma3_model();
   if (path.empty()) GTEST_SKIP() << test::kGemma3Missing;
-  expect_perplexity_matches(path, "reference/gemma3/ppl-gemma3.json", 1024, 7);
+  expect_perplexity_matches(path, "reference/gemma3/ppl-gemma3.json", 1024, 7, 256);
 }
 
 TEST(ClchatPerplexity, TooShortTextIsAUsageError) {

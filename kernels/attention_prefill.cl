@@ -3,7 +3,7 @@
 // 0..pos0 + t (the chunk's own keys were appended by rope_kv_rows before),
 // or with window > 0 (sliding-window layers) to the last `window` of them.
 // Position p's K and V are the caches' row p % ring from float offset
-// layer_off (ring: the layer's rows, engine/cl/decode_state.h).
+// layer_off (ring: the layer's rows, engine/cl/decode_state.h; ring_row).
 // Grouped-query attention: query head h reads KV head h / (n_head / n_head_kv).
 //
 // A work-group takes ATT_TQ consecutive queries of one head (one work-item
@@ -60,6 +60,15 @@
 #endif
 #define DS4 (HD4 / ATT_DS)  // float4s of q and o per work-item
 #define NEG_BIG (-1.0e30f)
+
+// The cache row of key k of a span of keys that starts at key k0, in row r0 =
+// k0 % ring: the spans here (a query's window, or a work-group's) are
+// shorter than the ring, so they wrap at most once, and one modulus per span
+// does.
+inline int ring_row(int k, int k0, int r0, int ring) {
+  const int r = r0 + (k - k0);
+  return r < ring ? r : r - ring;
+}
 #define WG (ATT_TQ * ATT_KS * ATT_DS)
 #ifndef ATT_DIRECT
 #define ATT_DIRECT 0
@@ -126,6 +135,7 @@ __kernel void attention_prefill(const __global float* q, const __global float* k
       const int first = window > 0 ? max(0, n_keys - window) : 0;
       const int k_begin = max(tile, first), k_end = min(tile + ATT_TK, n_keys);
       if (k_begin >= k_end) continue;
+      const int r_begin = k_begin % ring;
       floatV qr[HDV];
 #pragma unroll
       for (int d = 0; d < HDV; ++d) {
@@ -145,7 +155,8 @@ __kernel void attention_prefill(const __global float* q, const __global float* k
         const __global float* kr[8];
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          kr[j] = kh + (size_t)((k_begin + j0 + min(j, last)) % ring) * n_embd_kv;
+          kr[j] = kh + (size_t)ring_row(k_begin + j0 + min(j, last), k_begin, r_begin, ring) *
+                           n_embd_kv;
         }
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[j] = qr[0] * VLOADV(0, kr[j]);
@@ -178,7 +189,8 @@ __kernel void attention_prefill(const __global float* q, const __global float* k
 #pragma unroll
       for (int d = 0; d < HDV; ++d) od[d] *= corr;
       for (int j = 0; j < n; ++j) {
-        const __global float* vr = vh + (size_t)((k_begin + j) % ring) * n_embd_kv;
+        const __global float* vr =
+            vh + (size_t)ring_row(k_begin + j, k_begin, r_begin, ring) * n_embd_kv;
         const floatV pj = (floatV)(sc[j]);
 #pragma unroll
         for (int d = 0; d < HDV; ++d) od[d] = fma(pj, VLOADV(d, vr), od[d]);
@@ -242,13 +254,14 @@ __kernel __attribute__((reqd_work_group_size(1, WG, 1))) void attention_prefill(
   const int first_me = window > 0 ? max(0, n_keys_me - window) : 0;
   const int n_keys = pos0 + min(t0 + ATT_TQ, n_tok);  // keys the work-group needs
   const int first = window > 0 ? max(0, pos0 + t0 + 1 - window) : 0;
+  const int r_first = first % ring;
 
   for (int kt = first; kt < n_keys; kt += ATT_TK) {
     // 1. K and V rows kt..kt + ATT_TK into local memory.
     for (int e = wid; e < ATT_TK * HD4; e += WG) {
       const int j = e / HD4, d = e % HD4;
       const bool in = kt + j < n_keys;
-      const size_t row = (size_t)((kt + j) % ring) * n_embd_kv;
+      const size_t row = (size_t)ring_row(kt + j, first, r_first, ring) * n_embd_kv;
       kl[e] = in ? vload4(d, kh + row) : (float4)(0.0f);
       vl[e] = in ? vload4(d, vh + row) : (float4)(0.0f);
     }

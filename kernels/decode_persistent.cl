@@ -2077,27 +2077,27 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   // Each stage ends at a grid barrier: grid_arrive, then the next stage's
   // loads that need nothing from the other work-groups (or the L2 prefetch),
   // then grid_wait.
+  size_t cache_base = 0;  // this layer's K / V rows (engine/cl/decode_state.h)
   for (int il = 0; il < N_LAYER; ++il) {
     const __global ulong* lo = layer_off + il * LO_N;
 #if WINDOW > 0
     const bool swa = ((uint)lo[LO_ALT] & LAYER_SWA) != 0;
+    const int ring = swa ? KV_RING : N_CTX;
     const int first = swa ? max(0, n_pos - WINDOW) : 0;
     const __global float2* rope = swa ? rope_cs_swa : rope_cs;
     const float2 cs_layer = swa ? cs_first_swa : cs_first;
 #else
+    const int ring = N_CTX;
     const int first = 0;
-  size_t cache_base = 0;  // this layer's K / V rows (engine/cl/decode_state.h)
     const __global float2* rope = rope_cs;
     const float2 cs_layer = cs_first;
 #endif
     const int n_split = att_n_split(n_pos - first, at.n_groups);
     const int n_units = N_HEAD * n_split;
-    const int ring = swa ? KV_RING : N_CTX;
     const bool pf_idle =
         at.n_groups > n_units && at.n_groups - n_units >= at.n_groups / PF_IDLE_DIV;
     const int n_idle = at.n_groups - n_units;
 #if POST_NORMS
-    const int ring = N_CTX;
     const __global float* post_ffn =
         il > 0 ? (const __global float*)(arena + lo[LO_POST_FFN - LO_N]) : 0;
 #else
@@ -2161,6 +2161,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     grid_arrive(&gb);
     qkv_early_loads(&w, il + 1, &at, &ra, &rb, gw);
     grid_wait(&gb, &at);
+    cache_base += (size_t)ring * N_EMBD_KV;
   }
 
   // The head: logits = Whead rmsnorm(x), each work-group's argmax candidate.
@@ -2171,7 +2172,6 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     gb.trace = 0;
     grid_sync(&gb, &at);
     gb.trace = traced;
-    cache_base += (size_t)ring * N_EMBD_KV;
     sample_list(&s, &sa, &at, scratch, &s_ul);
   }
   // The last work-group to arrive picks the token; the others are done (no

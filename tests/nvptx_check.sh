@@ -179,10 +179,11 @@ build "pwg512-1b-stages" 512 $l1b $bench_types
 build "pwg512-1b-kmix-stages" 512 $l1b $(roles 12 12 12/14 12 12 12/14 14 8)
 # Other architectures' graphs (decode_persistent.cl's options), by their
 # shapes: Gemma 3 270M (q wider than the embedding, head norms, post-norms,
-# GELU, a window; its Q4_K_M types), Qwen 2.5 0.5B (biases, NeoX) and a
+# GELU, a window with its ring of K/V rows; its Q4_K_M types), Qwen 2.5 0.5B (biases, NeoX) and a
 # Qwen 3-like one (head norms with NeoX at head 128, no window).
 gemma="-DN_EMBD=640 -DN_FF=2048 -DN_HEAD=4 -DN_HEAD_KV=1 -DHEAD_DIM=256 -DN_ROT=256 -DN_EMBD_Q=1024"
-gemma+=" -DNEOX=1 -DQK_NORM=1 -DPOST_NORMS=1 -DFFN_GELU=1 -DWINDOW=512 -DEMBED_SCALE=25.3f"
+gemma+=" -DNEOX=1 -DQK_NORM=1 -DPOST_NORMS=1 -DFFN_GELU=1 -DWINDOW=512 -DKV_RING=1024"
+gemma+=" -DEMBED_SCALE=25.3f"
 qwen2="-DN_EMBD=896 -DN_FF=4864 -DN_HEAD=14 -DN_HEAD_KV=2 -DHEAD_DIM=64 -DN_ROT=64 -DN_EMBD_Q=896"
 qwen2+=" -DNEOX=1 -DQKV_BIAS=1"
 qwen3="-DN_EMBD=1024 -DN_FF=3072 -DN_HEAD=16 -DN_HEAD_KV=8 -DHEAD_DIM=128 -DN_ROT=128 -DN_EMBD_Q=2048"

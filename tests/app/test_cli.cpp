@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "engine/model/synthetic.h"
 #include "tests/gguf_fixtures.h"
 #include "tests/test_support.h"
 
@@ -266,6 +267,36 @@ TEST(Cli, BenchJsonRecordsOnePerTest) {
   const auto bad = test::run_command(test::clchat_binary() + " bench --device cpu -m " +
                                      test::shared_file("models/stories260K.gguf") + " -d -1");
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
+}
+
+// A small Gemma 3 shape (a 5-position window on layers 0-4 of 6): with
+// bench's chunks of 512 its window layers keep rings of 517 rows, so a pp600
+// run at depth 520 overwrites the rows of the window before 520, and bench
+// fills the depth again before the next run instead of failing.
+TEST(Cli, BenchAtDepthRefillsSlidingWindowRings) {
+  SyntheticSpec s;
+  s.name = "test-bench-gemma3";
+  s.arch = "gemma3";
+  s.head_dim = 64;
+  s.sliding_window = 5;
+  s.n_embd = 128;
+  s.n_layer = 6;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.n_ff = 256;
+  s.n_vocab = 512;
+  s.n_ctx = 2048;
+  s.layer_type = GgmlType::Q8_0;
+  s.embd_type = GgmlType::Q8_0;
+  const std::string path = write_synthetic_model_tmp(s);
+  const auto r = test::run_command(test::clchat_binary() + " bench --device cpu -m " + path +
+                                   " -p 600 -n 4 -d 520 -r 2 --json");
+  std::filesystem::remove(path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto records = nlohmann::json::parse(r.out);
+  ASSERT_EQ(records.size(), 2u) << r.out;
+  EXPECT_EQ(records[0]["test"], "pp600 @ d520");
+  EXPECT_EQ(records[1]["test"], "tg4 @ d520");
 }
 
 // --temp (or a penalty) makes tg sample; the test names where, and the device

@@ -296,8 +296,12 @@ std::string build_log(cl_program program, cl_device_id device) {
 ClProgram ClRuntime::build_program(const std::string& name, std::string_view source_in,
                                    const std::string& options_in) const {
   const DeviceInfo& d = device_;
-  // The argument names, for KernelArgs::bind's check.
-  const std::string options = options_in + " -cl-kernel-arg-info";
+  // The argument names, for KernelArgs::bind's check. CPU devices: -w, as
+  // PoCL's compiler prints "N warnings generated." to the terminal (stderr)
+  // on a first start otherwise: on a target without AVX-512 the 16-wide
+  // vectors of the CPU kernels draw clang's -Wpsabi notes, and they hid
+  // `--verbose`'s header line (2026-11-28, PoCL 3.1's "pthread-haswell").
+  const std::string options = options_in + " -cl-kernel-arg-info" + (d.is_cpu ? " -w" : "");
   // CLCHAT_FAULT=build (a test hook): a source no compiler accepts. It is
   // another source, so no cached binary of the real one is found either.
   std::string broken;

@@ -67,14 +67,14 @@ KernelArgs matvec_args(const DeviceMatrix& m, const ClMem& x, const ClMem* norm_
 }
 
 KernelArgs attention_decode_args(const ModelConfig& c, const DecodeState& s, const ClMem& q,
-                                 cl_ulong layer_off, const ClMem& out) {
+                                 const KvLayer& layer, const ClMem& out) {
   return {{"q", q},
           {"k_cache", s.k_cache},
           {"v_cache", s.v_cache},
-          {"layer_off", layer_off},
+          {"layer_off", layer.offset},
           {"n_pos", cl_int(1)},
-          {"wrap_at", cl_int(s.n_ctx)},  // never reached: rows 0..n_pos - 1 from layer_off
-          {"ring", cl_int(s.n_ctx)},
+          {"wrap_at", cl_int(layer.rows)},  // a window from row 0: it never wraps
+          {"ring", cl_int(layer.rows)},
           {"n_head", cl_int(c.n_head)},
           {"n_head_kv", cl_int(c.n_head_kv)},
           {"head_dim", cl_int(c.head_dim)},
@@ -149,8 +149,7 @@ DecodePlan::LayerPlan DecodePlan::layer_plan(int il) {
   } else {  // attention over the cache
     p.attention = {programs_.attention_kernel(), size_t(c.n_head) * size_t(tune.att_wg),
                    size_t(tune.att_wg), "attention", il};
-    const KernelArgs args =
-        attention_decode_args(c, s_, s_.q, s_.kv[size_t(il)].offset, s_.att_out);
+    const KernelArgs args = attention_decode_args(c, s_, s_.q, s_.kv[size_t(il)], s_.att_out);
     args.bind(p.attention.kernel);
     p.attention_arg_n_pos = args.index("n_pos");
   }

@@ -39,10 +39,10 @@ KernelArgs matvec_args(const DeviceMatrix& m, const ClMem& x, const ClMem* norm_
                        bool accumulate, const ClMem& out);
 
 // The arguments of attention_decode (attention.cl, attention_cpu.cl): query
-// heads q (n_embd_q) over the cache from float offset layer_off, into out;
-// n_pos is set per step.
+// heads q (n_embd_q) over a layer's cache rows from its first, into out;
+// n_pos is set per step (and, for a window in a ring, layer_off and wrap_at).
 KernelArgs attention_decode_args(const ModelConfig& c, const DecodeState& s, const ClMem& q,
-                                 cl_ulong layer_off, const ClMem& out);
+                                 const KvLayer& layer, const ClMem& out);
 
 class DecodePlan {
  public:

@@ -18,10 +18,6 @@ namespace clchat {
 // a query needs (capped at n_ctx). n_ctx for models without a window.
 int kv_ring_rows(const ModelConfig& c, int n_ctx, int chunk);
 
-// Bytes of each of the K and V caches for n_ctx positions and rings of
-// kv_ring rows.
-uint64_t kv_cache_bytes(const ModelConfig& c, int n_ctx, int kv_ring);
-
 // Where a layer's K and V rows are: `rows` rows of n_embd_kv floats from
 // float `offset` of k_cache and v_cache; position p in row p % rows (rows is
 // n_ctx, or a sliding-window layer's kv_ring).
@@ -29,6 +25,13 @@ struct KvLayer {
   cl_ulong offset = 0;
   int rows = 0;
 };
+
+// Every layer's KvLayer, one after the other, for n_ctx positions and rings
+// of kv_ring rows.
+std::vector<KvLayer> kv_layers(const ModelConfig& c, int n_ctx, int kv_ring);
+
+// Bytes of each of the K and V caches laid out by kv_layers.
+uint64_t kv_cache_bytes(const ModelConfig& c, int n_ctx, int kv_ring);
 
 struct DecodeState {
   int n_ctx = 0;            // positions in the KV cache

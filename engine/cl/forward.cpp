@@ -43,7 +43,7 @@ int fit_context(const ModelConfig& c, const DeviceInfo& device, int wanted, int 
   const int n_ctx = wanted > 0 ? wanted : c.n_ctx_train;
   const uint64_t budget = std::min(device.max_alloc_bytes, device.global_mem_bytes / 4);
   const auto fits = [&](int n) {
-    return kv_cache_bytes(c, n, kv_ring_rows(c, n, std::clamp(chunk, 1, n))) <= budget;
+    return kv_cache_bytes(c, n, kv_ring_rows(c, n, chunk)) <= budget;
   };
   if (fits(n_ctx)) return n_ctx;
   int lo = 0, hi = n_ctx;  // the most positions that fit: in lo..hi
@@ -70,8 +70,7 @@ ClForward::ClForward(const Model& model, ClRuntime& rt, const ClForwardOptions& 
       n_ctx_(fit_context(model.config, rt.device(), options.n_ctx, options.prefill_chunk)),
       programs_(rt, tuning_.decode.plan),
       weights_(model, rt, n_ctx_),
-      state_(model.config, rt, n_ctx_,
-             kv_ring_rows(model.config, n_ctx_, std::clamp(options.prefill_chunk, 1, n_ctx_))),
+      state_(model.config, rt, n_ctx_, kv_ring_rows(model.config, n_ctx_, options.prefill_chunk)),
       plan_(model.config, rt, programs_, weights_, state_),
       profiling_(rt.profiling()) {
   // Other architectures run every step on ClPrefill (decode: one token,

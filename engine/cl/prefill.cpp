@@ -703,12 +703,11 @@ ClPrefill::Step ClPrefill::decode_attention_step(int il, cl_ulong layer_off) {
   att.att_base = layer_off;
   att.att_window = c.is_swa(il) ? c.sliding_window : 0;
   att.att_ring = s_.kv[size_t(il)].rows;
-  const KernelArgs args = attention_decode_args(c, s_, q_, layer_off, att_);
+  const KernelArgs args = attention_decode_args(c, s_, q_, s_.kv[size_t(il)], att_);
   args.bind(att.kernel);
   att.arg_att_off = int(args.index("layer_off"));
   att.arg_att_n = int(args.index("n_pos"));
   att.arg_att_wrap = int(args.index("wrap_at"));
-  set_arg(att.kernel.get(), cl_uint(args.index("ring")), cl_int(att.att_ring));
   return att;
 }
 

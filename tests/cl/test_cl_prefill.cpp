@@ -435,11 +435,10 @@ void expect_perplexity_matches(const std::string& model_path, const std::string&
   const auto ref = nlohmann::json::parse(test::read_file(test::shared_file(reference)));
   const double want = ref.at("ppl").get<double>();
   const char* dev = std::getenv("CLCHAT_TEST_DEVICE");
-  const auto r =
-      test::run_command(test::clchat_binary() + " perplexity -m " + model_path + " -f " +
-                        test::shared_file("reference/ppl-text.txt") + " --ctx " +
-                        std::to_string(ctx) + " --chunk " + std::to_string(chunk) + " --device " +
-                        (dev && *dev ? dev : "cpu"));
+  const auto r = test::run_command(test::clchat_binary() + " perplexity -m " + model_path + " -f " +
+                                   test::shared_file("reference/ppl-text.txt") + " --ctx " +
+                                   std::to_string(ctx) + " --chunk " + std::to_string(chunk) +
+                                   " --device " + (dev && *dev ? dev : "cpu"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::printf("%s%s", r.out.c_str(), r.err.c_str());
   const std::string key = "Final estimate: PPL = ";

@@ -26,6 +26,18 @@
 //                       to the lowest id).
 // 5 barriers per layer + 2.
 //
+// Other graphs (GENERAL_GRAPH, from the host for every model that is not
+// plain llama; the options are decode_persistent.cl's: NEOX, QKV_BIAS,
+// QK_NORM, POST_NORMS, FFN_GELU, WINDOW / KV_RING, EMBED_SCALE, Q_MUL,
+// N_EMBD_Q): P1 claims whole heads of [Q; K; V] (qkv_heads: bias, head norm,
+// RoPE of adjacent or NeoX pairs, q x Q_MUL, all in the group's registers);
+// sliding-window layers (LAYER_SWA in the layer's LO_ALT word) attend over
+// the last WINDOW positions of their ring of KV_RING rows with their own RoPE
+// table (rope_cs_swa); with POST_NORMS, P3 and P5 write o = W in, and every
+// group keeps its own copy of the residual stream (xr, in its slot of xn) to
+// which the next normed stage first adds o * post_norm / rms(o): the same
+// bits in every group, so no barrier and no shared write. Same barriers.
+//
 // Work split: each stage's rows ((KV head, split) pairs in P2) are claimed
 // in chunks from a shared counter (CHUNKS_PER_GROUP chunks per group, so
 // each chunk is a long run of rows), so a core that runs slower (another
@@ -72,17 +84,50 @@
 #endif
 
 #define CPU_WG 2
+#ifndef GENERAL_GRAPH
+#define GENERAL_GRAPH 0
+#endif
+#ifndef NEOX
+#define NEOX 0
+#endif
+#ifndef QKV_BIAS
+#define QKV_BIAS 0
+#endif
+#ifndef QK_NORM
+#define QK_NORM 0
+#endif
+#ifndef POST_NORMS
+#define POST_NORMS 0
+#endif
+#ifndef FFN_GELU
+#define FFN_GELU 0
+#endif
+#ifndef WINDOW
+#define WINDOW 0
+#endif
+#ifndef KV_RING
+#define KV_RING N_CTX
+#endif
+#ifndef Q_MUL
+#define Q_MUL 1.0f
+#endif
+#if !GENERAL_GRAPH && (NEOX || QKV_BIAS || QK_NORM || POST_NORMS || FFN_GELU || WINDOW > 0)
+#error "these graph options need GENERAL_GRAPH"
+#endif
 // Rows per claim: n_rows split into CHUNKS_PER_GROUP chunks per group, a
 // multiple of NR rows each (1 to 8 measured alike within the VM's noise,
 // 16 slower; 64-row chunks, the first version, were slower too).
 #define CHUNKS_PER_GROUP 2
 // A group's slot of xn (XN_STRIDE floats, from the host: 128-byte aligned
 // slots): its normed input xg (N_EMBD rounded up to 32 floats), then a
-// stage's input in 16-bit form (cpu_dot.cl's X16_BYTES of the longer of
-// N_EMBD and N_FF, rounded up to 32).
+// stage's input in 16-bit form (cpu_dot.cl's X16_BYTES of the longest of
+// N_EMBD, N_FF and N_EMBD_Q, rounded up to 32 floats), then with POST_NORMS
+// its copy of the residual stream xr (XG_FLOATS).
 #define XG_FLOATS ((N_EMBD + 31) / 32 * 32)
-#define X16_MAX_IN (((N_EMBD > N_FF ? N_EMBD : N_FF) + 31) / 32 * 32)
-#if XN_STRIDE < XG_FLOATS + X16_BYTES(X16_MAX_IN) / 4 || XN_STRIDE % 32 != 0
+#define MAX2(a, b) ((a) > (b) ? (a) : (b))
+#define X16_MAX_IN ((MAX2(MAX2(N_EMBD, N_FF), N_EMBD_Q) + 31) / 32 * 32)
+#define XR_AT (XG_FLOATS + (X16_BYTES(X16_MAX_IN) / 4 + 31) / 32 * 32)
+#if XN_STRIDE < XR_AT + (POST_NORMS ? XG_FLOATS : 0) || XN_STRIDE % 32 != 0
 #error "XN_STRIDE too small for the slot"
 #endif
 // Whether a role's inputs need the 16-bit form: 16-bit activations for the
@@ -173,6 +218,14 @@ inline void norm_into(const __global float* x, const __global float* g, __global
   for (int i = 0; i < N_EMBD; ++i) xg[i] = x[i] * scale * g[i];
 }
 
+// y = v * g / rms(v) over n values (a q or k head, in registers).
+inline void head_norm(float* y, const __global float* g, int n) {
+  float ss = 0.0f;
+  for (int i = 0; i < n; ++i) ss += y[i] * y[i];
+  const float scale = rsqrt(ss / n + RMS_EPS);
+  for (int i = 0; i < n; ++i) y[i] *= scale * g[i];
+}
+
 // Attention splits: a head's positions go to several claims (2, or one per
 // ATT_SPLIT_POS positions, up to ATT_SPLIT_MAX), so the cores share the
 // work evenly; each claim leaves its partial
@@ -182,25 +235,33 @@ inline void norm_into(const __global float* x, const __global float* g, __global
 #define ATT_SPLIT_POS 64
 #endif
 
+// The window of a layer's attention: n keys, key t (0 .. n - 1) in cache row
+// kv_row(t, wrap_at, ring) from `off` (floats; attention_cpu.cl's kv_row:
+// a sliding-window layer's ring wraps to its row 0 at key wrap_at).
+typedef struct {
+  ulong off;
+  int n, wrap_at, ring;
+} KvWindow;
+
 #if HEAD_DIM % 8 == 0
 #define HD8 (HEAD_DIM / 8)
-// Attention of query head hd over cache positions t0 .. t1 - 1 with 8-wide
-// vectors, in three sweeps: scores and their max; exp (8 at a time) and
-// their sum; the weighted sum of V in HD8 float8 registers. Leaves the
+// Attention of query head hd over keys t0 .. t1 - 1 of window kw with
+// 8-wide vectors, in three sweeps: scores and their max; exp (8 at a time)
+// and their sum; the weighted sum of V in HD8 float8 registers. Leaves the
 // running max in *m_out, the sum in *l_out and the unnormalised sum in acc.
 inline void attend_range8(int hd, const __global float* q, const __global float* k_cache,
-                          const __global float* v_cache, ulong layer_cache, int t0, int t1,
+                          const __global float* v_cache, KvWindow kw, int t0, int t1,
                           __global float* scores, float* m_out, float* l_out, float8* acc) {
   const int kvh = hd / (N_HEAD / N_HEAD_KV);
-  const __global float* kh = k_cache + layer_cache + kvh * HEAD_DIM;
-  const __global float* vh = v_cache + layer_cache + kvh * HEAD_DIM;
+  const __global float* kh = k_cache + kw.off + kvh * HEAD_DIM;
+  const __global float* vh = v_cache + kw.off + kvh * HEAD_DIM;
   __global float* s = scores + (size_t)hd * N_CTX;
   float8 qv[HD8];
   const float kq_scale = rsqrt((float)HEAD_DIM);
   for (int d = 0; d < HD8; ++d) qv[d] = vload8(d, q + hd * HEAD_DIM) * kq_scale;
   float m = -FLT_MAX;  // finite: built with -cl-fast-relaxed-math
   for (int t = t0; t < t1; ++t) {
-    const __global float* k = kh + (size_t)t * N_EMBD_KV;
+    const __global float* k = kh + kv_row(t, kw.wrap_at, kw.ring) * N_EMBD_KV;
     float8 a = qv[0] * vload8(0, k);
     for (int d = 1; d < HD8; ++d) a = fma(qv[d], vload8(d, k), a);
     const float st = hsum8(a);
@@ -221,23 +282,24 @@ inline void attend_range8(int hd, const __global float* q, const __global float*
   for (int d = 0; d < HD8; ++d) acc[d] = 0.0f;
   for (t = t0; t < t1; ++t) {
     const float8 p = (float8)s[t];
-    const __global float* v = vh + (size_t)t * N_EMBD_KV;
+    const __global float* v = vh + kv_row(t, kw.wrap_at, kw.ring) * N_EMBD_KV;
     for (int d = 0; d < HD8; ++d) acc[d] = fma(p, vload8(d, v), acc[d]);
   }
   *m_out = m;
   *l_out = l;
 }
 
-// Split sp of n_split of head hd; the head's last split to finish merges.
-inline void attend_split8(int hd, int sp, int n_split, int n_pos, const __global float* q,
+// Split sp of n_split of head hd over window kw; the head's last split to
+// finish merges.
+inline void attend_split8(int hd, int sp, int n_split, KvWindow kw, const __global float* q,
                           const __global float* k_cache, const __global float* v_cache,
-                          ulong layer_cache, __global float* scores, __global float* att,
-                          __global float* att_part, volatile __global uint* att_count) {
-  const int span = (n_pos + n_split - 1) / n_split;
-  const int t0 = sp * span, t1 = min(n_pos, t0 + span);
+                          __global float* scores, __global float* att, __global float* att_part,
+                          volatile __global uint* att_count) {
+  const int span = (kw.n + n_split - 1) / n_split;
+  const int t0 = sp * span, t1 = min(kw.n, t0 + span);
   float m, l;  // an empty range leaves m = -FLT_MAX, l = 0, acc = 0
   float8 acc[HD8];
-  attend_range8(hd, q, k_cache, v_cache, layer_cache, t0, t1, scores, &m, &l, acc);
+  attend_range8(hd, q, k_cache, v_cache, kw, t0, t1, scores, &m, &l, acc);
   if (n_split == 1) {
     const float inv = 1.0f / l;
     for (int d = 0; d < HD8; ++d) vstore8(acc[d] * inv, d, att + hd * HEAD_DIM);
@@ -281,15 +343,16 @@ typedef struct {
   ulong head_q, head_s;             // lm_head (N_VOCAB, N_EMBD), type WT_HEAD
   ulong out_norm;                   // (N_EMBD) float
   const __global float2* rope_cs;   // (n_ctx, N_ROT / 2) cos, sin
+  const __global float2* rope_cs_swa;  // the same for sliding-window layers
 } Weights;
 
 // What the token writes (llama2.c's RunState).
 typedef struct {
   __global float* x;                  // (N_EMBD) the residual stream
-  __global float* q;                  // (N_EMBD) this position's queries
+  __global float* q;                  // (N_EMBD_Q) this position's queries
   __global float* k_cache;            // (N_LAYER, N_CTX, N_EMBD_KV)
   __global float* v_cache;            // (N_LAYER, N_CTX, N_EMBD_KV)
-  __global float* att;                // (N_EMBD) attention output, heads side by side
+  __global float* att;                // (N_EMBD_Q) attention output, heads side by side
   __global float* h;                  // (N_FF) silu(gate) * up
   __global float* logits;             // (N_VOCAB)
   __global float* part_val;           // (n_groups) each group's best logit
@@ -298,7 +361,9 @@ typedef struct {
   __global float* att_part;           // (N_HEAD, ATT_SPLIT_MAX, ATT_PART) split partials
   volatile __global uint* att_count;  // (N_HEAD) splits done per head
   __global float* xg;                 // (N_EMBD) this group's normed input (its slot of xn)
-  __global uchar* xq;                 // a stage's input in 16-bit form (the rest of the slot)
+  __global uchar* xq;                 // a stage's input in 16-bit form (next in the slot)
+  __global float* o;                  // (N_EMBD) POST_NORMS: Wo att, then Wd h
+  __global float* xr;                 // POST_NORMS: this group's residual stream (its slot)
 } State;
 
 // A matrix of the arena: payloads and scales (fp16 bits).
@@ -319,6 +384,9 @@ CPU_INLINE void embed(const Weights* w, __global float* x, int token) {
   const int row = token >= 0 && token < N_VOCAB ? token : 0;
   for (int i = 0; i < N_EMBD; ++i) {
     x[i] = embd_value(w->arena + w->embd_q, w->arena + w->embd_s, row, i);
+#ifdef EMBED_SCALE
+    x[i] *= EMBED_SCALE;
+#endif
   }
 }
 
@@ -354,7 +422,24 @@ CPU_INLINE X16 stage_x16(const State* s, const __global float* in, int n, const 
   return none;
 }
 
-#if !QKV_STACKED
+// The residual stream as a normed stage reads it: x, or with POST_NORMS this
+// group's copy xr after adding the last matrix stage's o * post / rms(o)
+// (post null: xr = x, the embedding, at layer 0's first stage).
+CPU_INLINE const __global float* stage_residual(const State* s, const __global float* post) {
+#if POST_NORMS
+  if (!post) {
+    for (int i = 0; i < N_EMBD; ++i) s->xr[i] = s->x[i];
+  } else {
+    const float scale = rms_scale(s->o, N_EMBD, RMS_EPS);
+    for (int i = 0; i < N_EMBD; ++i) s->xr[i] += s->o[i] * scale * post[i];
+  }
+  return s->xr;
+#else
+  return s->x;
+#endif
+}
+
+#if !GENERAL_GRAPH && !QKV_STACKED
 // P1's rows from0 .. to - 1 of [Q; K; V] that lie in matrix `m` (0 Q, 1 K,
 // 2 V: rows first .. first + n - 1 of the stack, type `type` or type_alt
 // where `alt`), NR at a time: dots, RoPE, stores.
@@ -373,17 +458,90 @@ CPU_INLINE void qkv_part(const State* s, X16 xg16, const __global float2* rope_c
 }
 #endif
 
-// P1: q; k; v = Wqkv (x * attn_norm / rms(x)) in row pairs, RoPE, k and v ->
-// the cache at pos. Claims are chunks of [Q; K; V]'s rows; with Q, K and V
-// not stacked (each its own matrix and type in the arena), a chunk's rows
-// are taken matrix by matrix (chunks and matrices start at even rows, so the
-// RoPE pairs stay whole).
+#if GENERAL_GRAPH
+// RoPE of a head's first N_ROT values v (in registers) by the angles of
+// position table cs (N_ROT / 2 (cos, sin)): pairs (2j, 2j + 1), or with NEOX
+// (j, j + N_ROT / 2).
+inline void rope_head(float* v, const __global float2* cs) {
+  for (int j = 0; j < N_ROT / 2; ++j) {
+    const int a = NEOX ? j : 2 * j, b = NEOX ? j + N_ROT / 2 : 2 * j + 1;
+    const float2 c = cs[j];
+    const float va = v[a], vb = v[b];
+    v[a] = va * c.x - vb * c.y;
+    v[b] = va * c.y + vb * c.x;
+  }
+}
+
+// P1 of the other graphs: claim u is head u of [Q; K; V] (N_HEAD q heads,
+// then N_HEAD_KV k heads and v heads): its HEAD_DIM rows, NR at a time, into
+// registers; + its biases (QKV_BIAS); a q or k head RMS-normed (QK_NORM) and
+// turned by RoPE at pos (table rope), q times Q_MUL; q -> q, k and v -> the
+// cache row at cache_off.
+CPU_INLINE void qkv_heads(const Weights* w, const State* s, Grid* g, const __global ulong* lo,
+                          X16 xg16, const __global float2* rope, ulong cache_off, int pos) {
+  float hv[HEAD_DIM + NR];  // + NR: the last rows' dots past HEAD_DIM
+  for (uint u; claim(g, N_HEAD + 2 * N_HEAD_KV, &u);) {
+    const int kind = u < N_HEAD ? 0 : u < N_HEAD + N_HEAD_KV ? 1 : 2;  // q, k, v
+    const int head = kind == 0 ? u : kind == 1 ? u - N_HEAD : u - N_HEAD - N_HEAD_KV;
+#if QKV_STACKED
+    const Matrix m = layer_matrix(w, lo, LO_Q_Q, LO_Q_S);
+    const int first = u * HEAD_DIM;  // in [Q; K; V]
+    for (int r = 0; r < HEAD_DIM; r += NR) {
+      rows_dot_typed(WT_Q, m, N_EMBD, first + r, first + HEAD_DIM, s->xg, xg16, hv + r);
+    }
+#else
+    const int slot = kind == 0 ? LO_Q_Q : kind == 1 ? LO_K_Q : LO_V_Q;  // its _S follows
+    const Matrix m = layer_matrix(w, lo, slot, slot + 1);
+    const int first = head * HEAD_DIM;  // in its matrix
+    for (int r = 0; r < HEAD_DIM; r += NR) {
+      if (kind == 0) {
+        rows_dot_alt(WT_Q, WT_Q_ALT, USES_ALT(lo, Q), m, N_EMBD, first + r, first + HEAD_DIM, s->xg,
+                     xg16, hv + r);
+      } else if (kind == 1) {
+        rows_dot_alt(WT_K, WT_K_ALT, USES_ALT(lo, K), m, N_EMBD, first + r, first + HEAD_DIM, s->xg,
+                     xg16, hv + r);
+      } else {
+        rows_dot_alt(WT_V, WT_V_ALT, USES_ALT(lo, V), m, N_EMBD, first + r, first + HEAD_DIM, s->xg,
+                     xg16, hv + r);
+      }
+    }
+#endif
+#if QKV_BIAS
+    const __global float* bias = (const __global float*)(w->arena + lo[LO_QKV_BIAS]) + u * HEAD_DIM;
+    for (int i = 0; i < HEAD_DIM; ++i) hv[i] += bias[i];
+#endif
+    if (kind < 2) {
+#if QK_NORM
+      head_norm(hv, (const __global float*)(w->arena + lo[kind == 0 ? LO_Q_NORM : LO_K_NORM]),
+                HEAD_DIM);
+#endif
+      rope_head(hv, rope + (size_t)pos * (N_ROT / 2));
+    }
+    if (kind == 0) {
+      for (int i = 0; i < HEAD_DIM; ++i) s->q[head * HEAD_DIM + i] = hv[i] * Q_MUL;
+    } else {
+      __global float* dst = (kind == 1 ? s->k_cache : s->v_cache) + cache_off + head * HEAD_DIM;
+      for (int i = 0; i < HEAD_DIM; ++i) dst[i] = hv[i];
+    }
+  }
+}
+#endif
+
+// P1: q; k; v = Wqkv (x * attn_norm / rms(x)), x the stage's residual, RoPE
+// (table rope), k and v -> the cache row at cache_off. Llama's graph: claims
+// are chunks of [Q; K; V]'s rows in pairs; with Q, K and V not stacked (each
+// its own matrix and type in the arena), a chunk's rows are taken matrix by
+// matrix (chunks and matrices start at even rows, so the RoPE pairs stay
+// whole). Other graphs: claims are heads (qkv_heads).
 CPU_INLINE void qkv_rope_append(const Weights* w, const State* s, Grid* g, const __global ulong* lo,
-                                ulong layer_cache, int pos) {
-  norm_into(s->x, (const __global float*)(w->arena + lo[LO_ATTN_NORM]), s->xg);
+                                const __global float* x, const __global float2* rope,
+                                ulong cache_off, int pos) {
+  norm_into(x, (const __global float*)(w->arena + lo[LO_ATTN_NORM]), s->xg);
   const X16 xg16 = stage_x16(s, s->xg, N_EMBD, ROLE_X16(Q) || ROLE_X16(K) || ROLE_X16(V));
+#if GENERAL_GRAPH
+  qkv_heads(w, s, g, lo, xg16, rope, cache_off, pos);
+#else
   const int chunk = chunk_rows(N_QKV, g->n_groups);
-  const ulong cache_off = layer_cache + (ulong)pos * N_EMBD_KV;
 #if QKV_STACKED
   const Matrix wqkv = layer_matrix(w, lo, LO_Q_Q, LO_Q_S);
   float dots[NR];
@@ -391,8 +549,8 @@ CPU_INLINE void qkv_rope_append(const Weights* w, const State* s, Grid* g, const
     for (int row0 = c * chunk; row0 < min(N_QKV, (int)(c + 1) * chunk); row0 += NR) {
       rows_dot_typed(WT_Q, wqkv, N_EMBD, row0, N_QKV, s->xg, xg16, dots);
       for (int r = 0; r < NR && row0 + r < N_QKV; r += 2) {
-        rope_store_pair(row0 + r, dots[r], dots[r + 1], N_EMBD, N_EMBD_KV, HEAD_DIM, N_ROT,
-                        w->rope_cs, pos, s->q, s->k_cache, s->v_cache, cache_off);
+        rope_store_pair(row0 + r, dots[r], dots[r + 1], N_EMBD, N_EMBD_KV, HEAD_DIM, N_ROT, rope,
+                        pos, s->q, s->k_cache, s->v_cache, cache_off);
       }
     }
   }
@@ -403,56 +561,61 @@ CPU_INLINE void qkv_rope_append(const Weights* w, const State* s, Grid* g, const
   const bool alt_q = USES_ALT(lo, Q), alt_k = USES_ALT(lo, K), alt_v = USES_ALT(lo, V);
   for (uint c; claim(g, n_chunks(N_QKV, chunk), &c);) {
     const int from0 = c * chunk, to = min(N_QKV, (int)(c + 1) * chunk);
-    qkv_part(s, xg16, w->rope_cs, WT_Q, WT_Q_ALT, alt_q, wq, 0, N_EMBD, from0, to, cache_off,
+    qkv_part(s, xg16, rope, WT_Q, WT_Q_ALT, alt_q, wq, 0, N_EMBD, from0, to, cache_off, pos);
+    qkv_part(s, xg16, rope, WT_K, WT_K_ALT, alt_k, wk, N_EMBD, N_EMBD_KV, from0, to, cache_off,
              pos);
-    qkv_part(s, xg16, w->rope_cs, WT_K, WT_K_ALT, alt_k, wk, N_EMBD, N_EMBD_KV, from0, to,
+    qkv_part(s, xg16, rope, WT_V, WT_V_ALT, alt_v, wv, N_EMBD + N_EMBD_KV, N_EMBD_KV, from0, to,
              cache_off, pos);
-    qkv_part(s, xg16, w->rope_cs, WT_V, WT_V_ALT, alt_v, wv, N_EMBD + N_EMBD_KV, N_EMBD_KV, from0,
-             to, cache_off, pos);
   }
+#endif
 #endif
 }
 
-// P2: attention over cache positions 0..pos. A claim is a (KV head, split):
-// the query heads that share the KV head run one after another over the same
-// K and V rows, which the first of them brought into this core's caches.
-// Head sizes that are not a multiple of 8: a whole head per claim.
-CPU_INLINE void attention(const State* s, Grid* g, ulong layer_cache, int pos, int n_split) {
+// P2: attention over window kw. A claim is a (KV head, split): the query
+// heads that share the KV head run one after another over the same K and V
+// rows, which the first of them brought into this core's caches. Head sizes
+// that are not a multiple of 8: a whole head per claim.
+CPU_INLINE void attention(const State* s, Grid* g, KvWindow kw, int n_split) {
 #if HEAD_DIM % 8 == 0
   for (uint u; claim(g, N_HEAD_KV * n_split, &u);) {
     const int kvh = u / n_split, sp = u % n_split;
     for (int i = 0; i < N_HEAD / N_HEAD_KV; ++i) {
-      attend_split8(kvh * (N_HEAD / N_HEAD_KV) + i, sp, n_split, pos + 1, s->q, s->k_cache,
-                    s->v_cache, layer_cache, s->scores, s->att, s->att_part, s->att_count);
+      attend_split8(kvh * (N_HEAD / N_HEAD_KV) + i, sp, n_split, kw, s->q, s->k_cache, s->v_cache,
+                    s->scores, s->att, s->att_part, s->att_count);
     }
   }
 #else
   for (uint hd; claim(g, N_HEAD, &hd);) {
-    attend_head(hd, s->q, s->k_cache, s->v_cache, layer_cache, pos + 1, pos + 1, 0, N_HEAD,
+    attend_head(hd, s->q, s->k_cache, s->v_cache, kw.off, kw.n, kw.wrap_at, kw.ring, N_HEAD,
                 N_HEAD_KV, HEAD_DIM, s->scores, N_CTX, s->att);
   }
 #endif
 }
 
-// P3 and P5: x += W in, W (N_EMBD x n_in) of type `type` (type_alt where
-// `alt`): Wo att, Wd h; `in` made 16-bit first where `x16` (a literal).
+// P3 and P5: out += W in (out = W in where !add), W (N_EMBD x n_in) of type
+// `type` (type_alt where `alt`): Wo att, Wd h; `in` made 16-bit first where
+// `x16` (a literal).
 CPU_INLINE void matvec_residual(const State* s, Grid* g, int type, int type_alt, bool alt,
                                 Matrix m, int n_in, const __global float* in, const bool x16,
-                                __global float* x) {
+                                __global float* out, const bool add) {
   const X16 in16 = stage_x16(s, in, n_in, x16);
   const int chunk = chunk_rows(N_EMBD, g->n_groups);
   float dots[NR];
   for (uint c; claim(g, n_chunks(N_EMBD, chunk), &c);) {
     for (int row0 = c * chunk; row0 < min(N_EMBD, (int)(c + 1) * chunk); row0 += NR) {
       rows_dot_alt(type, type_alt, alt, m, n_in, row0, N_EMBD, in, in16, dots);
-      for (int r = 0; r < NR && row0 + r < N_EMBD; ++r) x[row0 + r] += dots[r];
+      for (int r = 0; r < NR && row0 + r < N_EMBD; ++r) {
+        out[row0 + r] = add ? out[row0 + r] + dots[r] : dots[r];
+      }
     }
   }
 }
 
-// P4: h = silu(Wg x') * (Wu x'), x' = x * ffn_norm / rms(x).
-CPU_INLINE void ffn_gate_up(const Weights* w, const State* s, Grid* g, const __global ulong* lo) {
-  norm_into(s->x, (const __global float*)(w->arena + lo[LO_FFN_NORM]), s->xg);
+// P4: h = silu(Wg x') * (Wu x') (FFN_GELU: gelu(Wg x') with tanh's form),
+// x' = x * ffn_norm / rms(x), x the stage's residual.
+CPU_INLINE void ffn_gate_up(const Weights* w, const State* s, Grid* g, const __global ulong* lo,
+                            const __global float* x) {
+  norm_into(x, (const __global float*)(w->arena + lo[LO_FFN_NORM]), s->xg);
   const X16 xg16 = stage_x16(s, s->xg, N_EMBD, ROLE_X16(FFN));
   const Matrix wg = layer_matrix(w, lo, LO_GATE_Q, LO_GATE_S);
   const Matrix wu = layer_matrix(w, lo, LO_UP_Q, LO_UP_S);
@@ -464,16 +627,22 @@ CPU_INLINE void ffn_gate_up(const Weights* w, const State* s, Grid* g, const __g
       rows_dot_alt(WT_FFN, WT_FFN_ALT, alt, wg, N_EMBD, row0, N_FF, s->xg, xg16, gate);
       rows_dot_alt(WT_FFN, WT_FFN_ALT, alt, wu, N_EMBD, row0, N_FF, s->xg, xg16, up);
       for (int r = 0; r < NR && row0 + r < N_FF; ++r) {
-        s->h[row0 + r] = gate[r] / (1.0f + exp(-gate[r])) * up[r];
+        const float gr = gate[r];
+#if FFN_GELU
+        s->h[row0 + r] = 0.5f * gr * (1.0f + tanh(0.7978845608f * (gr + 0.044715f * gr * gr * gr))) *
+                         up[r];
+#else
+        s->h[row0 + r] = gr / (1.0f + exp(-gr)) * up[r];
+#endif
       }
     }
   }
 }
 
-// The head: logits = Whead (x * output_norm / rms(x)); this group's argmax
-// candidate -> part_val, part_idx.
-CPU_INLINE void head_logits(const Weights* w, const State* s, Grid* g) {
-  norm_into(s->x, (const __global float*)(w->arena + w->out_norm), s->xg);
+// The head: logits = Whead (x * output_norm / rms(x)), x the residual; this
+// group's argmax candidate -> part_val, part_idx.
+CPU_INLINE void head_logits(const Weights* w, const State* s, Grid* g, const __global float* x) {
+  norm_into(x, (const __global float*)(w->arena + w->out_norm), s->xg);
   const X16 xg16 = stage_x16(s, s->xg, N_EMBD, X16_TYPE(WT_HEAD));
   const Matrix wh = {w->arena + w->head_q, (const __global ushort*)(w->arena + w->head_s)};
   const int chunk = chunk_rows(N_VOCAB, g->n_groups);
@@ -517,12 +686,13 @@ CPU_INLINE void pick_token(const State* s, Grid* g, __global int* ids) {
 __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
     const __global uchar* arena, const __global ulong* layer_off, ulong embd_q, ulong embd_s,
     ulong head_q, ulong head_s, ulong out_norm, const __global float2* rope_cs,
-    __global float* k_cache, __global float* v_cache, __global float* x, __global float* q,
-    __global float* att, __global float* h, __global float* logits, __global float* part_val,
-    __global int* part_idx, __global int* ids, int token_index, int pos,
-    volatile __global uint* bar, uint bar_base, volatile __global uint* abort_flag,
-    __global ulong* trace, volatile __global uint* work, __global float* scores, __global float* xn,
-    ulong spin_ticks, __global float* att_part, volatile __global uint* att_count) {
+    const __global float2* rope_cs_swa, __global float* k_cache, __global float* v_cache,
+    __global float* x, __global float* q, __global float* att, __global float* h,
+    __global float* logits, __global float* part_val, __global int* part_idx, __global int* ids,
+    int token_index, int pos, volatile __global uint* bar, uint bar_base,
+    volatile __global uint* abort_flag, __global ulong* trace, volatile __global uint* work,
+    __global float* scores, __global float* xn, ulong spin_ticks, __global float* att_part,
+    volatile __global uint* att_count, __global float* o) {
   if (get_local_id(0) != 0) return;
   const int group = get_group_id(0);
   const int n_groups = get_num_groups(0);
@@ -531,45 +701,77 @@ __kernel __attribute__((reqd_work_group_size(CPU_WG, 1, 1))) void decode_token(
     return;
   }
   Grid g = {group, n_groups, bar, bar_base, 0, abort_flag, spin_ticks, trace, work, 0};
-  const Weights w = {arena, layer_off, embd_q, embd_s, head_q, head_s, out_norm, rope_cs};
+  const Weights w = {arena, layer_off, embd_q, embd_s, head_q, head_s, out_norm, rope_cs,
+                     rope_cs_swa};
   __global float* xg = xn + (size_t)group * XN_STRIDE;
   __global uchar* xq = (__global uchar*)(xg + XG_FLOATS);
-  const State s = {x,        q,        k_cache, v_cache,  att,       h,  logits,
-                   part_val, part_idx, scores,  att_part, att_count, xg, xq};
+  const State s = {x,        q,        k_cache, v_cache,  att,       h,  logits, part_val,
+                   part_idx, scores,   att_part, att_count, xg,      xq, o,      xg + XR_AT};
   if (trace && group == 0) trace[0] = __builtin_ia32_rdtsc();
 
   if (group == 0) embed(&w, x, ids[token_index]);
   grid_sync(&g);
 
-  // At least two splits from two positions on: the claims are KV heads
-  // (3 for SmolLM2), which alone would not spread evenly over the cores.
-  const int n_split = clamp((pos + ATT_SPLIT_POS) / ATT_SPLIT_POS, min(2, pos + 1), ATT_SPLIT_MAX);
+  const int n_pos = pos + 1;
+  ulong cache_base = 0;  // this layer's K / V rows (engine/cl/decode_state.h)
   for (int il = 0; il < N_LAYER; ++il) {
     const __global ulong* lo = layer_off + il * LO_N;
-    const ulong layer_cache = (ulong)il * N_CTX * N_EMBD_KV;
+#if WINDOW > 0
+    const bool swa = ((uint)lo[LO_ALT] & LAYER_SWA) != 0;
+    const int ring = swa ? KV_RING : N_CTX;
+    const int first = swa ? max(0, n_pos - WINDOW) : 0;
+    const __global float2* rope = swa ? rope_cs_swa : rope_cs;
+#else
+    const int ring = N_CTX;
+    const int first = 0;
+    const __global float2* rope = rope_cs;
+#endif
+#if POST_NORMS
+    const __global float* post_attn = (const __global float*)(arena + lo[LO_POST_ATTN]);
+    const __global float* post_ffn_before =
+        il > 0 ? (const __global float*)(arena + lo[LO_POST_FFN - LO_N]) : 0;
+#else
+    const __global float* post_attn = 0;
+    const __global float* post_ffn_before = 0;
+#endif
 
     // P1: q, k, v = Wqkv rmsnorm(x); RoPE; k, v -> cache
-    qkv_rope_append(&w, &s, &g, lo, layer_cache, pos);
+    qkv_rope_append(&w, &s, &g, lo, stage_residual(&s, post_ffn_before), rope,
+                    cache_base + (ulong)(pos % ring) * N_EMBD_KV, pos);
     grid_sync(&g);
-    // P2: att = softmax(q K^T / sqrt(HEAD_DIM)) V
-    attention(&s, &g, layer_cache, pos, n_split);
+    // P2: att = softmax(q K^T / sqrt(HEAD_DIM)) V over the window's keys.
+    // At least two splits from two keys on: the claims are KV heads (3 for
+    // SmolLM2), which alone would not spread evenly over the cores.
+    const int row0 = first % ring;
+    const KvWindow kw = {cache_base + (ulong)row0 * N_EMBD_KV, n_pos - first, ring - row0, ring};
+    attention(&s, &g, kw,
+              clamp((kw.n + ATT_SPLIT_POS - 1) / ATT_SPLIT_POS, min(2, kw.n), ATT_SPLIT_MAX));
     grid_sync(&g);
-    // P3: x += Wo att
+    // P3: x += Wo att (POST_NORMS: o = Wo att)
     matvec_residual(&s, &g, WT_WO, WT_WO_ALT, USES_ALT(lo, WO),
-                    layer_matrix(&w, lo, LO_WO_Q, LO_WO_S), N_EMBD, att, ROLE_X16(WO), x);
+                    layer_matrix(&w, lo, LO_WO_Q, LO_WO_S), N_EMBD_Q, att, ROLE_X16(WO),
+                    POST_NORMS ? o : x, !POST_NORMS);
     grid_sync(&g);
     // P4: h = silu(Wg rmsnorm(x)) * (Wu rmsnorm(x))
-    ffn_gate_up(&w, &s, &g, lo);
+    ffn_gate_up(&w, &s, &g, lo, stage_residual(&s, post_attn));
     grid_sync(&g);
-    // P5: x += Wd h
+    // P5: x += Wd h (POST_NORMS: o = Wd h)
     matvec_residual(&s, &g, WT_DOWN, WT_DOWN_ALT, USES_ALT(lo, DOWN),
-                    layer_matrix(&w, lo, LO_DOWN_Q, LO_DOWN_S), N_FF, h, ROLE_X16(DOWN), x);
+                    layer_matrix(&w, lo, LO_DOWN_Q, LO_DOWN_S), N_FF, h, ROLE_X16(DOWN),
+                    POST_NORMS ? o : x, !POST_NORMS);
     grid_sync(&g);
+    cache_base += (ulong)ring * N_EMBD_KV;
   }
 
   // The head: logits = Whead rmsnorm(x), each group's argmax candidate; then
   // group 0 picks the token.
-  head_logits(&w, &s, &g);
+#if POST_NORMS
+  const __global float* post_ffn_last =
+      (const __global float*)(arena + layer_off[(N_LAYER - 1) * LO_N + LO_POST_FFN]);
+#else
+  const __global float* post_ffn_last = 0;
+#endif
+  head_logits(&w, &s, &g, stage_residual(&s, post_ffn_last));
   grid_sync(&g);
   if (group == 0) pick_token(&s, &g, ids);
 }

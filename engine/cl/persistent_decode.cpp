@@ -56,7 +56,6 @@ std::string PersistentDecode::ineligible(const ModelConfig& c, const DeviceInfo&
                                          const DecodeTuning& tuning, const DeviceWeights& w) {
   if (!tuning.persistent) return "turned off (engine.persistent_decode, --no-persistent)";
   const bool cpu = dev.is_cpu;
-  if (cpu && !c.plain_llama()) return "the " + c.arch + " graph (the CPU kernel runs llama's)";
   if (c.n_embd_q() % 32 != 0) return "query width not a multiple of 32";
   if (cpu) {
 #if !defined(__x86_64__)
@@ -194,8 +193,9 @@ void PersistentDecode::alloc_scratch() {
   if (cpu_) {
     xn_ = rt_.alloc(n_groups_ * xn_stride() * 4);
     work_ = rt_.alloc(4);
-  } else {
-    post_out_ = rt_.alloc(size_t(c.n_embd) * 4);
+  }
+  post_out_ = rt_.alloc(size_t(c.n_embd) * 4);
+  if (!cpu_) {
     // The sampling chain's maxima and list (decode_persistent.cl), and the
     // list's length, 0 between tokens.
     cand_ = rt_.alloc(
@@ -226,12 +226,15 @@ bool PersistentDecode::samples(const SamplingParams& p) const {
 // Floats per work-group in xn_ (CPU kernel): the normed input (n_embd
 // rounded up to 32 floats), then a stage's input as 16-bit integers with a
 // scale and a sum per 32 values (cpu_dot.cl's X16_BYTES, 128-byte aligned),
-// for the longer of n_embd and n_ff rounded up to 32; the kernel checks it.
+// for the longest of n_embd, n_ff and the query width rounded up to 32, then
+// with post-norms the group's copy of the residual stream (n_embd rounded
+// up); the kernel checks it.
 size_t PersistentDecode::xn_stride() const {
   auto up32 = [](size_t n) { return (n + 31) / 32 * 32; };
-  const size_t n16 = up32(size_t(std::max(config_.n_embd, config_.n_ff)));
+  const size_t n16 = up32(size_t(std::max({config_.n_embd, config_.n_ff, config_.n_embd_q()})));
   const size_t x16_bytes = n16 * 2 + (n16 / 32 * 8 + 127) / 128 * 128;
-  return up32(size_t(config_.n_embd)) + up32(x16_bytes / 4);
+  const size_t embd = up32(size_t(config_.n_embd));
+  return embd + up32(x16_bytes / 4) + (config_.post_norms ? embd : 0);
 }
 
 // The model's shape and weight types, then the tuning's options.
@@ -288,6 +291,7 @@ std::string PersistentDecode::graph_defines() const {
     return std::string(" -D") + name + "=" + (on ? "1" : "0");
   };
   std::string d = " -DN_EMBD_Q=" + std::to_string(c.n_embd_q());
+  if (cpu_) d += " -DGENERAL_GRAPH=1";  // decode_persistent_cpu.cl's head-wise P1
   d += flag("NEOX", c.rope_style == RopeStyle::Neox) + flag("QKV_BIAS", c.qkv_bias) +
        flag("QK_NORM", c.qk_norm) + flag("POST_NORMS", c.post_norms) +
        flag("FFN_GELU", c.ffn_act == FfnActivation::GeluTanh);
@@ -380,8 +384,8 @@ void PersistentDecode::build_kernel(const std::string& source, const std::string
                                  {"head_q", cl_ulong(a.head_q)},
                                  {"head_s", cl_ulong(a.head_s)},
                                  {"out_norm", cl_ulong(a.out_norm)},
-                                 {"rope_cs", w_.rope_cs}};
-  if (!cpu_) args.push_back({"rope_cs_swa", w_.rope_table_swa()});
+                                 {"rope_cs", w_.rope_cs},
+                                 {"rope_cs_swa", w_.rope_table_swa()}};
   args.insert(args.end(), {{"k_cache", s_.k_cache},
                            {"v_cache", s_.v_cache},
                            {"x", s_.x},
@@ -403,10 +407,9 @@ void PersistentDecode::build_kernel(const std::string& source, const std::string
         args.end(),
         {{"work", work_}, {"scores", s_.scores}, {"xn", xn_}, {"spin_ticks", spin_ticks()}});
   }
-  args.insert(args.end(), {{"att_part", att_part_}, {"att_count", att_count_}});
+  args.insert(args.end(), {{"att_part", att_part_}, {"att_count", att_count_}, {"o", post_out_}});
   if (!cpu_) {
-    args.insert(args.end(),
-                {{"o", post_out_}, {"history", ClMem()}, {"cand", cand_}, {"cand_n", cand_n_}});
+    args.insert(args.end(), {{"history", ClMem()}, {"cand", cand_}, {"cand_n", cand_n_}});
     SampleStepArgs argmax;
     argmax.top_k = 0;  // the kernel's argmax, not its chain
     const std::vector<KernelArg> step = argmax.kernel_args();

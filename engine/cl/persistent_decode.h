@@ -9,11 +9,11 @@
 //
 // Eligibility (otherwise create() returns null and says why in the log):
 // NVIDIA with the warp-shuffle self-test passed (inline PTX) and head size a
-// power of two from 32 to 256, for llama's graph or any other ModelConfig
-// describes (decode_persistent.cl's compile-time options); or a CPU device
-// of an x86-64 host with the CPU kernels on (KernelTuning::cpu_kernels),
-// llama's graph only and head size a multiple of 4; q's width (heads x head
-// size) a multiple of 32; at most two
+// power of two from 32 to 256; or a CPU device of an x86-64 host with the
+// CPU kernels on (KernelTuning::cpu_kernels) and head size a multiple of 4.
+// Either kernel runs llama's graph or any other ModelConfig describes (the
+// same compile-time options); q's width (heads x head size) a multiple of
+// 32; at most two
 // weight types per role over the layers (LayerTypes: Q, K, V, Wo, gate and up,
 // down; a layer's gate and up of one type), the weights fitting one extra
 // allocation (they are copied into an arena so the kernel can address every

@@ -196,15 +196,15 @@ INSTANTIATE_TEST_SUITE_P(Types, PersistentDecodeTypes,
                                          PersistentCase{GgmlType::F16, GgmlType::F16, true},
                                          PersistentCase{GgmlType::F32, GgmlType::Q4_0, false}));
 
-// Other architectures' graphs (decode_persistent.cl's compile-time options;
-// NVIDIA only: the CPU kernel runs llama's graph and these models keep the
-// multi-kernel steps there, covered by test_cl_architectures): Qwen 2
-// (biases, NeoX), Qwen 3 (head norms, NeoX) and Gemma 3 (q wider than the
-// embedding, head norms, post-norms, GELU, the embedding scale, a window of
-// 160 positions on layers 0-4 of 6, so that over 300 positions the window's
-// start moves and the heads split; with prefill chunks of 32 those layers
-// keep rings of 192 rows, which positions 192-299 wrap), at head sizes 64
-// and 256 and as a Q4_K_M mix (V and down of two types by layer).
+// Other architectures' graphs (the persistent kernels' compile-time options;
+// the CPU kernel's P1 takes whole heads): Qwen 2 (biases, NeoX), Qwen 3
+// (head norms, NeoX), Phi-3 (NeoX, fused Q/K/V and gate-up tensors) and
+// Gemma 3 (q wider than the embedding, head norms, post-norms, GELU, the
+// embedding scale, a window of 160 positions on layers 0-4 of 6, so that
+// over 300 positions the window's start moves and the heads split; with
+// prefill chunks of 32 those layers keep rings of 192 rows, which positions
+// 192-299 wrap), at head sizes 64 and 256 and as a Q4_K_M mix (V and down of
+// two types by layer).
 struct GraphCase {
   const char* name;
   const char* arch;
@@ -218,10 +218,7 @@ void PrintTo(const GraphCase& c, std::ostream* os) { *os << c.name; }
 class PersistentDecodeGraphs : public testing::TestWithParam<GraphCase> {};
 
 TEST_P(PersistentDecodeGraphs, LogitsMatchCpuAtEveryPosition) {
-  const DeviceInfo& dev = test::cl_test_runtime().device();
-  if (dev.platform_name.find("NVIDIA") == std::string::npos) {
-    GTEST_SKIP() << "the persistent kernel runs other graphs on NVIDIA only";
-  }
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
   const GraphCase& g = GetParam();
   SyntheticSpec s = spec_for({g.layer_type, GgmlType::Q8_0, true});
   s.name = std::string("test-persistent-") + g.name;
@@ -242,6 +239,7 @@ INSTANTIATE_TEST_SUITE_P(
     Families, PersistentDecodeGraphs,
     testing::Values(GraphCase{"qwen2", "qwen2", 0, 0, GgmlType::Q8_0},
                     GraphCase{"qwen3", "qwen3", 0, 0, GgmlType::Q5_1},
+                    GraphCase{"phi3", "phi3", 0, 0, GgmlType::Q4_0},
                     GraphCase{"gemma3", "gemma3", 64, 160, GgmlType::Q5_0},
                     GraphCase{"gemma3_h256", "gemma3", 256, 160, GgmlType::Q4_0},
                     GraphCase{"gemma3_q4_k_m", "gemma3", 64, 160, GgmlType::Q5_0, "q4_k_m"}),

@@ -154,6 +154,15 @@ std::string ClPrefill::mma_defines(GgmlType type, const PrefillTuning& t) {
          " -DMMA_SPLIT=" + std::to_string(t.mma_split ? 1 : 0);
 }
 
+PrefillTuning ClPrefill::mma_tile(GgmlType type, const PrefillTuning& t) {
+  PrefillTuning u = t;
+  if (type != GgmlType::Q4_0 && t.mma_costly_wn != t.mma_wn) {
+    u.mma_wr = std::max(1, t.mma_wr * t.mma_wn / t.mma_costly_wn);
+    u.mma_wn = t.mma_costly_wn;
+  }
+  return u;
+}
+
 // A 40-row x 96 case (edge tiles on both axes, an odd block count; K-quants:
 // x 768, three super-blocks) with 9
 // tokens against a float64 product of the same dequantized weights; any
@@ -164,6 +173,7 @@ bool ClPrefill::mma_ok(GgmlType type) {
     if (t == type) return ok;
   }
   bool ok = false;
+  const PrefillTuning tile = mma_tile(type, tuning_);
   try {
     const int n_in = 3 * std::max(32, ggml_block_size(type)), rows = 40, n_tok = 9;
     std::vector<float> wv(size_t(n_in) * rows), xv(size_t(n_in) * n_tok);
@@ -184,19 +194,19 @@ bool ClPrefill::mma_ok(GgmlType type) {
              "clEnqueueWriteBuffer(mma self-test)");
     ClMem xp = rt_.alloc(mma_packed_bytes(n_tok, n_in));
     ClMem xs = rt_.alloc(mma_sum_bytes(n_tok, n_in));
-    ClKernel pack = kernel("matmul_mma", mma_defines(type, tuning_), "pack_x_mma");
+    ClKernel pack = kernel("matmul_mma", mma_defines(type, tile), "pack_x_mma");
     pack_args(x, n_in, n_in, n_tok, xp, xs).bind(pack);
     const size_t pack_global[2] = {ceil_div(size_t(n_in / 4), 32) * 32, size_t(n_tok)};
     const size_t pack_local[2] = {32, 1};
     cl_check(clEnqueueNDRangeKernel(rt_.queue(), pack.get(), 2, nullptr, pack_global, pack_local, 0,
                                     nullptr, nullptr),
              "clEnqueueNDRangeKernel(mma self-test pack)");
-    ClKernel k = kernel("matmul_mma", mma_defines(type, tuning_), "matmul_mma");
+    ClKernel k = kernel("matmul_mma", mma_defines(type, tile), "matmul_mma");
     mma_args(w, xp, xs, n_tok, out, rows, 0, false).bind(k);
     const size_t global[2] = {
-        ceil_div(size_t(rows), size_t(tuning_.mma_tile_rows())) * size_t(tuning_.mma_threads()),
-        ceil_div(size_t(n_tok), size_t(tuning_.mma_tile_tokens()))};
-    const size_t local[2] = {size_t(tuning_.mma_threads()), 1};
+        ceil_div(size_t(rows), size_t(tile.mma_tile_rows())) * size_t(tile.mma_threads()),
+        ceil_div(size_t(n_tok), size_t(tile.mma_tile_tokens()))};
+    const size_t local[2] = {size_t(tile.mma_threads()), 1};
     cl_check(clEnqueueNDRangeKernel(rt_.queue(), k.get(), 2, nullptr, global, local, 0, nullptr,
                                     nullptr),
              "clEnqueueNDRangeKernel(mma self-test)");
@@ -267,7 +277,7 @@ bool ClPrefill::mma_weights(const DeviceMatrix& w) {
 // that reads them, so no program is built for it alone.
 ClPrefill::Step ClPrefill::pack_step(const ClMem& x, int ld_x, int n_in, GgmlType type) {
   Step s;
-  s.kernel = kernel("matmul_mma", mma_defines(type, tuning_), "pack_x_mma");
+  s.kernel = kernel("matmul_mma", mma_defines(type, mma_tile(type, tuning_)), "pack_x_mma");
   s.local0 = 128;
   s.global0 = ceil_div(size_t(n_in / 4), s.local0) * s.local0;
   s.local1 = 1;
@@ -283,7 +293,7 @@ ClPrefill::Step ClPrefill::mma_step(const DeviceMatrix& w, const ClMem& x, const
   // Fewer work-groups than compute units at a full chunk leave SMs idle
   // (wo and ffn_down: 576 rows): halve the tile's warps along rows until
   // the grid covers the device (PrefillTuning::mma_fit).
-  PrefillTuning t = tuning_;
+  PrefillTuning t = mma_tile(w.type, tuning_);
   const size_t units = rt_.device().compute_units;
   auto groups = [&](const PrefillTuning& u) {
     return ceil_div(size_t(w.rows), size_t(u.mma_tile_rows())) *

@@ -170,6 +170,11 @@ class ClPrefill {
   static size_t x16_value_bytes(int n_tok, int n_in) { return x16_values(n_tok, n_in) * 2; }
   static size_t x16_scale_bytes(int n_tok, int n_in) { return x16_values(n_tok, n_in) / 16 * 4; }
   static std::string mma_defines(GgmlType type, const PrefillTuning& t);
+  // The tensor-core tile for weights of `type`: t's for Q4_0, whose A
+  // fragments cost the least to build; for the other types t.mma_costly_wn
+  // warps along tokens (each fragment feeds more tokens) and the row warps
+  // divided to keep the work-group's size.
+  static PrefillTuning mma_tile(GgmlType type, const PrefillTuning& t);
   // Bytes of matmul_mma's packed activations (pack_x_mma) for n_tok tokens
   // of n_in values (a multiple of 32): fp16 hi and lo of each value, and per
   // 32 values a float sum.

@@ -129,8 +129,15 @@ struct PrefillTuning {
   // grid then still has three work-groups per compute unit (large matrices:
   // each A fragment feeds twice the mma). Defaults: the best tiling measured
   // on the H200 (pp512, see the commit log), widened as the H100 measured.
+  // mma_costly_wn: warps along tokens for every type but Q4_0, whose A
+  // fragments cost more to build (ClPrefill::mma_tile; mma_wr divided to
+  // keep the work-group's size). H200 pp512, 2 against 1: the Q4_K_M mixes
+  // of Llama-3.2-1B 24.9k against 22.1k, SmolLM2-1.7B 15.9k against 14.0k,
+  // SmolLM2-135M 75.6-76.2k against 73.2k; SmolLM2-135M shape Q4_1 +6-8%,
+  // Q8_0 +6-7%, Q5_1 +11%, Q4_K +5%, Q5_K +4%, Q6_K +1-2%; Q4_0 -1-2%.
   bool tensor_cores = false;
   int mma_mi = 1, mma_nj = 4, mma_wr = 8, mma_wn = 1, mma_kb = 4;
+  int mma_costly_wn = 2;
   bool mma_split = true;
   bool mma_fit = false;
   bool mma_widen = true;

@@ -18,9 +18,11 @@
 //   - on NVIDIA's OpenCL only (skipped elsewhere, saying so): the tensor-core
 //     kernel kernels/matmul_mma.cl for the quantized types, same cases, with
 //     the default tile, the default widened (twice the tokens), a 2 x 2-warp
-//     one, a small odd one (1 warp, 1 block per stage) and a 3-block-stage
-//     one without the fp16 lo half of the activations, each after
-//     pack_x_mma; with the lo half within 1e-5 of the exact product.
+//     one, a small odd one (1 warp, 1 block per stage), a 3-block-stage
+//     one without the fp16 lo half of the activations and, for every type
+//     but Q4_0, the tile ClPrefill::mma_tile gives it and its widened form,
+//     each after pack_x_mma; with the lo half within 1e-5 of the exact
+//     product.
 // The reference multiplies the floats the same quantized bytes decode to, so
 // ||delta|| / ||ref|| <= 1e-4 for F32/F16 and <= 1e-3 for quantized weights.
 // Outputs are NaN-poisoned before each launch, with poisoned padding after
@@ -97,8 +99,8 @@ bool device_is_nvidia() {
   return test::cl_test_runtime().device().platform_name.find("NVIDIA") != std::string::npos;
 }
 
-// The tilings of the tensor-core tests.
-std::vector<PrefillTuning> mma_tunings() {
+// The tilings of the tensor-core tests for weights of `type`.
+std::vector<PrefillTuning> mma_tunings(GgmlType type) {
   PrefillTuning def, widened, square, small, wide;
   widened.mma_nj *= 2;  // ClPrefill's mma_widen of the default
   square.mma_mi = 2;
@@ -116,7 +118,14 @@ std::vector<PrefillTuning> mma_tunings() {
   wide.mma_wn = 2;
   wide.mma_kb = 3;
   wide.mma_split = false;
-  return {def, widened, square, small, wide};
+  std::vector<PrefillTuning> tilings = {def, widened, square, small, wide};
+  const PrefillTuning typed = ClPrefill::mma_tile(type, def);
+  if (typed.mma_wn != def.mma_wn) {
+    PrefillTuning typed_widened = typed;
+    typed_widened.mma_nj *= 2;
+    tilings.insert(tilings.end(), {typed, typed_widened});
+  }
+  return tilings;
 }
 
 std::string describe_mma(const PrefillTuning& t) {
@@ -337,7 +346,7 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
   if (!ClPrefill::mma_type(type)) GTEST_SKIP() << "the tensor-core kernel takes quantized types";
   if (!device_is_nvidia()) GTEST_SKIP() << "the tensor-core kernel runs on NVIDIA's OpenCL only";
   std::vector<Variant> variants;
-  for (const PrefillTuning& t : mma_tunings()) {
+  for (const PrefillTuning& t : mma_tunings(type)) {
     const std::string defines = ClPrefill::mma_defines(type, t);
     auto pack = std::make_shared<ClKernel>(build_kernel("matmul_mma", defines, "pack_x_mma"));
     auto k = std::make_shared<ClKernel>(build_kernel("matmul_mma", defines, "matmul_mma"));

@@ -13,12 +13,14 @@
 //   embed               x = embedding row of ids[token_index]
 //   per layer il:
 //   P1 qkv_rope_append  q; k; v = Wqkv (x * attn_norm * rms), RoPE, k and v
-//                       -> cache at pos
-//   P2 attention        attention of each head over cache positions 0..pos
+//                       -> the layer's cache row for pos
+//   P2 attention        attention of each head over the layer's window of
+//                       positions (0..pos, or the last WINDOW of them)
 //                       -> att, a claim per (KV head, range of positions),
 //                       partials merged per head
 //   P3 matvec_residual  x += Wo att
-//   P4 ffn_gate_up      h = silu(Wg x') * (Wu x'), x' = x * ffn_norm * rms
+//   P4 ffn_gate_up      h = act(Wg x') * (Wu x'), x' = x * ffn_norm * rms,
+//                       act SiLU or GELU
 //   P5 matvec_residual  x += Wd h
 //   head_logits         logits = Whead (x * output_norm * rms), each group's
 //                       argmax candidate -> barrier -> pick_token: group 0
@@ -350,8 +352,8 @@ typedef struct {
 typedef struct {
   __global float* x;                  // (N_EMBD) the residual stream
   __global float* q;                  // (N_EMBD_Q) this position's queries
-  __global float* k_cache;            // (N_LAYER, N_CTX, N_EMBD_KV)
-  __global float* v_cache;            // (N_LAYER, N_CTX, N_EMBD_KV)
+  __global float* k_cache;            // per layer N_CTX or KV_RING rows of N_EMBD_KV
+  __global float* v_cache;            // (engine/cl/decode_state.h's kv_layers)
   __global float* att;                // (N_EMBD_Q) attention output, heads side by side
   __global float* h;                  // (N_FF) silu(gate) * up
   __global float* logits;             // (N_VOCAB)

@@ -3,7 +3,6 @@
 
 #include <spdlog/spdlog.h>
 
-
 #include "common/input_file.h"
 #include "common/replace_file.h"
 #include "engine/cl/kernel_cache_entry.h"

@@ -186,7 +186,7 @@ class PersistentDecode {
   ClMem att_count_;  // (n_head) uint: attention splits done per head
   ClMem work_;       // CPU: (1) uint, the chunk-claim counter
   ClMem xn_;  // CPU: (n_groups, xn_stride()) floats, each group's normed input and its 16-bit form
-  ClMem post_out_;  // NVIDIA: (n_embd) float, Wo att and Wd h before their post-norms
+  ClMem post_out_;  // (n_embd) float, Wo att and Wd h before their post-norms
   ClMem cand_;      // NVIDIA: (n_groups + list) ulong, the sampling chain's candidates
   ClMem cand_n_;    // NVIDIA: (1) uint, the list's length
   ClMem trace_;     // (barriers per token + 1) ulong, host-readable: the clock after each barrier

@@ -155,25 +155,22 @@ std::string ClPrefill::mma_defines(GgmlType type, const PrefillTuning& t) {
 }
 
 PrefillTuning ClPrefill::mma_tile(GgmlType type, const PrefillTuning& t) {
-  PrefillTuning u = t;
-  if (type != GgmlType::Q4_0 && t.mma_costly_wn != t.mma_wn) {
-    u.mma_wr = std::max(1, t.mma_wr * t.mma_wn / t.mma_costly_wn);
-    u.mma_wn = t.mma_costly_wn;
-  }
-  return u;
+  return type == GgmlType::Q4_0 ? t : t.mma_costly_tile();
 }
 
 // A 40-row x 96 case (edge tiles on both axes, an odd block count; K-quants:
 // x 768, three super-blocks) with 9
-// tokens against a float64 product of the same dequantized weights; any
-// exception (the driver rejecting the PTX included) or a mismatch selects the
-// portable kernel for this type.
-bool ClPrefill::mma_ok(GgmlType type) {
-  for (const auto& [t, ok] : mma_checked_) {
-    if (t == type) return ok;
+// tokens against a float64 product of the same dequantized weights, in the
+// work-groups of `tile`; any exception (the driver rejecting the PTX or the
+// tile's local memory included) or a mismatch says no. Each program (type
+// and tile) is tested once.
+bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile) {
+  const std::string defines = mma_defines(type, tile);
+  for (const auto& [d, ok] : mma_checked_) {
+    if (d == defines) return ok;
   }
+  const int tokens = tile.mma_tile_tokens();
   bool ok = false;
-  const PrefillTuning tile = mma_tile(type, tuning_);
   try {
     const int n_in = 3 * std::max(32, ggml_block_size(type)), rows = 40, n_tok = 9;
     std::vector<float> wv(size_t(n_in) * rows), xv(size_t(n_in) * n_tok);
@@ -229,21 +226,21 @@ bool ClPrefill::mma_ok(GgmlType type) {
     const double rel = std::sqrt(err / norm);
     ok = rel <= 1e-4;
     if (ok) {
-      spdlog::info("tensor-core prefill matmul for {} enabled (self-test error {:.2g})",
-                   ggml_type_name(type), rel);
+      spdlog::info("tensor-core prefill matmul for {}, tiles of {} tokens: self-test error {:.2g}",
+                   ggml_type_name(type), tokens, rel);
     } else {
       spdlog::warn(
-          "tensor-core prefill matmul self-test failed for {} (error {:.3g}); using "
-          "the portable kernel",
-          ggml_type_name(type), rel);
+          "tensor-core prefill matmul for {}, tiles of {} tokens: self-test failed (error "
+          "{:.3g})",
+          ggml_type_name(type), tokens, rel);
     }
   } catch (const KernelArgError&) {
     throw;  // a bug in clchat, not the device
   } catch (const std::exception& e) {
-    spdlog::warn("tensor-core prefill matmul unavailable for {} ({}); using the portable kernel",
-                 ggml_type_name(type), e.what());
+    spdlog::info("tensor-core prefill matmul for {}, tiles of {} tokens: unavailable ({})",
+                 ggml_type_name(type), tokens, e.what());
   }
-  mma_checked_.emplace_back(type, ok);
+  mma_checked_.emplace_back(defines, ok);
   return ok;
 }
 
@@ -269,7 +266,8 @@ ClPrefill::Step ClPrefill::matmul_step(const DeviceMatrix& w, const ClMem& x, in
 }
 
 bool ClPrefill::mma_weights(const DeviceMatrix& w) {
-  return tuning_.tensor_cores && mma_type(w.type) && w.n_in % 32 == 0 && mma_ok(w.type);
+  return tuning_.tensor_cores && mma_type(w.type) && w.n_in % 32 == 0 &&
+         mma_ok(w.type, mma_tile(w.type, tuning_));
 }
 
 // x (chunk, ld_x) -> xp_, xps_; one work-item per token and uint4 (4
@@ -305,22 +303,14 @@ ClPrefill::Step ClPrefill::mma_step(const DeviceMatrix& w, const ClMem& x, const
   // widened against not: Llama-3.2-1B's gate and up (512 groups, 3.9 per
   // unit) 3.44 against 3.82 ms, its Q/K/V (192, 1.5 per unit) 1.78 against
   // 1.50 ms, SmolLM2-360M (gate and up: 160) 47.1k against 50.4k tok/s.
-  // The widened tile holds twice the activations in local memory (Q8_0:
-  // ~62 KB where clang + ptxas allow 48; NVIDIA's OpenCL built and passed
-  // every type on the H100): a device that refuses it keeps the tile the
-  // self-test (mma_ok) ran.
+  // The widened tile holds twice the activations in local memory (Q8_0 with
+  // two warps along tokens: ~87 KB; NVIDIA's OpenCL built and passed every
+  // type on the H200): it is self-tested too, and a device that refuses it
+  // keeps the narrower tile.
   Step s;
   PrefillTuning wide = t;
   wide.mma_nj *= 2;
-  if (t.mma_widen && groups(wide) >= 3 * units) {
-    try {
-      s.kernel = kernel("matmul_mma", mma_defines(w.type, wide), "matmul_mma");
-      t = wide;
-    } catch (const ClError& e) {
-      spdlog::info("tensor-core prefill: the widened tile for {} is unavailable ({}); {}",
-                   ggml_type_name(w.type), e.what(), "keeping the self-tested one");
-    }
-  }
+  if (t.mma_widen && groups(wide) >= 3 * units && mma_ok(w.type, wide)) t = wide;
   if (!s.kernel) s.kernel = kernel("matmul_mma", mma_defines(w.type, t), "matmul_mma");
   s.global0 = ceil_div(size_t(w.rows), size_t(t.mma_tile_rows())) * size_t(t.mma_threads());
   s.local0 = size_t(t.mma_threads());

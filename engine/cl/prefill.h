@@ -171,9 +171,7 @@ class ClPrefill {
   static size_t x16_scale_bytes(int n_tok, int n_in) { return x16_values(n_tok, n_in) / 16 * 4; }
   static std::string mma_defines(GgmlType type, const PrefillTuning& t);
   // The tensor-core tile for weights of `type`: t's for Q4_0, whose A
-  // fragments cost the least to build; for the other types t.mma_costly_wn
-  // warps along tokens (each fragment feeds more tokens) and the row warps
-  // divided to keep the work-group's size.
+  // fragments cost the least to build; t.mma_costly_tile() for the others.
   static PrefillTuning mma_tile(GgmlType type, const PrefillTuning& t);
   // Bytes of matmul_mma's packed activations (pack_x_mma) for n_tok tokens
   // of n_in values (a multiple of 32): fp16 hi and lo of each value, and per
@@ -198,7 +196,7 @@ class ClPrefill {
   }
   // Whether matmul_mma for `type` builds and matches a host reference on a
   // small case (checked once per type; false on any error).
-  bool mma_ok(GgmlType type);
+  bool mma_ok(GgmlType type, const PrefillTuning& tile);
 
  private:
   ClKernel kernel(const std::string& stem, const std::string& defines, const char* name);
@@ -216,7 +214,7 @@ class ClPrefill {
   std::string ops_defines_;  // of kernels/prefill_ops.cl
   PrefillTuning tuning_;
   std::vector<std::pair<std::string, ClProgram>> programs_;  // by stem + defines
-  std::vector<std::pair<GgmlType, bool>> mma_checked_;       // self-test results
+  std::vector<std::pair<std::string, bool>> mma_checked_;    // self-tests by program defines
   bool profile_ = false;  // PrefillTuning::profile on a profiling queue
   bool decode_profiling_ = false;
   std::vector<std::pair<const Step*, ClEvent>> decode_events_;

@@ -108,15 +108,13 @@ PrefillTuning PrefillTuning::for_device(const DeviceInfo& device) {
 }
 
 void PrefillTuning::check(const DeviceInfo& device) const {
-  if (mma_mi < 1 || mma_nj < 1 || mma_wr < 1 || mma_wn < 1 || mma_kb < 1 || mma_costly_wn < 1 ||
-      size_t(mma_threads()) > device.max_work_group_size ||
-      size_t(std::max(1, mma_wr * mma_wn / mma_costly_wn) * mma_costly_wn * 32) >
-          device.max_work_group_size) {
+  if (mma_mi < 1 || mma_nj < 1 || mma_wr < 1 || mma_wn < 1 || mma_kb < 1 || mma_costly_tokens < 1 ||
+      size_t(mma_threads()) > device.max_work_group_size) {
     throw std::invalid_argument("invalid MMA prefill tuning (mma_mi " + std::to_string(mma_mi) +
                                 ", mma_nj " + std::to_string(mma_nj) + ", mma_wr " +
                                 std::to_string(mma_wr) + ", mma_wn " + std::to_string(mma_wn) +
-                                ", mma_kb " + std::to_string(mma_kb) + ", mma_costly_wn " +
-                                std::to_string(mma_costly_wn) + ")");
+                                ", mma_kb " + std::to_string(mma_kb) + ", mma_costly_tokens " +
+                                std::to_string(mma_costly_tokens) + ")");
   }
   const bool vr_ok = (mm_direct && mm_vr >= 1 && mm_vr <= 16) || mm_vr == 1 || mm_vr == 2 ||
                      mm_vr == 4 || mm_vr == 8 || mm_vr == 16;
@@ -287,8 +285,9 @@ const std::vector<TuningKey>& tuning_keys() {
                [](T& t) -> int& { return t.prefill.mma_wn; }),
       key<int>("mma_kb", "tensor-core tile: quant blocks per stage",
                [](T& t) -> int& { return t.prefill.mma_kb; }),
-      key<int>("mma_costly_wn", "tensor-core tile: warps along tokens for every type but Q4_0",
-               [](T& t) -> int& { return t.prefill.mma_costly_wn; }),
+      key<int>("mma_costly_tokens",
+               "tensor-core tile: row warps moved to tokens, every type but Q4_0 (factor)",
+               [](T& t) -> int& { return t.prefill.mma_costly_tokens; }),
       key<bool>("mma_split", "tensor cores: activations as fp16 hi + lo",
                 [](T& t) -> bool& { return t.prefill.mma_split; }),
       key<bool>("mma_fit", "tensor cores: fewer row warps until the grid covers the device",

@@ -129,15 +129,17 @@ struct PrefillTuning {
   // grid then still has three work-groups per compute unit (large matrices:
   // each A fragment feeds twice the mma). Defaults: the best tiling measured
   // on the H200 (pp512, see the commit log), widened as the H100 measured.
-  // mma_costly_wn: warps along tokens for every type but Q4_0, whose A
-  // fragments cost more to build (ClPrefill::mma_tile; mma_wr divided to
-  // keep the work-group's size). H200 pp512, 2 against 1: the Q4_K_M mixes
-  // of Llama-3.2-1B 24.9k against 22.1k, SmolLM2-1.7B 15.9k against 14.0k,
-  // SmolLM2-135M 75.6-76.2k against 73.2k; SmolLM2-135M shape Q4_1 +6-8%,
-  // Q8_0 +6-7%, Q5_1 +11%, Q4_K +5%, Q5_K +4%, Q6_K +1-2%; Q4_0 -1-2%.
+  // mma_costly_tokens: every type but Q4_0 (whose A fragments are the
+  // cheapest to build) moves this factor of the row warps to the token axis,
+  // so each fragment it builds feeds that many times the tokens
+  // (mma_costly_tile; ClPrefill::mma_tile). H200 pp512, 2 against 1: the
+  // Q4_K_M mixes of Llama-3.2-1B 24.9k against 22.1k, SmolLM2-1.7B 15.9k
+  // against 14.0k, SmolLM2-135M 75.6-76.2k against 73.2k; SmolLM2-135M shape
+  // Q4_1 +6-8%, Q8_0 +6-7%, Q5_1 +11%, Q4_K +5%, Q5_K +4%, Q6_K +1-2%; Q4_0
+  // lost 1-2% that way.
   bool tensor_cores = false;
   int mma_mi = 1, mma_nj = 4, mma_wr = 8, mma_wn = 1, mma_kb = 4;
-  int mma_costly_wn = 2;
+  int mma_costly_tokens = 2;
   bool mma_split = true;
   bool mma_fit = false;
   bool mma_widen = true;
@@ -150,6 +152,16 @@ struct PrefillTuning {
   int mma_tile_rows() const { return mma_wr * mma_mi * 16; }
   int mma_tile_tokens() const { return mma_wn * mma_nj * 8; }
   int mma_threads() const { return mma_wr * mma_wn * 32; }
+  // This tile with mma_costly_tokens times the warps along tokens and as
+  // many fewer along rows (unchanged where mma_wr is not a multiple).
+  PrefillTuning mma_costly_tile() const {
+    PrefillTuning t = *this;
+    if (mma_costly_tokens > 1 && mma_wr % mma_costly_tokens == 0) {
+      t.mma_wr /= mma_costly_tokens;
+      t.mma_wn *= mma_costly_tokens;
+    }
+    return t;
+  }
   // GPUs: 16 x 16 work-items with 4 x 4 register tiles (64 x 64 outputs per
   // work-group). CPUs: the direct variant, 1 row x 12 tokens per work-item.
   static PrefillTuning for_device(const DeviceInfo& device);

@@ -105,33 +105,9 @@
 // A barrier wait gives up after this long (GPU clock, ns).
 #define SPIN_NS 100000000ul
 
-// Layer offsets (LO_*), N_EMBD_KV and N_QKV: kernels/persistent_layout.cl.
-#define MAX2(a, b) ((a) > (b) ? (a) : (b))
+// Layer offsets (LO_*), N_EMBD_KV, N_QKV, MAX2 and the graph options'
+// defaults: kernels/persistent_layout.cl.
 #define LOCAL_X MAX2(N_FF, MAX2(N_EMBD, N_EMBD_Q))
-#ifndef NEOX
-#define NEOX 0
-#endif
-#ifndef QKV_BIAS
-#define QKV_BIAS 0
-#endif
-#ifndef QK_NORM
-#define QK_NORM 0
-#endif
-#ifndef POST_NORMS
-#define POST_NORMS 0
-#endif
-#ifndef FFN_GELU
-#define FFN_GELU 0
-#endif
-#ifndef WINDOW
-#define WINDOW 0
-#endif
-#ifndef KV_RING
-#define KV_RING N_CTX
-#endif
-#ifndef Q_MUL
-#define Q_MUL 1.0f
-#endif
 // Matrix inputs sit in local memory with each block of 32 values padded to 36
 // floats: a lane per block then reads at a stride of 36 floats, so the eight
 // lanes of a 16-byte access phase hit distinct banks (at a stride of 32 they

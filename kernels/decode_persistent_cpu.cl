@@ -89,30 +89,6 @@
 #ifndef GENERAL_GRAPH
 #define GENERAL_GRAPH 0
 #endif
-#ifndef NEOX
-#define NEOX 0
-#endif
-#ifndef QKV_BIAS
-#define QKV_BIAS 0
-#endif
-#ifndef QK_NORM
-#define QK_NORM 0
-#endif
-#ifndef POST_NORMS
-#define POST_NORMS 0
-#endif
-#ifndef FFN_GELU
-#define FFN_GELU 0
-#endif
-#ifndef WINDOW
-#define WINDOW 0
-#endif
-#ifndef KV_RING
-#define KV_RING N_CTX
-#endif
-#ifndef Q_MUL
-#define Q_MUL 1.0f
-#endif
 #if !GENERAL_GRAPH && (NEOX || QKV_BIAS || QK_NORM || POST_NORMS || FFN_GELU || WINDOW > 0)
 #error "these graph options need GENERAL_GRAPH"
 #endif
@@ -126,7 +102,6 @@
 // N_EMBD, N_FF and N_EMBD_Q, rounded up to 32 floats), then with POST_NORMS
 // its copy of the residual stream xr (XG_FLOATS).
 #define XG_FLOATS ((N_EMBD + 31) / 32 * 32)
-#define MAX2(a, b) ((a) > (b) ? (a) : (b))
 #define X16_MAX_IN ((MAX2(MAX2(N_EMBD, N_FF), N_EMBD_Q) + 31) / 32 * 32)
 #define XR_AT (XG_FLOATS + (X16_BYTES(X16_MAX_IN) / 4 + 31) / 32 * 32)
 #if XN_STRIDE < XR_AT + (POST_NORMS ? XG_FLOATS : 0) || XN_STRIDE % 32 != 0

@@ -82,6 +82,34 @@
 #define QKV_STACKED \
   (WT_Q == WT_K && WT_K == WT_V && WT_Q_ALT == WT_Q && WT_K_ALT == WT_K && WT_V_ALT == WT_V)
 
+// The graph options of models other than llama (decode_persistent.cl's
+// head lists them), off unless the host defines them.
+#ifndef NEOX
+#define NEOX 0
+#endif
+#ifndef QKV_BIAS
+#define QKV_BIAS 0
+#endif
+#ifndef QK_NORM
+#define QK_NORM 0
+#endif
+#ifndef POST_NORMS
+#define POST_NORMS 0
+#endif
+#ifndef FFN_GELU
+#define FFN_GELU 0
+#endif
+#ifndef WINDOW
+#define WINDOW 0
+#endif
+#ifndef KV_RING
+#define KV_RING N_CTX
+#endif
+#ifndef Q_MUL
+#define Q_MUL 1.0f
+#endif
+#define MAX2(a, b) ((a) > (b) ? (a) : (b))
+
 #define N_EMBD_KV (N_HEAD_KV * HEAD_DIM)
 // Query rows: N_HEAD * HEAD_DIM, which differs from N_EMBD where
 // attention.key_length says so (Gemma 3: 4 x 256 against 640).

@@ -113,42 +113,17 @@ inline float hsum8f(float8 v) {
 }
 
 // Rows r[0..7] (8 keys, VW dimensions each) -> at[e * TKP + j] = r[j][e]:
-// 8 consecutive keys of dimension e in one float8 of the transposed tile.
-#if defined(__has_builtin)
-#if __has_builtin(__builtin_shufflevector)
-#define HAVE_SHUFFLEVECTOR 1
-#endif
-#endif
+// 8 consecutive keys of dimension e in one float8 of the transposed tile
+// (kernels/cpu_transpose.cl).
 inline void transpose_keys(const floatV* r, float* at) {
-#if VW == 8 && defined(HAVE_SHUFFLEVECTOR)
-  // 8x8 in registers: pairs of rows interleaved, then pairs of pairs, then
-  // the 128-bit halves exchanged (unpack and shuffle instructions)
-  float8 t[8], u[8];
-  UNROLL for (int i = 0; i < 8; i += 2) {
-    t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
-  }
-  UNROLL for (int i = 0; i < 8; i += 4) {
-    u[i] = __builtin_shufflevector(t[i], t[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-    u[i + 1] = __builtin_shufflevector(t[i], t[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
-    u[i + 2] = __builtin_shufflevector(t[i + 1], t[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
-    u[i + 3] = __builtin_shufflevector(t[i + 1], t[i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
-  }
-  // u[e] (e < 4): dims e and e + 4 of rows 0..3; u[4 + e]: of rows 4..7
-  UNROLL for (int e = 0; e < 4; ++e) {
-    vstore8(__builtin_shufflevector(u[e], u[4 + e], 0, 1, 2, 3, 8, 9, 10, 11), 0, at + e * TKP);
-    vstore8(__builtin_shufflevector(u[e], u[4 + e], 4, 5, 6, 7, 12, 13, 14, 15), 0,
-            at + (e + 4) * TKP);
-  }
-#else  // through memory (narrow heads, compilers without the builtin)
-  float rows[8 * VW];
-  UNROLL for (int j = 0; j < 8; ++j) VSTOREV(r[j], j, rows);
-  UNROLL for (int e = 0; e < VW; ++e) {
-    const float8 col = (float8)(rows[e], rows[VW + e], rows[2 * VW + e], rows[3 * VW + e],
-                                rows[4 * VW + e], rows[5 * VW + e], rows[6 * VW + e], rows[7 * VW + e]);
-    vstore8(col, 0, at + e * TKP);
-  }
+  float8 rows[8], cols[8];
+#if VW == 8
+  UNROLL for (int j = 0; j < 8; ++j) rows[j] = r[j];
+#else
+  UNROLL for (int j = 0; j < 8; ++j) rows[j] = (float8)(r[j], (float4)(0.0f));
 #endif
+  transpose8x8(rows, cols);
+  UNROLL for (int e = 0; e < VW; ++e) vstore8(cols[e], 0, at + e * TKP);
 }
 
 // Same arguments as the tiled kernel below. A work-item takes ATT_TQ

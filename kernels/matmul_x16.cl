@@ -87,45 +87,52 @@ inline short16_ load_pairs(const __global uchar* p) {
 inline ushort16_ splat_word(uint w) { return __builtin_astype((uint8)(w), ushort16_); }
 
 // x (floats, token t at x + t * ld_x) -> xq, xd, xs for tokens 0 .. n_tok - 1;
-// tokens n_tok .. to the end of their group get zeros. Launch: global
-// (n_in / 32, round_up(n_tok, 8)).
+// tokens n_tok .. to the end of their group get zeros. A work-item takes a
+// block of a group of 8 tokens: the 8 rows of 32 floats transposed
+// (kernels/cpu_transpose.cl) into 32 float8s of one value for the 8 tokens,
+// so that the scales, codes and pair words come out along token lanes, a
+// 32-byte store a word. (One work-item per token and block, the first form,
+// took 252 ms of a 2,048-token prefill's 5.4 s on the 2-core EPYC.) Launch:
+// global (n_in / 32, ceil(n_tok / 8)).
 __kernel void quantize_x16(const __global float* x, int ld_x, int n_in, int n_tok,
                            __global uchar* xq, __global float* xd, __global float* xs) {
   const int b = get_global_id(0);
-  const int t = get_global_id(1);
+  const int g = get_global_id(1);
   const int n_blocks = n_in / KB;
-  if (b >= n_blocks) return;
-  const int g = t / TOKS, lane = t % TOKS;
+  if (b >= n_blocks || g * TOKS >= n_tok) return;
   const size_t gb = (size_t)g * n_blocks + b;
-  __global short* q = (__global short*)(xq + gb * GROUP_BYTES) + 2 * lane;
-  if (t >= n_tok) {
-    for (int w = 0; w < 16; ++w) vstore2((short2)(0), 0, q + 16 * w);
-    xd[gb * 2 * TOKS + lane] = 0.0f;
-    xd[(gb * 2 + 1) * TOKS + lane] = 0.0f;
-    xs[gb * TOKS + lane] = 0.0f;
-    return;
-  }
-  const __global float* src = x + (size_t)t * ld_x + b * KB;
-  float sum = 0.0f;
-  for (int h = 0; h < 2; ++h) {  // values 16 h .. 16 h + 15
-    float amax = 0.0f;
-    for (int u = 0; u < 4; ++u) {
-      const float4 v = fabs(vload4(4 * h + u, src));
-      amax = fmax(amax, fmax(fmax(v.x, v.y), fmax(v.z, v.w)));
+  float8 v[KB];  // v[k]: value k of the block, lane t: token 8 g + t
+  __attribute__((opencl_unroll_hint)) for (int j = 0; j < KB / 8; ++j) {
+    float8 rows[TOKS];
+    __attribute__((opencl_unroll_hint)) for (int t = 0; t < TOKS; ++t) {
+      const int tok = g * TOKS + t;
+      rows[t] = tok < n_tok ? vload8(j, x + (size_t)tok * ld_x + b * KB) : (float8)(0.0f);
     }
-    const float d = amax / 32767.0f;
-    const float id = amax > 0.0f ? 32767.0f / amax : 0.0f;
-    int isum = 0;
-    for (int u = 0; u < 4; ++u) {  // values 16 h + 4 u + 0..3
-      const int4 c = convert_int4_rte(vload4(4 * h + u, src) * id);
-      isum += c.x + c.y + c.z + c.w;
-      vstore2(convert_short2((int2)(c.x, c.z)), 0, q + 16 * (8 * h + 2 * u));
-      vstore2(convert_short2((int2)(c.y, c.w)), 0, q + 16 * (8 * h + 2 * u + 1));
-    }
-    xd[(gb * 2 + h) * TOKS + lane] = d;
-    sum += d * (float)isum;
+    transpose8x8(rows, v + 8 * j);
   }
-  xs[gb * TOKS + lane] = sum;
+  __global short16_* words = (__global short16_*)(xq + gb * GROUP_BYTES);
+  float8 sum = (float8)(0.0f);
+  __attribute__((opencl_unroll_hint)) for (int h = 0; h < 2; ++h) {  // values 16 h .. 16 h + 15
+    float8 amax = (float8)(0.0f);
+    __attribute__((opencl_unroll_hint)) for (int k = 0; k < 16; ++k) {
+      amax = fmax(amax, fabs(v[16 * h + k]));
+    }
+    const float8 d = amax / 32767.0f;
+    const float8 id = select((float8)(0.0f), (float8)(32767.0f) / amax, amax > (float8)(0.0f));
+    int8 isum = (int8)(0);
+    __attribute__((opencl_unroll_hint)) for (int w = 0; w < 8; ++w) {
+      // word 8 h + w (w = 2 u + p): values 16 h + 4 u + p and that + 2
+      const int k = 16 * h + 4 * (w / 2) + w % 2;
+      const int8 ca = convert_int8_rte(v[k] * id), cb = convert_int8_rte(v[k + 2] * id);
+      isum += ca + cb;
+      const short8 a = convert_short8(ca), c = convert_short8(cb);
+      words[8 * h + w] = (short16_)(a.s0, c.s0, a.s1, c.s1, a.s2, c.s2, a.s3, c.s3, a.s4, c.s4,
+                                    a.s5, c.s5, a.s6, c.s6, a.s7, c.s7);
+    }
+    vstore8(d, 0, xd + (gb * 2 + h) * TOKS);
+    sum += d * convert_float8(isum);
+  }
+  vstore8(sum, 0, xs + gb * TOKS);
 }
 
 // Launch: global (ceil(n_rows / X16_VR), ceil(n_tok / (8 * X16_TG))), any

@@ -332,15 +332,15 @@ bool ClPrefill::x16_weights(const DeviceMatrix& w) const {
   return tuning_.mm_x16 && type_ok && w.n_in % 32 == 0 && xq_;
 }
 
-// x (chunk, ld_x) -> xq_, xd_, xs_; one work-item per token and block, groups
-// of 8 tokens (the last one padded with zeros). From the program of the
+// x (chunk, ld_x) -> xq_, xd_, xs_; one work-item per block and group of 8
+// tokens (the last group padded with zeros). From the program of the
 // weight type that reads them, so no program is built for it alone.
 ClPrefill::Step ClPrefill::quantize_step(const ClMem& x, int ld_x, int n_in, GgmlType type) {
   Step s;
-  s.kernel = kernel("matmul_x16", x16_defines(type, tuning_), "quantize_x16");
+  s.kernel = kernel("cpu_transpose+matmul_x16", x16_defines(type, tuning_), "quantize_x16");
   s.global0 = size_t(n_in / 32);
-  s.local0 = elementwise_local(s.global0, rt_.device().max_work_group_size / 8);
-  s.local1 = 8;
+  s.local0 = elementwise_local(s.global0, rt_.device().max_work_group_size);
+  s.local1 = 1;
   s.tokens_per_group = 8;
   s.label = "quantize_x";
   const KernelArgs args = {{"x", x},
@@ -362,7 +362,7 @@ ClPrefill::Step ClPrefill::matmul_x16_step(const DeviceMatrix& w, const ClMem& x
                                            const char* label) {
   Step s;
   const PrefillTuning& t = tuning_;
-  s.kernel = kernel("matmul_x16", x16_defines(w.type, t), "matmul_x16");
+  s.kernel = kernel("cpu_transpose+matmul_x16", x16_defines(w.type, t), "matmul_x16");
   s.local0 = std::min<size_t>(16, rt_.device().max_work_group_size);
   s.global0 = ceil_div(ceil_div(size_t(w.rows), size_t(t.x16_vr)), s.local0) * s.local0;
   s.local1 = 1;
@@ -646,8 +646,8 @@ ClPrefill::Step ClPrefill::attention_step(int il, cl_ulong layer_off,
                                           const PrefillTuning& att_tuning) {
   const ModelConfig& c = config_;
   Step att;
-  att.kernel =
-      kernel("attention_prefill", attention_defines(c.head_dim, att_tuning), "attention_prefill");
+  att.kernel = kernel("cpu_transpose+attention_prefill", attention_defines(c.head_dim, att_tuning),
+                      "attention_prefill");
   att.global0 = size_t(c.n_head);
   att.local0 = 1;
   att.local1 = att_tuning.att_direct ? 1

@@ -208,13 +208,16 @@ Variant matmul_variant(GgmlType type, const PrefillTuning& t) {
   return {run, describe(t)};
 }
 
-// quantize_x16 then matmul_x16 with tuning t (-DX16_PORTABLE=1 when
-// `portable`: the kernel's plain OpenCL C instead of x86 builtins).
+// quantize_x16 then matmul_x16 with tuning t (-DX16_PORTABLE=1 and
+// -DTRANSPOSE_PORTABLE=1 when `portable`: the kernels' plain OpenCL C instead
+// of x86 and clang builtins).
 Variant x16_variant(GgmlType type, const PrefillTuning& t, bool portable) {
-  const std::string defines =
-      ClPrefill::x16_defines(type, t) + (portable ? " -DX16_PORTABLE=1" : "");
-  auto quantize = std::make_shared<ClKernel>(build_kernel("matmul_x16", defines, "quantize_x16"));
-  auto k = std::make_shared<ClKernel>(build_kernel("matmul_x16", defines, "matmul_x16"));
+  const std::string defines = ClPrefill::x16_defines(type, t) +
+                              (portable ? " -DX16_PORTABLE=1 -DTRANSPOSE_PORTABLE=1" : "");
+  auto quantize =
+      std::make_shared<ClKernel>(build_kernel("cpu_transpose+matmul_x16", defines, "quantize_x16"));
+  auto k =
+      std::make_shared<ClKernel>(build_kernel("cpu_transpose+matmul_x16", defines, "matmul_x16"));
   RunVariant run = [quantize, k, t](const TestMatrix& w, const ClMem& x, int n_tok,
                                     const ClMem& out, int ld, int off, bool acc) {
     const ClRuntime& rt = test::cl_test_runtime();
@@ -222,10 +225,10 @@ Variant x16_variant(GgmlType type, const PrefillTuning& t, bool portable) {
     const ClMem xd = rt.alloc(ClPrefill::x16_scale_bytes(n_tok, w.n_in));
     const ClMem xs = rt.alloc(ClPrefill::x16_scale_bytes(n_tok, w.n_in));
     set_args(*quantize, x, cl_int(w.n_in), cl_int(w.n_in), cl_int(n_tok), xq, xd, xs);
-    run_2d(*quantize, size_t(w.n_in / 32), test::round_up(size_t(n_tok), 8), 0, 0);
+    const size_t groups = test::round_up(size_t(n_tok), 8) / 8;
+    run_2d(*quantize, size_t(w.n_in / 32), groups, 0, 0);
     set_args(*k, w.dev.q, w.dev.s, cl_int(w.n_in), cl_int(w.rows), xq, xd, xs, cl_int(n_tok), out,
              cl_int(ld), cl_int(off), cl_int(acc ? 1 : 0));
-    const size_t groups = test::round_up(size_t(n_tok), 8) / 8;
     run_2d(*k, (size_t(w.rows) + size_t(t.x16_vr) - 1) / size_t(t.x16_vr),
            (groups + size_t(t.x16_tg) - 1) / size_t(t.x16_tg), 0, 0);
   };

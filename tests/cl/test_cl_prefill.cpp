@@ -6,7 +6,8 @@
 //     with the device's tuning, the local-memory kernel with odd tiles (5
 //     queries x 3 keys), 3 key lanes per query (5 queries x 6 keys, ATT_KS 3)
 //     and dim lanes, and the CPU kernel (ATT_DIRECT) with 3 queries per
-//     work-item and tiles of 11 keys;
+//     work-item and tiles of 11 keys, its key transposes by clang's shuffles
+//     and portably;
 //   - rmsnorm_rows, rope_kv_rows and silu_mul against float64 references;
 //   - ClForward::prefill_logits against CpuForward at every position
 //     (||delta|| / ||ref|| <= 1e-3) and ClForward::prefill's next token against
@@ -105,12 +106,17 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
   dim_lanes.att_ds = d / 4 % 4 == 0 ? 4 : d / 4 % 2 == 0 ? 2 : 1;
   all_lanes = odd_lanes;  // 3 key lanes x 2 dim lanes
   all_lanes.att_ds = d / 4 % 2 == 0 ? 2 : 1;
-  for (const PrefillTuning& t : {device, odd, odd_direct, odd_lanes, dim_lanes, all_lanes}) {
+  // (the CPU kernel's key transposes also without clang's shuffle builtin)
+  const std::vector<std::pair<PrefillTuning, std::string>> variants = {
+      {device, ""},    {odd, ""},       {odd_direct, ""}, {odd_direct, " -DTRANSPOSE_PORTABLE=1"},
+      {odd_lanes, ""}, {dim_lanes, ""}, {all_lanes, ""}};
+  for (const auto& [t, extra] : variants) {
     SCOPED_TRACE("att_tq " + std::to_string(t.att_tq) + " att_tk " + std::to_string(t.att_tk) +
                  " att_ks " + std::to_string(t.att_ks) + " att_ds " + std::to_string(t.att_ds) +
-                 (t.att_direct ? " direct" : ""));
+                 (t.att_direct ? " direct" : "") + extra);
     const ClKernel k =
-        build_kernel("attention_prefill", ClPrefill::attention_defines(d, t), "attention_prefill");
+        build_kernel("cpu_transpose+attention_prefill", ClPrefill::attention_defines(d, t) + extra,
+                     "attention_prefill");
     // ring 0: the layer's n_ctx rows; else window + n_tok rows, position p in
     // row p % ring (a sliding-window layer's ring, engine/cl/decode_state.h)
     for (auto [pos0, window, ring_of_window] : {std::tuple{0, 0, false},

@@ -158,7 +158,7 @@ __kernel void attention_prefill(const __global float* q, const __global float* k
   float m[TQP], l[TQP], corr[TQP];
   float kt[HEAD_DIM * TKP];  // the tile's keys, kt[d * TKP + j]
   float8 s[TQP * TKV];       // the tile's scores, then probabilities
-  int vrow[TKP];             // the tile's cache rows (float offsets)
+  size_t vrow[TKP];          // the tile's cache rows (float offsets)
   for (int i = 0; i < TQP; ++i) {
     m[i] = NEG_BIG;
     l[i] = 0.0f;
@@ -169,13 +169,16 @@ __kernel void attention_prefill(const __global float* q, const __global float* k
       VSTOREV(qv, d, qs + i * HEAD_DIM);
     }
   }
-  const int n_keys_all = pos0 + t0 + nq;  // keys the last query sees
+  const int nqb = (nq + QB - 1) / QB * QB;  // query rows computed: whole register blocks
+  const int n_keys_all = pos0 + t0 + nq;    // keys the last query sees
   const int first_all = window > 0 ? max(0, pos0 + t0 + 1 - window) : 0;
   const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
   for (int k0 = first_all; k0 < n_keys_all; k0 += TKP) {
     const int n = min(TKP, n_keys_all - k0);  // keys in this tile (the rest repeat the last)
     const int r0 = k0 % ring;
-    for (int j = 0; j < TKP; ++j) vrow[j] = ring_row(k0 + min(j, n - 1), k0, r0, ring) * n_embd_kv;
+    for (int j = 0; j < TKP; ++j) {
+      vrow[j] = (size_t)ring_row(k0 + min(j, n - 1), k0, r0, ring) * n_embd_kv;
+    }
     // 1. kt
     for (int j0 = 0; j0 < TKP; j0 += 8) {
       for (int dv = 0; dv < HDV; ++dv) {
@@ -185,7 +188,7 @@ __kernel void attention_prefill(const __global float* q, const __global float* k
       }
     }
     // 2. scores
-    for (int i0 = 0; i0 < TQP; i0 += QB) {
+    for (int i0 = 0; i0 < nqb; i0 += QB) {
       for (int kv = 0; kv < TKV; kv += 2) {
         float8 acc[QB][2];
         UNROLL for (int r = 0; r < QB; ++r) acc[r][0] = acc[r][1] = (float8)(0.0f);
@@ -205,9 +208,10 @@ __kernel void attention_prefill(const __global float* q, const __global float* k
       }
     }
     // 3. softmax: query i sees keys first..pos (and not the tile's repeats
-    // past n); a query none of whose keys were seen yet keeps m = NEG_BIG,
-    // so probabilities go through the mask, not exp(NEG_BIG - NEG_BIG).
-    for (int i = 0; i < TQP; ++i) {
+    // past n). A query none of whose keys came yet keeps m = NEG_BIG and
+    // takes probabilities of 1 (exp(0)); the first tile with one of its keys
+    // scales them by corr = exp(NEG_BIG - m) = 0, so they never count.
+    for (int i = 0; i < nqb; ++i) {
       const int pos = pos0 + t0 + i;
       const int first = window > 0 ? max(0, pos + 1 - window) : 0;
       const int hi = min(pos, k0 + n - 1);
@@ -224,7 +228,7 @@ __kernel void attention_prefill(const __global float* q, const __global float* k
       float8 lsum = (float8)(0.0f);
       for (int kv = 0; kv < TKV; ++kv) {
         const float8 sv = s[i * TKV + kv];
-        const float8 p = select((float8)(0.0f), exp(sv - m_new), sv > (float8)(0.5f * NEG_BIG));
+        const float8 p = exp(sv - m_new);
         s[i * TKV + kv] = p;
         lsum += p;
       }
@@ -233,7 +237,7 @@ __kernel void attention_prefill(const __global float* q, const __global float* k
     }
     // 4. O = O * corr + P V
     const float* sp = (const float*)s;
-    for (int i0 = 0; i0 < TQP; i0 += QB) {
+    for (int i0 = 0; i0 < nqb; i0 += QB) {
       for (int dv = 0; dv < HDV; dv += DCV) {
         floatV acc[QB][DCV];
         UNROLL for (int r = 0; r < QB; ++r) {

@@ -8,7 +8,10 @@
 // or with -DTRANSPOSE_PORTABLE=1 (the tests), vector literals of the rows'
 // components give the same result.
 
-#if defined(__has_builtin) && !defined(TRANSPOSE_PORTABLE)
+#ifndef TRANSPOSE_PORTABLE
+#define TRANSPOSE_PORTABLE 0
+#endif
+#if defined(__has_builtin) && !TRANSPOSE_PORTABLE
 #if __has_builtin(__builtin_shufflevector)
 #define TRANSPOSE_SHUFFLES 1
 #endif

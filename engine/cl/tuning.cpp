@@ -129,6 +129,13 @@ void PrefillTuning::check(const DeviceInfo& device) const {
                                 std::to_string(att_tk) + ", att_ks " + std::to_string(att_ks) +
                                 ", att_ds " + std::to_string(att_ds) + ") for " + device.name);
   }
+  // The CPU attention kernel keeps att_tq queries and a tile of att_tk keys
+  // in private arrays (a work-item's stack on PoCL): 64 x 256 at most.
+  if (att_direct && (att_tq > 64 || att_tk > 256)) {
+    throw std::invalid_argument("invalid prefill attention tuning (att_tq " +
+                                std::to_string(att_tq) + ", att_tk " + std::to_string(att_tk) +
+                                "): with att_direct at most 64 queries and 256 keys");
+  }
   if (x16_vr < 1 || x16_vr > 8 || x16_tg < 1 || x16_tg > 8) {
     throw std::invalid_argument("invalid 16-bit prefill tuning (x16_vr " + std::to_string(x16_vr) +
                                 ", x16_tg " + std::to_string(x16_tg) + "): 1 to 8 each");

@@ -224,6 +224,9 @@ Variant x16_variant(GgmlType type, const PrefillTuning& t, bool portable) {
     const ClMem xq = rt.alloc(ClPrefill::x16_value_bytes(n_tok, w.n_in));
     const ClMem xd = rt.alloc(ClPrefill::x16_scale_bytes(n_tok, w.n_in));
     const ClMem xs = rt.alloc(ClPrefill::x16_scale_bytes(n_tok, w.n_in));
+    cl_poison(xq, ClPrefill::x16_value_bytes(n_tok, w.n_in) / 4);  // what quantize_x16 misses
+    cl_poison(xd, ClPrefill::x16_scale_bytes(n_tok, w.n_in) / 4);  // reaches the products
+    cl_poison(xs, ClPrefill::x16_scale_bytes(n_tok, w.n_in) / 4);
     set_args(*quantize, x, cl_int(w.n_in), cl_int(w.n_in), cl_int(n_tok), xq, xd, xs);
     const size_t groups = test::round_up(size_t(n_tok), 8) / 8;
     run_2d(*quantize, size_t(w.n_in / 32), groups, 0, 0);

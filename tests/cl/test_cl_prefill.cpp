@@ -71,11 +71,9 @@ struct HeadShape {
   const char* name;
   int n_head, n_head_kv, head_dim;
 };
-constexpr HeadShape k_head_shapes[] = {{"stories", 8, 4, 8},
-                                       {"tiny", 2, 2, 4},
-                                       {"smollm2", 9, 3, 64},
-                                       {"synthetic", 4, 2, 32},
-                                       {"gemma3", 4, 1, 256}};
+constexpr HeadShape k_head_shapes[] = {{"stories", 8, 4, 8},  {"tiny", 2, 2, 4},
+                                       {"smollm2", 9, 3, 64}, {"synthetic", 4, 2, 32},
+                                       {"head24", 3, 1, 24},  {"gemma3", 4, 1, 256}};
 
 class ClAttentionPrefill : public testing::TestWithParam<HeadShape> {};
 
@@ -96,6 +94,11 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
   odd_direct.att_tk = 11;
   odd_direct.att_ks = 1;
   odd_direct.att_ds = 1;
+  // more queries than a tile has keys: with a window, a stored query's first
+  // tiles can hold none of its keys
+  PrefillTuning wide_direct = odd_direct;
+  wide_direct.att_tq = 20;
+  wide_direct.att_tk = 5;
   PrefillTuning odd_lanes = tiled, dim_lanes = tiled, all_lanes = tiled;
   odd_lanes.att_tq = 5;  // 3 key lanes per query, 2 keys each per tile
   odd_lanes.att_tk = 6;
@@ -108,8 +111,8 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
   all_lanes.att_ds = d / 4 % 2 == 0 ? 2 : 1;
   // (the CPU kernel's key transposes also without clang's shuffle builtin)
   const std::vector<std::pair<PrefillTuning, std::string>> variants = {
-      {device, ""},    {odd, ""},       {odd_direct, ""}, {odd_direct, " -DTRANSPOSE_PORTABLE=1"},
-      {odd_lanes, ""}, {dim_lanes, ""}, {all_lanes, ""}};
+      {device, ""},      {odd, ""},       {odd_direct, ""}, {odd_direct, " -DTRANSPOSE_PORTABLE=1"},
+      {wide_direct, ""}, {odd_lanes, ""}, {dim_lanes, ""},  {all_lanes, ""}};
   for (const auto& [t, extra] : variants) {
     SCOPED_TRACE("att_tq " + std::to_string(t.att_tq) + " att_tk " + std::to_string(t.att_tk) +
                  " att_ks " + std::to_string(t.att_ks) + " att_ds " + std::to_string(t.att_ds) +

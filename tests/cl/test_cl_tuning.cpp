@@ -113,6 +113,11 @@ TEST(Tuning, CheckAcceptsDefaultsAndNamesBadValues) {
   EXPECT_NE(error_with("att_ks=3").find("att_ks 3"), std::string::npos);
   EXPECT_NE(error_with("mma_wr=64").find("mma_wr 64"), std::string::npos);
   EXPECT_NE(error_with("norm_wg=48").find("48"), std::string::npos);
+  // the CPU attention kernel's private arrays
+  const DeviceInfo cpu = cpu_device();
+  Tuning c = Tuning::for_device(cpu);
+  set_tuning(c, "att_tq=65");
+  EXPECT_NE(message_of([&] { c.check(cpu); }).find("att_tq 65"), std::string::npos);
 }
 
 TEST(Tuning, CheckFitsDependentValues) {

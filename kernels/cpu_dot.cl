@@ -402,11 +402,27 @@ inline short16 fifth_bits16(ushort h) {
 }
 
 // Bits 2i and 2i + 1 of h (Q6_K's top bits of 16 values) as bits 4 and 5
-// of lane i.
+// of lane i, minus 32 (the codes' offset), to be or'ed into the nibbles:
+// one dword broadcast and a swizzle put h's low half in lanes 0-7 and its
+// high half in 8-15, a multiply by 2^(14 - 2i) lifts lane i's bits to 14 and
+// 15, one shift for all lanes brings them down. (AVX2 has no per-lane
+// 16-bit shift: the per-lane shifts this replaced became 32-bit halves and
+// packs, and the two half-word broadcasts 7 instructions; Q6_K's rows ran
+// at 0.4x of Q4_K's bytes a second.)
 inline short16 top_bits16(uint h) {
-  const ushort16 v = (ushort16)((ushort8)(ushort)h, (ushort8)(ushort)(h >> 16));
-  const ushort16 shift = (ushort16)(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14);
-  return as_short16(((v >> shift) & (ushort16)3) << (ushort16)4);
+  const ushort16 v = as_ushort16((uint8)h).s0000000011111111;
+  const ushort16 lift = (ushort16)(16384, 4096, 1024, 256, 64, 16, 4, 1, 16384, 4096, 1024, 256,
+                                   64, 16, 4, 1);
+  return as_short16(((v * lift) >> (ushort16)10) & (ushort16)0x30) - (short16)32;
+}
+
+// Q6_K block blk's codes minus 32 (values 0..15 in *lo, 16..31 in *hi).
+CPU_INLINE void q6k_codes16(const __global uchar* wq, const __global ushort* ws, size_t blk,
+                            short16* lo, short16* hi) {
+  const short16 v = convert_short16(*(const __global uchar16*)(wq + blk * 16));
+  const uint2 h = vload2(0, (const __global uint*)ws + blk * 4 + 2);  // the record's h0, h1
+  *lo = (v & (short16)15) | top_bits16(h.x);
+  *hi = (v >> (short16)4) | top_bits16(h.y);
 }
 
 // The codes of block blk (a matrix of block type X16_TYPE(wt), not Q6_K)
@@ -467,22 +483,11 @@ CPU_INLINE void block_terms8(const int wt, const __global ushort* ws, size_t blk
 }
 
 // Block blk of a matrix of block type X16_TYPE(wt) times block b of x in
-// 16-bit form, one block at a time (the ends of rows, and Q6_K): 8 float
+// 16-bit form, one block at a time (the ends of rows; not Q6_K): 8 float
 // lanes that sum to the dot product.
 CPU_INLINE float8 block_dot_x16(const int wt, const __global uchar* wq, const __global ushort* ws,
                                 size_t blk, X16 x, int b) {
   const float8 dx = (float8)x.d[b];
-  if (wt == 14) {
-    const short16 v = convert_short16(*(const __global uchar16*)(wq + blk * 16));
-    short16 lo = v & (short16)15, hi = v >> (short16)4;
-    const uint4 rec = ((const __global uint4*)ws)[blk];  // s0, s1, h0, h1
-    lo = (lo | top_bits16(rec.z)) - (short16)32;
-    hi = (hi | top_bits16(rec.w)) - (short16)32;
-    // Two scales a block (values 0..15, 16..31).
-    const float8 t0 = convert_float8(madd_pairs16(lo, x.q[2 * b])) * dx;
-    const float8 t1 = convert_float8(madd_pairs16(hi, x.q[2 * b + 1])) * dx;
-    return fma((float8)as_float(rec.x), t0, (float8)as_float(rec.y) * t1);
-  }
   float8 d, m = 0.0f;
   if (wt == 2 || wt == 8) {
     d = half_to_float8(ws[blk]);
@@ -510,8 +515,9 @@ CPU_INLINE float8 block_dot_x16(const int wt, const __global uchar* wq, const __
 // Q8_0 rows this streamed 1.2-1.9x faster than NR rows read block by block
 // as rows_dot does (whole decode tokens measured alike within the VM's
 // noise). Eight blocks at a time take their scales and terms from
-// block_terms8; the rest of a row, and Q6_K's two scales a block, go block
-// by block. Two accumulators a row, for even and odd blocks. (The rows and
+// block_terms8 (Q6_K: its two scales a block times x's, as a vector); the
+// rest of a row goes block by block. Two accumulators a row, for even and
+// odd blocks (Q6_K: values 0..15 and 16..31). (The rows and
 // the eight blocks unrolled, the first version, made the first start with an
 // empty kernel cache 8 s longer for SmolLM2 Q4_1, this one 3.6 s, and
 // decoded no faster.)
@@ -525,7 +531,26 @@ CPU_INLINE void rows_dot_x16(const int wt, const __global uchar* wq, const __glo
     float8 acc0 = 0.0f, acc1 = 0.0f, terms = 0.0f;
     int b = 0;
     __builtin_prefetch((const __global uchar*)ws + (blk + PF_ROWS * nb) * QT_SB(wt));
-    if (wt != 14) {
+    if (wt == 14) {
+      // Q6_K: two scales a block, times x's, for eight blocks at a time.
+      for (; b + 8 <= nb; b += 8) {
+        const uint16 r0 = vload16(0, (const __global uint*)ws + (blk + b) * 4);
+        const uint16 r1 = vload16(0, (const __global uint*)ws + (blk + b) * 4 + 16);
+        const float8 dx = vload8(0, x.d + b);
+        float f0[8], f1[8];
+        vstore8(as_float8((uint8)(r0.s048c, r1.s048c)) * dx, 0, f0);
+        vstore8(as_float8((uint8)(r0.s159d, r1.s159d)) * dx, 0, f1);
+        for (int j = 0; j < 8; ++j) {
+          if (j % (64 / QT_QB(wt)) == 0) {
+            __builtin_prefetch(wq + (blk + PF_ROWS * nb + b + j) * QT_QB(wt));
+          }
+          short16 lo, hi;
+          q6k_codes16(wq, ws, blk + b + j, &lo, &hi);
+          acc0 = fma(convert_float8(madd_pairs16(lo, x.q[2 * (b + j)])), (float8)f0[j], acc0);
+          acc1 = fma(convert_float8(madd_pairs16(hi, x.q[2 * (b + j) + 1])), (float8)f1[j], acc1);
+        }
+      }
+    } else {
       for (; b + 8 <= nb; b += 8) {
         float8 sc, tm;
         block_terms8(wt, ws, blk + b, x, b, &sc, &tm);
@@ -543,7 +568,9 @@ CPU_INLINE void rows_dot_x16(const int wt, const __global uchar* wq, const __glo
         }
       }
     }
-    for (; b < nb; ++b) {
+    // The rest of the row (K-quant rows are whole 256-value superblocks:
+    // none for Q6_K).
+    for (; wt != 14 && b < nb; ++b) {
       if ((b * QT_QB(wt)) % 64 == 0) __builtin_prefetch(wq + (blk + PF_ROWS * nb + b) * QT_QB(wt));
       acc0 += block_dot_x16(wt, wq, ws, blk + b, x, b);
     }

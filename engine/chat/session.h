@@ -10,11 +10,12 @@
 //   [pending] + tokenize(assistant_end + user turn + assistant header)
 // and earlier turns are never processed again.
 //
-// A long prompt is fed in chunks sized to take about 0.3 s each
-// (at most prefill_chunk tokens), with the cancel flag checked between them:
-// a prompt stopped part-way keeps its unfed tokens `pending` (the reply is
-// empty, Cancelled), so the cache stays equal to what was fed and the next
-// turn or /regen goes on from there.
+// A long prompt is fed in chunks of prefill_chunk tokens with the cancel
+// flag checked between layers where the backend stops there
+// (Backend::prefill_stops), else in chunks sized to take about 0.3 s each
+// with the flag checked between them: a prompt stopped part-way keeps its
+// unfed tokens `pending` (the reply is empty, Cancelled), so the cache stays
+// equal to what was fed and the next turn or /regen goes on from there.
 //
 // Context policy (n_ctx = the backend's cache size): a turn fits when its
 // prompt plus a reserve for the reply (min(max_tokens, n_ctx / 4)) fits. When
@@ -131,8 +132,8 @@ class ChatSession {
   // back. Otherwise Backend::decode_sample with the sampler's next draw
   // number (the draw counter restarts with set_sampling and clear()).
   bool device_argmax() const;
-  // The first reply token, or nullopt when cancelled between chunks (the
-  // unfed rest of `prompt` is then pending).
+  // The first reply token, or nullopt when cancelled (the unfed rest of
+  // `prompt` is then pending).
   std::optional<int32_t> run_prompt(std::span<const int32_t> prompt, const TurnHooks& hooks);
   int32_t step(int32_t token);
   void generate(int32_t first, TurnResult& result, const TurnHooks& hooks);

@@ -227,16 +227,9 @@ int32_t ClForward::read_token() {
 }
 
 int32_t ClForward::prefill(std::span<const int32_t> tokens, int pos) {
+  if (batched(tokens.size())) return *prefill_until(tokens, pos, nullptr);
   claim_positions(pos, tokens.size());
   write_ids(tokens);
-  if (general() || (prefill_ && tokens.size() > 1 && !debug_)) {  // batched (ClPrefill): the
-    prefill_->run(int(tokens.size()), pos, state_.x);  // last position leaves its hidden state in x
-    plan_.enqueue_head();
-    const int32_t id = read_token();
-    if (debug_) collect_debug(pos + int(tokens.size()) - 1);
-    if (profiling_) take_profile();
-    return id;
-  }
   for (size_t i = 0; i < tokens.size(); ++i) {
     const bool last = i + 1 == tokens.size();
     plan_.enqueue_token(int(i), pos + int(i), last);
@@ -244,6 +237,20 @@ int32_t ClForward::prefill(std::span<const int32_t> tokens, int pos) {
   const int32_t id = read_token();
   if (debug_) collect_debug(pos + int(tokens.size()) - 1);
   if (profiling_) profile_ = plan_.take_profile();
+  return id;
+}
+
+std::optional<int32_t> ClForward::prefill_until(std::span<const int32_t> tokens, int pos,
+                                                const std::function<bool()>& stop) {
+  if (!batched(tokens.size())) return prefill(tokens, pos);
+  claim_positions(pos, tokens.size());
+  write_ids(tokens);
+  // The last position leaves its hidden state in x.
+  if (!prefill_->run(int(tokens.size()), pos, state_.x, stop)) return std::nullopt;
+  plan_.enqueue_head();
+  const int32_t id = read_token();
+  if (debug_) collect_debug(pos + int(tokens.size()) - 1);
+  if (profiling_) take_profile();
   return id;
 }
 

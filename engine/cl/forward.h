@@ -69,6 +69,11 @@ class ClForward final : public Backend {
   int n_ctx() const override { return n_ctx_; }
   bool can_resume(int pos) const override;
   int32_t prefill(std::span<const int32_t> tokens, int pos) override;
+  // Batched prefill (ClPrefill) stops between layers; one layer stays
+  // queued ahead of the host, so the device does not wait for the checks.
+  std::optional<int32_t> prefill_until(std::span<const int32_t> tokens, int pos,
+                                       const std::function<bool()>& stop) override;
+  bool prefill_stops(size_t n_tokens) const override { return batched(n_tokens); }
   int32_t decode_argmax(int32_t token, int pos) override;
   std::span<const float> decode_logits(int32_t token, int pos) override;
   int32_t decode_sample(int32_t token, int pos, const SamplingParams& params, uint64_t draw,
@@ -125,6 +130,9 @@ class ClForward final : public Backend {
  private:
   // A model whose graph is not llama's: every step runs on ClPrefill.
   bool general() const { return !config_.plain_llama(); }
+  // Whether a prefill of n_tokens runs on ClPrefill (else the decode plan,
+  // token by token).
+  bool batched(size_t n_tokens) const { return general() || (prefill_ && n_tokens > 1 && !debug_); }
   void check_position(int pos, size_t n_tokens) const;
   // One decode step; `lookahead`: on the persistent path, also enqueue the
   // next k_lookahead greedy steps (each reading the id the one before chose),

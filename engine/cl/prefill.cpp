@@ -500,7 +500,11 @@ void ClPrefill::build_steps() {
   steps_.push_back(embed_step());
   if (config_.embed_scale != 1.0f) steps_.push_back(embed_scale_step());
   const PrefillTuning att_tuning = attention_tuning();
-  for (int il = 0; il < config_.n_layer; ++il) add_layer_steps(il, att_tuning);
+  layer_ends_.clear();
+  for (int il = 0; il < config_.n_layer; ++il) {
+    add_layer_steps(il, att_tuning);
+    layer_ends_.push_back(steps_.size());
+  }
   // final norm of rows row0.. and lm_head, for run_logits (logits_ set later)
   head_steps_.clear();
   head_steps_.push_back(norm_step(x_, w_.output_norm.q, xn_, "output_norm"));
@@ -848,11 +852,37 @@ cl_event ClPrefill::enqueue(Step& s, int n_tok, int pos0, int id_off, int row0, 
 
 // One chunk: ids[id_off .. id_off + n_tok) at positions pos0.., all layers;
 // the chunk's final hidden states are left in x_.
-void ClPrefill::enqueue_chunk(int id_off, int n_tok, int pos0) {
-  for (Step& s : steps_) enqueue(s, n_tok, pos0, id_off, 0);
+bool ClPrefill::enqueue_chunk(int id_off, int n_tok, int pos0, const std::function<bool()>& stop) {
+  if (!stop) {
+    for (Step& s : steps_) enqueue(s, n_tok, pos0, id_off, 0);
+    return true;
+  }
+  // After layer l is queued (with a marker), wait for layer l - 1's marker
+  // and ask `stop`: the device runs layer l meanwhile.
+  ClEvent layer_before;
+  auto end = layer_ends_.begin();
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    enqueue(steps_[i], n_tok, pos0, id_off, 0);
+    if (end == layer_ends_.end() || i + 1 != *end) continue;
+    ++end;
+    cl_event marker = nullptr;
+    cl_check(clEnqueueMarkerWithWaitList(rt_.queue(), 0, nullptr, &marker),
+             "clEnqueueMarkerWithWaitList(prefill layer)");
+    ClEvent layer(marker);
+    if (layer_before) {
+      const cl_event wait = layer_before.get();
+      cl_check(clWaitForEvents(1, &wait), "clWaitForEvents(prefill layer)");
+      if (stop()) {
+        rt_.finish();
+        return false;
+      }
+    }
+    layer_before = std::move(layer);
+  }
+  return true;
 }
 
-void ClPrefill::run(int n_tokens, int pos, const ClMem& last_x) {
+bool ClPrefill::run(int n_tokens, int pos, const ClMem& last_x, const std::function<bool()>& stop) {
   int n_chunk = 0;
   const bool one_by_one = n_tokens == 1 || chunk_ == 1;
   if (one_by_one && !decode_steps_.empty()) {  // decode steps, token by token
@@ -866,7 +896,10 @@ void ClPrefill::run(int n_tokens, int pos, const ClMem& last_x) {
   } else {
     for (int done = 0; done < n_tokens; done += n_chunk) {
       n_chunk = std::min(chunk_, n_tokens - done);
-      enqueue_chunk(done, n_chunk, pos + done);
+      if (!enqueue_chunk(done, n_chunk, pos + done, stop)) {
+        events_.clear();  // a stopped run's profile is not reported
+        return false;
+      }
     }
     if (profile_) report_profile(n_tokens);
   }
@@ -874,6 +907,7 @@ void ClPrefill::run(int n_tokens, int pos, const ClMem& last_x) {
   cl_check(clEnqueueCopyBuffer(rt_.queue(), x_.get(), last_x.get(), size_t(n_chunk - 1) * row_bytes,
                                0, row_bytes, 0, nullptr, nullptr),
            "clEnqueueCopyBuffer(prefill last hidden state)");
+  return true;
 }
 
 // Device time per step label over the runs so far, to stderr (tuning aid:
@@ -922,7 +956,7 @@ void ClPrefill::run_logits(int n_tokens, int pos, int first_out, std::vector<flo
   int n_chunk = 0;
   for (int done = 0; done < n_tokens; done += n_chunk) {
     n_chunk = std::min(chunk_, n_tokens - done);
-    enqueue_chunk(done, n_chunk, pos + done);
+    enqueue_chunk(done, n_chunk, pos + done, nullptr);
     // rows of this chunk that are wanted: [row0, n_chunk)
     for (int row0 = std::max(0, first_out - done); row0 < n_chunk; row0 += head_rows_) {
       const int n_rows = std::min(head_rows_, n_chunk - row0);

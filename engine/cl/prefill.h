@@ -31,6 +31,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -75,8 +76,11 @@ class ClPrefill {
 
   // Runs the token ids ids[0..n_tokens) at positions pos.. (the caller wrote
   // them and checked the range), filling the KV cache; then copies the last
-  // position's hidden state into `last_x` (n_embd floats).
-  void run(int n_tokens, int pos, const ClMem& last_x);
+  // position's hidden state into `last_x` (n_embd floats) and returns true.
+  // With `stop`, batched runs call it after each layer, keeping the next
+  // layer queued, and return false once it says true (the queue drained;
+  // positions pos.. of the cache partly written).
+  bool run(int n_tokens, int pos, const ClMem& last_x, const std::function<bool()>& stop = nullptr);
   // Same, and the logits of positions pos + first_out .. pos + n_tokens - 1 into
   // `out` ((n_tokens - first_out) x n_vocab, row-major). Blocks.
   void run_logits(int n_tokens, int pos, int first_out, std::vector<float>& out);
@@ -202,7 +206,8 @@ class ClPrefill {
   ClKernel kernel(const std::string& stem, const std::string& defines, const char* name);
   // Returns the launch's event (the caller's to release) when want_event.
   cl_event enqueue(Step& s, int n_tok, int pos0, int id_off, int row0, bool want_event = false);
-  void enqueue_chunk(int id_off, int n_tok, int pos0);
+  // false: `stop` said so after a layer (see run).
+  bool enqueue_chunk(int id_off, int n_tok, int pos0, const std::function<bool()>& stop);
 
   const ModelConfig config_;
   ClRuntime& rt_;
@@ -234,6 +239,7 @@ class ClPrefill {
   int head_rows_ = 0;   // positions per lm_head launch in run_logits
 
   std::vector<Step> steps_;              // embed, then the layers in order
+  std::vector<size_t> layer_ends_;       // one past each layer's last step in steps_
   std::vector<Step> decode_steps_;       // the same for one token, matrix-vector kernels
   ClMem qkv1_;                           // one token's q, k, v (decode steps)
   std::array<ClMem, 3> qkv1_parts_;      // sub-buffers of qkv1_ for separate Wq, Wk, Wv

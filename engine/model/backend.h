@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -30,6 +32,17 @@ class Backend {
   // Runs `tokens` at positions pos.. and returns the greedy next token (the
   // argmax of the last position's logits).
   virtual int32_t prefill(std::span<const int32_t> tokens, int pos) = 0;
+  // prefill that checks `stop` between layers where prefill_stops(): when
+  // it turns true the call returns nullopt, and the cache holds the
+  // positions before pos as before (those from pos on are to be written
+  // again). Elsewhere it is prefill, unstopped.
+  virtual std::optional<int32_t> prefill_until(std::span<const int32_t> tokens, int pos,
+                                               const std::function<bool()>& /*stop*/) {
+    return prefill(tokens, pos);
+  }
+  // Whether prefill_until of `n_tokens` stops between layers (so a caller
+  // need not cut a long prompt into short calls to stay responsive).
+  virtual bool prefill_stops(size_t /*n_tokens*/) const { return false; }
   // Same as prefill of one token, but may return the logits (n_vocab) instead.
   virtual int32_t decode_argmax(int32_t token, int pos) = 0;
   virtual std::span<const float> decode_logits(int32_t token, int pos) = 0;

@@ -11,19 +11,23 @@ namespace clchat {
 
 namespace {
 
-// Where the backend cannot stop between layers, a prefill chunk should take
-// about this long, so that a Ctrl-C waits for well under half a second (where
-// it can, chunks are prefill_chunk tokens: on PoCL a resumed conversation of
-// 2,072 tokens waited 8.4-9.5 s for its first token in chunks of 0.3 s, 32-64
-// tokens at a depth of 2,000); the first chunk of a session's first prompt has
-// k_first_chunk tokens, later prompts start at the size the speed measured
-// before gives. (SmolLM2-135M Q4_1 through PoCL on 2 cores: 32 tokens take
-// 0.33 s at 96 tok/s, 16 take 0.23 s at 69 tok/s, 512 run at ~110 tok/s.
-// Llama-3.2-1B on an H100: a 475-token turn took 28.6 ms in chunks of 32,
-// 128 and 315, each with its own launches and read-back; one chunk of 475
-// runs at pp512's ~29k tok/s.)
+// A Ctrl-C should wait for about this long at most, so the time between two
+// of the backend's stop points is kept near half of it: a prefill chunk
+// takes about k_prefill_chunk_s where the backend has no stop points, (points
+// + 1) / 2 times that where it has. The first chunk of a session's first
+// prompt has k_first_chunk tokens (k_first_chunk_stopping with stop points),
+// later prompts start at the size the speed measured before gives.
+// (SmolLM2-135M Q4_1 through PoCL on 2 cores: 32 tokens take 0.33 s at 96
+// tok/s, 16 take 0.23 s at 69 tok/s, 512 run at ~110 tok/s. With chunks of
+// ~0.3 s and no stop points, a resumed 2,074-token conversation of the
+// SmolLM2-shaped Q4_0 file waited 7.6-8.3 s for its first token there
+// (32-64 tokens a chunk at a depth of 2,000), with stops between layers and
+// 512-token chunks 6.0-7.2 s. Llama-3.2-1B on an H100: a 475-token turn took
+// 28.6 ms in chunks of 32, 128 and 315, each with its own launches and
+// read-back; one chunk of 475 runs at pp512's ~29k tok/s.)
 constexpr double k_prefill_chunk_s = 0.3;
 constexpr size_t k_first_chunk = 32;
+constexpr size_t k_first_chunk_stopping = 128;
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
@@ -235,18 +239,20 @@ std::optional<int32_t> ChatSession::run_prompt(std::span<const int32_t> prompt,
   // needs the last position's logits, so that one goes through step().
   const size_t n_batch = device_argmax() ? prompt.size() : prompt.size() - 1;
   const size_t max_chunk = size_t(prefill_chunk_);
-  const bool stops = backend_.prefill_stops(std::min(max_chunk, n_batch));
-  // The next chunk takes about k_prefill_chunk_s at `rate` (tokens/s, as
-  // measured on `measured` tokens), growing at most 4x (small chunks are
-  // slower per token) or to k_first_chunk; max_chunk where the backend stops.
-  auto fit = [max_chunk, stops](double rate, size_t measured) {
-    if (stops) return max_chunk;
-    const double n = rate * k_prefill_chunk_s;
-    const size_t cap = std::min(max_chunk, std::max(k_first_chunk, 4 * measured));
+  const int points = backend_.prefill_stop_points(std::min(max_chunk, n_batch));
+  // A Ctrl-C waits for the stretch in flight and, with stop points, the
+  // one queued after it: two of a chunk's points + 1.
+  const double chunk_s = points > 0 ? k_prefill_chunk_s * (points + 1) / 2 : k_prefill_chunk_s;
+  const size_t first = std::min(max_chunk, points > 0 ? k_first_chunk_stopping : k_first_chunk);
+  // The next chunk takes about chunk_s at `rate` (tokens/s, as measured on
+  // `measured` tokens), growing at most 4x (small chunks are slower per
+  // token) or to the first chunk's size.
+  auto fit = [max_chunk, chunk_s, first](double rate, size_t measured) {
+    const double n = rate * chunk_s;
+    const size_t cap = std::min(max_chunk, std::max(first, 4 * measured));
     return n >= double(cap) ? cap : std::max(size_t(1), size_t(n));
   };
-  size_t chunk = prefill_rate_chunk_ > 0 || stops ? fit(prefill_rate_, prefill_rate_chunk_)
-                                                  : std::min(max_chunk, k_first_chunk);
+  size_t chunk = prefill_rate_chunk_ > 0 ? fit(prefill_rate_, prefill_rate_chunk_) : first;
   size_t largest = 0;  // this prompt's largest chunk so far
   const bool report = prompt.size() > chunk;
   int32_t next = -1;

@@ -10,10 +10,11 @@
 //   [pending] + tokenize(assistant_end + user turn + assistant header)
 // and earlier turns are never processed again.
 //
-// A long prompt is fed in chunks of prefill_chunk tokens with the cancel
-// flag checked between layers where the backend stops there
-// (Backend::prefill_stops), else in chunks sized to take about 0.3 s each
-// with the flag checked between them: a prompt stopped part-way keeps its
+// A long prompt is fed in chunks (at most prefill_chunk tokens) with the
+// cancel flag checked between them and at the backend's stop points inside
+// them (Backend::prefill_stop_points: OpenCL's batched prefill, between
+// layers), sized by the measured speed so that a Ctrl-C waits for about
+// 0.3 s at most: a prompt stopped part-way keeps its
 // unfed tokens `pending` (the reply is empty, Cancelled), so the cache stays
 // equal to what was fed and the next turn or /regen goes on from there.
 //
@@ -67,7 +68,7 @@ struct TurnHooks {
   std::function<void(int turns_dropped, int tokens_dropped)> on_trim;
   // After each prefill chunk of a prompt longer than one chunk.
   std::function<void(int done, int total)> on_prefill;
-  std::function<bool()> cancelled;  // checked between tokens and prefill chunks
+  std::function<bool()> cancelled;  // checked between tokens, prefill chunks and layers
 };
 
 class ChatSession {

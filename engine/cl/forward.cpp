@@ -181,9 +181,10 @@ void ClForward::check_position(int pos, size_t n_tokens) const {
 bool ClForward::can_resume(int pos) const {
   if (state_.kv_ring >= n_ctx_ || pos <= 0 || pos >= written_end_) return true;
   // The window of position pos starts at `first`; its rows are intact while
-  // no later position of the same row was written (lookahead steps included).
+  // no later position of the same row was written (written_end_ counts the
+  // lookahead steps queued, and a stopped prefill's positions).
   const int64_t first = std::max(0, pos - config_.sliding_window + 1);
-  return first + state_.kv_ring >= int64_t(written_end_) + int64_t(k_lookahead);
+  return first + state_.kv_ring >= int64_t(written_end_);
 }
 
 void ClForward::claim_positions(int pos, size_t n_tokens) {
@@ -245,13 +246,23 @@ std::optional<int32_t> ClForward::prefill_until(std::span<const int32_t> tokens,
   if (!batched(tokens.size())) return prefill(tokens, pos);
   claim_positions(pos, tokens.size());
   write_ids(tokens);
-  // The last position leaves its hidden state in x.
-  if (!prefill_->run(int(tokens.size()), pos, state_.x, stop)) return std::nullopt;
+  // The last position leaves its hidden state in x. (Longer calls run
+  // through: a stop after their first chunk would leave the sliding-window
+  // rings without the window before pos.)
+  const bool stops = prefill_stop_points(tokens.size()) > 0;
+  if (!prefill_->run(int(tokens.size()), pos, state_.x, stops ? stop : nullptr)) {
+    return std::nullopt;
+  }
   plan_.enqueue_head();
   const int32_t id = read_token();
   if (debug_) collect_debug(pos + int(tokens.size()) - 1);
   if (profiling_) take_profile();
   return id;
+}
+
+int ClForward::prefill_stop_points(size_t n_tokens) const {
+  const bool one_chunk = n_tokens > 1 && n_tokens <= size_t(prefill_chunk());
+  return batched(n_tokens) && one_chunk ? config_.n_layer - 1 : 0;
 }
 
 int32_t ClForward::decode_argmax(int32_t token, int pos) { return decode_step(token, pos, true); }
@@ -392,6 +403,7 @@ int32_t ClForward::persistent_step(int32_t token, int pos, bool lookahead,
     for (int next = pos + 1 + int(persistent_->n_ahead());
          persistent_->n_ahead() < k_lookahead && next < n_ctx_; ++next) {
       persistent_->enqueue_ahead(next, chain, in_kernel, history);
+      written_end_ = std::max(written_end_, next + 1);
     }
   }
   if (persistent_->n_ahead() == 0) device_token_ = id;

@@ -69,11 +69,12 @@ class ClForward final : public Backend {
   int n_ctx() const override { return n_ctx_; }
   bool can_resume(int pos) const override;
   int32_t prefill(std::span<const int32_t> tokens, int pos) override;
-  // Batched prefill (ClPrefill) stops between layers; one layer stays
-  // queued ahead of the host, so the device does not wait for the checks.
+  // Batched prefill (ClPrefill) of at most one chunk asks `stop` after
+  // layers 1 .. n_layer - 1; one layer stays queued ahead of the host, so
+  // the device does not wait for the checks.
   std::optional<int32_t> prefill_until(std::span<const int32_t> tokens, int pos,
                                        const std::function<bool()>& stop) override;
-  bool prefill_stops(size_t n_tokens) const override { return batched(n_tokens); }
+  int prefill_stop_points(size_t n_tokens) const override;
   int32_t decode_argmax(int32_t token, int pos) override;
   std::span<const float> decode_logits(int32_t token, int pos) override;
   int32_t decode_sample(int32_t token, int pos, const SamplingParams& params, uint64_t draw,

@@ -32,17 +32,18 @@ class Backend {
   // Runs `tokens` at positions pos.. and returns the greedy next token (the
   // argmax of the last position's logits).
   virtual int32_t prefill(std::span<const int32_t> tokens, int pos) = 0;
-  // prefill that checks `stop` between layers where prefill_stops(): when
-  // it turns true the call returns nullopt, and the cache holds the
-  // positions before pos as before (those from pos on are to be written
-  // again). Elsewhere it is prefill, unstopped.
+  // prefill that asks `stop` prefill_stop_points(tokens.size()) times on
+  // the way (between layers): once it says true the call returns nullopt,
+  // and the cache holds the positions before pos as before (those from pos
+  // on are to be written again). With no stop points it is prefill.
   virtual std::optional<int32_t> prefill_until(std::span<const int32_t> tokens, int pos,
                                                const std::function<bool()>& /*stop*/) {
     return prefill(tokens, pos);
   }
-  // Whether prefill_until of `n_tokens` stops between layers (so a caller
-  // need not cut a long prompt into short calls to stay responsive).
-  virtual bool prefill_stops(size_t /*n_tokens*/) const { return false; }
+  // How many times prefill_until of n_tokens asks `stop`, evenly spaced
+  // through the call (0: never), so that a caller can size its calls for a
+  // quick Ctrl-C.
+  virtual int prefill_stop_points(size_t /*n_tokens*/) const { return 0; }
   // Same as prefill of one token, but may return the logits (n_vocab) instead.
   virtual int32_t decode_argmax(int32_t token, int pos) = 0;
   virtual std::span<const float> decode_logits(int32_t token, int pos) = 0;

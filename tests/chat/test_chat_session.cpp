@@ -229,7 +229,7 @@ TEST_P(ChatSessionTest, CancelDuringPrefillKeepsWhatWasFed) {
   for (const bool regen : {false, true}) {
     SCOPED_TRACE(regen ? "then /regen" : "then a new turn");
     auto backend = make_backend(512);
-    const bool stops = backend->prefill_stops(prompt1.size());
+    const bool stops = backend->prefill_stop_points(prompt1.size()) > 0;
     EXPECT_EQ(stops, GetParam() == std::string("opencl"));
     ASSERT_GE(stories().model.config.n_layer, 3);  // checks after layers 1 and 2
     auto s = make_session(*backend, max_tokens);
@@ -567,11 +567,13 @@ class PrefillSizes final : public Backend {
     sizes.push_back(tokens.size());
     return b_.prefill(tokens, pos);
   }
+  int prefill_stop_points(size_t) const override { return stop_points; }
   int32_t decode_argmax(int32_t token, int pos) override { return b_.decode_argmax(token, pos); }
   std::span<const float> decode_logits(int32_t token, int pos) override {
     return b_.decode_logits(token, pos);
   }
   std::vector<size_t> sizes;
+  int stop_points = 0;  // claimed (prefill_until stays the default: prefill)
 
  private:
   Backend& b_;
@@ -599,6 +601,25 @@ TEST(ChatSessionPrefill, LaterPromptsStartAtTheMeasuredChunkSize) {
   ASSERT_TRUE(s.submit(long_text).error.empty());
   ASSERT_GT(backend.sizes.size(), first_prompt_calls);
   EXPECT_GT(backend.sizes[first_prompt_calls], 32u);
+}
+
+// A backend with stop points starts a session at chunks of 128 tokens, then
+// 4x a step up to prefill_chunk (the chunk may take (points + 1) / 2 x 0.3 s).
+TEST(ChatSessionPrefill, StoppingBackendsStartAt128Tokens) {
+  const auto reference = make_reference_backend(stories().model, 1024);
+  PrefillSizes backend(*reference);
+  backend.stop_points = 4;
+  ChatSession s(backend, *stories().tokenizer, ChatTemplate(TemplateStyle::Plain));
+  s.set_prefill_chunk(256);
+  SamplingParams p;
+  p.max_tokens = 2;
+  s.set_sampling(p);
+  std::string long_text;
+  for (int i = 0; i < 50; ++i) long_text += "The little dog ran to the park. ";
+  ASSERT_TRUE(s.submit(long_text).error.empty());
+  ASSERT_GE(backend.sizes.size(), 3u);
+  EXPECT_EQ(backend.sizes[0], 128u);
+  EXPECT_EQ(backend.sizes[1], 256u);
 }
 
 // The session's Backend with decode_sample left to the host (the default):

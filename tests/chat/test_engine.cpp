@@ -126,11 +126,12 @@ TEST_P(EngineTest, CancelStopsTheReply) {
   // number), so only a reply that ends on its own first could race: this
   // prompt's greedy reply has no end token in 1000, ~0.1 s of decoding,
   // against the microseconds to the next line. The reply may be empty (the
-  // cancel is checked before each prefill chunk, the first one too). How
+  // cancel is checked before each prefill chunk, the first one too, and
+  // between its layers on OpenCL). How
   // many tokens the thread fed first is not knowable here (a loaded CI
   // machine once let it feed 8); the exact counts are ChatSessionTest's
   // CancelKeepsThePartialReplyAndAConsistentCache and
-  // CancelDuringPrefillStopsAfterOneChunk, with deterministic hooks.
+  // CancelDuringPrefillKeepsWhatWasFed, with deterministic hooks.
   engine.post(cmd::SubmitTurn{"Once upon a time"});
   engine.cancel();
   const auto rest = events_until<ev::TurnFinished>(engine);

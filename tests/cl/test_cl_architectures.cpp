@@ -252,10 +252,11 @@ TEST(ClPrefillOps, ScaleRowsAndGeluMulMatchReference) {
 // ---- sliding-window rings: stepping back --------------------------------------------
 
 // Gemma 3's shape with a 5-position window, chunks of 4: the window layers
-// keep rings of 9 rows. After 30 positions a step back of up to a chunk
-// (position 27 on) still finds its window and matches the CPU reference on
-// the new branch; a longer one is refused (can_resume false, and the call
-// throws), and the context runs again from position 0.
+// keep rings of 9 rows. After 30 positions a step back to position 25 or
+// later (the window's first position 21 or later: rows 21-29 are the ring's
+// 9) still finds its window and matches the CPU reference on the new branch;
+// a longer one is refused (can_resume false, and the call throws), and the
+// context runs again from position 0.
 TEST(ClForwardRing, StepBackWithinAChunkKeepsTheWindow) {
   const TempModel m(
       write_synthetic_model_tmp(spec_of({"gemma3", "gemma3", 64, 5, false, GgmlType::Q8_0})));
@@ -269,8 +270,9 @@ TEST(ClForwardRing, StepBackWithinAChunkKeepsTheWindow) {
     cpu.forward(tokens[size_t(p)], p);
   }
   for (int p = 0; p <= n; ++p) {
-    // window first = max(0, p - 4); rows of 9; written up to 30, lookahead 2
-    EXPECT_EQ(cl.can_resume(p), p == 0 || p >= 27) << "position " << p;
+    // window first = max(0, p - 4); rows of 9; written up to 30
+    // (decode_logits queues no lookahead steps)
+    EXPECT_EQ(cl.can_resume(p), p == 0 || p >= 25) << "position " << p;
   }
   // A new branch from 28: tokens other than the first ones.
   for (int p = 28; p < 34; ++p) {
@@ -287,6 +289,33 @@ TEST(ClForwardRing, StepBackWithinAChunkKeepsTheWindow) {
   cl.prefill_logits(tokens, 0, n - 1, out);
   EXPECT_LE(test::relative_error(out, cpu_logits_at(m.model, tokens, n - 1)), k_logits_tol);
   EXPECT_TRUE(cl.can_resume(n - 3));
+}
+
+// The same model prefilled in chunks of 4: a chunk stopped after its first
+// layer leaves none of its positions fed (nullopt), and the same chunk run
+// again at the same position finds the window before it (written up to the
+// stopped chunk's end, 24: rows 16-24 would fit a ring of 9) and matches the
+// CPU reference. A call of more than one chunk has no stop points: a stop
+// after its first chunk would leave the rings without the window before it.
+TEST(ClForwardRing, StoppedChunkRunsAgainAtItsPosition) {
+  const TempModel m(
+      write_synthetic_model_tmp(spec_of({"gemma3", "gemma3", 64, 5, false, GgmlType::Q8_0})));
+  const ModelConfig& c = m.model.config;
+  ASSERT_GE(c.n_layer, 2);
+  const int n_ctx = 40, n = 24;
+  const auto tokens = some_tokens(n, c.n_vocab);
+  ClForward cl(m.model, test::cl_test_runtime(), ClForwardOptions{n_ctx, 4});
+  EXPECT_EQ(cl.prefill_stop_points(4), c.n_layer - 1);
+  EXPECT_EQ(cl.prefill_stop_points(5), 0);
+  const auto part = [&](int at) { return std::span<const int32_t>(tokens).subspan(size_t(at), 4); };
+  for (int p = 0; p < 20; p += 4) ASSERT_TRUE(cl.prefill_until(part(p), p, [] { return false; }));
+  int asked = 0;
+  EXPECT_FALSE(cl.prefill_until(part(20), 20, [&] { return ++asked == 1; }).has_value());
+  EXPECT_EQ(asked, 1);
+  ASSERT_TRUE(cl.can_resume(20));
+  std::vector<float> out;
+  cl.prefill_logits(part(20), 20, 3, out);
+  EXPECT_LE(test::relative_error(out, cpu_logits_at(m.model, tokens, n - 1)), k_logits_tol);
 }
 
 // ---- Gemma 3 270M, real weights -------------------------------------------------------

@@ -853,17 +853,13 @@ cl_event ClPrefill::enqueue(Step& s, int n_tok, int pos0, int id_off, int row0, 
 // One chunk: ids[id_off .. id_off + n_tok) at positions pos0.., all layers;
 // the chunk's final hidden states are left in x_.
 bool ClPrefill::enqueue_chunk(int id_off, int n_tok, int pos0, const std::function<bool()>& stop) {
-  if (!stop) {
-    for (Step& s : steps_) enqueue(s, n_tok, pos0, id_off, 0);
-    return true;
-  }
-  // After layer l is queued (with a marker), wait for layer l - 1's marker
-  // and ask `stop`: the device runs layer l meanwhile.
+  // With `stop`: after layer l is queued (with a marker), wait for layer
+  // l - 1's marker and ask it; the device runs layer l meanwhile.
   ClEvent layer_before;
   auto end = layer_ends_.begin();
   for (size_t i = 0; i < steps_.size(); ++i) {
     enqueue(steps_[i], n_tok, pos0, id_off, 0);
-    if (end == layer_ends_.end() || i + 1 != *end) continue;
+    if (!stop || end == layer_ends_.end() || i + 1 != *end) continue;
     ++end;
     cl_event marker = nullptr;
     cl_check(clEnqueueMarkerWithWaitList(rt_.queue(), 0, nullptr, &marker),

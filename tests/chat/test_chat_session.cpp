@@ -32,6 +32,13 @@ const Stories& stories() {
   return s;
 }
 
+// A long prompt: `n` copies of one sentence.
+std::string dog_sentences(int n) {
+  std::string text;
+  for (int i = 0; i < n; ++i) text += "The little dog ran to the park. ";
+  return text;
+}
+
 class ChatSessionTest : public ::testing::TestWithParam<std::string> {
  protected:
   std::unique_ptr<Backend> make_backend(int n_ctx) const {
@@ -221,8 +228,7 @@ TEST_P(ChatSessionTest, CancelKeepsThePartialReplyAndAConsistentCache) {
 // fed, and both the next turn and /regen go on from there.
 TEST_P(ChatSessionTest, CancelDuringPrefillKeepsWhatWasFed) {
   const int max_tokens = 8;
-  std::string long_text;
-  for (int i = 0; i < 12; ++i) long_text += "The little dog ran to the park. ";
+  const std::string long_text = dog_sentences(12);
   const std::vector<int32_t> prompt1 =
       tok().encode("User: " + long_text + "\nAssistant:", true, true);
   ASSERT_GT(prompt1.size(), 64u);
@@ -584,15 +590,22 @@ class PrefillSizes final : public Backend {
 // speed says. stories260K on the CPU reference runs a chunk far below the
 // 0.3 s a chunk may take, so each step grows 4x, and the second prompt (after
 // the first's reply) starts past 32 tokens.
+// A plain-template stories260K session whose replies stop after 2 tokens.
+std::unique_ptr<ChatSession> two_token_session(Backend& backend) {
+  auto s = std::make_unique<ChatSession>(backend, *stories().tokenizer,
+                                         ChatTemplate(TemplateStyle::Plain));
+  SamplingParams p;
+  p.max_tokens = 2;
+  s->set_sampling(p);
+  return s;
+}
+
 TEST(ChatSessionPrefill, LaterPromptsStartAtTheMeasuredChunkSize) {
   const auto reference = make_reference_backend(stories().model, 1024);
   PrefillSizes backend(*reference);
-  ChatSession s(backend, *stories().tokenizer, ChatTemplate(TemplateStyle::Plain));
-  SamplingParams p;
-  p.max_tokens = 2;
-  s.set_sampling(p);
-  std::string long_text;
-  for (int i = 0; i < 20; ++i) long_text += "The little dog ran to the park. ";
+  const auto session = two_token_session(backend);
+  ChatSession& s = *session;
+  const std::string long_text = dog_sentences(20);
   ASSERT_TRUE(s.submit(long_text).error.empty());
   ASSERT_GE(backend.sizes.size(), 3u);
   EXPECT_EQ(backend.sizes[0], 32u);
@@ -609,14 +622,9 @@ TEST(ChatSessionPrefill, StoppingBackendsStartAt128Tokens) {
   const auto reference = make_reference_backend(stories().model, 1024);
   PrefillSizes backend(*reference);
   backend.stop_points = 4;
-  ChatSession s(backend, *stories().tokenizer, ChatTemplate(TemplateStyle::Plain));
-  s.set_prefill_chunk(256);
-  SamplingParams p;
-  p.max_tokens = 2;
-  s.set_sampling(p);
-  std::string long_text;
-  for (int i = 0; i < 50; ++i) long_text += "The little dog ran to the park. ";
-  ASSERT_TRUE(s.submit(long_text).error.empty());
+  const auto s = two_token_session(backend);
+  s->set_prefill_chunk(256);
+  ASSERT_TRUE(s->submit(dog_sentences(50)).error.empty());
   ASSERT_GE(backend.sizes.size(), 3u);
   EXPECT_EQ(backend.sizes[0], 128u);
   EXPECT_EQ(backend.sizes[1], 256u);

@@ -110,8 +110,11 @@ ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeigh
     xs_ = rt_.alloc(x16_scale_bytes(chunk_, widest));
   }
   if (tuning_.tensor_cores) {
-    xp_ = rt_.alloc(mma_packed_bytes(chunk_, widest));
-    xps_ = rt_.alloc(mma_sum_bytes(chunk_, widest));
+    // room for either packed form (a chunk may use both: Q4_K and Q6_K)
+    const MmaKernels fp16 = mma_kernels(GgmlType::Q6_K, tuning_);
+    const MmaKernels int8 = mma_kernels(GgmlType::Q4_0, tuning_);
+    xp_ = rt_.alloc(std::max(fp16.packed_bytes(chunk_, widest), int8.packed_bytes(chunk_, widest)));
+    xps_ = rt_.alloc(std::max(fp16.sum_bytes(chunk_, widest), int8.sum_bytes(chunk_, widest)));
   }
   build_steps();
   if (decode_programs_) build_decode_steps();
@@ -151,10 +154,19 @@ std::string ClPrefill::mma_defines(GgmlType type, const PrefillTuning& t) {
   return " -DWTYPE=" + std::to_string(int(type)) + " -DMMA_MI=" + std::to_string(t.mma_mi) +
          " -DMMA_NJ=" + std::to_string(t.mma_nj) + " -DMMA_WR=" + std::to_string(t.mma_wr) +
          " -DMMA_WN=" + std::to_string(t.mma_wn) + " -DMMA_KB=" + std::to_string(t.mma_kb) +
-         " -DMMA_SPLIT=" + std::to_string(t.mma_split ? 1 : 0);
+         " -DMMA_SPLIT=" + std::to_string(t.mma_split ? 1 : 0) +
+         " -DMMA_STAGES=" + std::to_string(t.mma_stages);
+}
+
+ClPrefill::MmaKernels ClPrefill::mma_kernels(GgmlType type, const PrefillTuning& t) {
+  const bool int8 =
+      t.mma_int8 && (type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q4_K);
+  if (int8) return {true, "matmul_mma_i8", "matmul_mma_i8", "pack_x_i8", 8, 2, 16};
+  return {false, "matmul_mma", "matmul_mma", "pack_x_mma", 4, 4, 4};
 }
 
 PrefillTuning ClPrefill::mma_tile(GgmlType type, const PrefillTuning& t) {
+  if (mma_kernels(type, t).int8) return t.mma_int8_tile();
   return type == GgmlType::Q4_0 ? t : t.mma_costly_tile();
 }
 
@@ -189,16 +201,17 @@ bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile) {
     cl_check(clEnqueueWriteBuffer(rt_.queue(), x.get(), CL_TRUE, 0, xv.size() * 4, xv.data(), 0,
                                   nullptr, nullptr),
              "clEnqueueWriteBuffer(mma self-test)");
-    ClMem xp = rt_.alloc(mma_packed_bytes(n_tok, n_in));
-    ClMem xs = rt_.alloc(mma_sum_bytes(n_tok, n_in));
-    ClKernel pack = kernel("matmul_mma", mma_defines(type, tile), "pack_x_mma");
+    const MmaKernels mk = mma_kernels(type, tile);
+    ClMem xp = rt_.alloc(mk.packed_bytes(n_tok, n_in));
+    ClMem xs = rt_.alloc(mk.sum_bytes(n_tok, n_in));
+    ClKernel pack = kernel(mk.program, defines, mk.pack);
     pack_args(x, n_in, n_in, n_tok, xp, xs).bind(pack);
-    const size_t pack_global[2] = {ceil_div(size_t(n_in / 4), 32) * 32, size_t(n_tok)};
+    const size_t pack_global[2] = {mk.pack_items(n_in), size_t(n_tok)};
     const size_t pack_local[2] = {32, 1};
     cl_check(clEnqueueNDRangeKernel(rt_.queue(), pack.get(), 2, nullptr, pack_global, pack_local, 0,
                                     nullptr, nullptr),
              "clEnqueueNDRangeKernel(mma self-test pack)");
-    ClKernel k = kernel("matmul_mma", mma_defines(type, tile), "matmul_mma");
+    ClKernel k = kernel(mk.program, defines, mk.matmul);
     mma_args(w, xp, xs, n_tok, out, rows, 0, false).bind(k);
     const size_t global[2] = {
         ceil_div(size_t(rows), size_t(tile.mma_tile_rows())) * size_t(tile.mma_threads()),
@@ -270,14 +283,16 @@ bool ClPrefill::mma_weights(const DeviceMatrix& w) {
          mma_ok(w.type, mma_tile(w.type, tuning_));
 }
 
-// x (chunk, ld_x) -> xp_, xps_; one work-item per token and uint4 (4
-// values, hi and lo), in whole warps. From the program of the weight type
+// x (chunk, ld_x) -> xp_, xps_; one work-item per token and uint4 (fp16:
+// 4 values' hi and lo halves; int8: 8 values' hi and lo bytes), in whole
+// warps. From the program of the weight type
 // that reads them, so no program is built for it alone.
 ClPrefill::Step ClPrefill::pack_step(const ClMem& x, int ld_x, int n_in, GgmlType type) {
   Step s;
-  s.kernel = kernel("matmul_mma", mma_defines(type, mma_tile(type, tuning_)), "pack_x_mma");
+  const MmaKernels mk = mma_kernels(type, tuning_);
+  s.kernel = kernel(mk.program, mma_defines(type, mma_tile(type, tuning_)), mk.pack);
   s.local0 = 128;
-  s.global0 = ceil_div(size_t(n_in / 4), s.local0) * s.local0;
+  s.global0 = ceil_div(size_t(n_in / mk.pack_values), s.local0) * s.local0;
   s.local1 = 1;
   s.label = "pack_x";
   const KernelArgs args = pack_args(x, ld_x, n_in, 0, xp_, xps_);
@@ -311,13 +326,15 @@ ClPrefill::Step ClPrefill::mma_step(const DeviceMatrix& w, const ClMem& x, const
   PrefillTuning wide = t;
   wide.mma_nj *= 2;
   if (t.mma_widen && groups(wide) >= 3 * units && mma_ok(w.type, wide)) t = wide;
-  if (!s.kernel) s.kernel = kernel("matmul_mma", mma_defines(w.type, t), "matmul_mma");
+  const MmaKernels mk = mma_kernels(w.type, t);
+  s.kernel = kernel(mk.program, mma_defines(w.type, t), mk.matmul);
   s.global0 = ceil_div(size_t(w.rows), size_t(t.mma_tile_rows())) * size_t(t.mma_threads());
   s.local0 = size_t(t.mma_threads());
   s.local1 = 1;
   s.tokens_per_group = t.mma_tile_tokens();
   s.label = label;
   s.mma_input = &x;
+  s.mma_int8 = mk.int8;
   const KernelArgs args = mma_args(w, xp_, xps_, 0, out, ld_out, out_off, accumulate);
   args.bind(s.kernel);
   s.arg_n_tok = int(args.index("n_tok"));
@@ -390,7 +407,8 @@ void ClPrefill::add_matmul(std::vector<Step>& into, const DeviceMatrix& w, const
                            const ClMem& out, int ld_out, int out_off, bool accumulate,
                            const char* label) {
   if (mma_weights(w)) {
-    if (into.empty() || into.back().mma_input != &x) {
+    const MmaKernels mk = mma_kernels(w.type, tuning_);
+    if (into.empty() || into.back().mma_input != &x || into.back().mma_int8 != mk.int8) {
       into.push_back(pack_step(x, ld_x, w.n_in, w.type));
     }
     into.push_back(mma_step(w, x, out, ld_out, out_off, accumulate, label));

@@ -112,6 +112,7 @@ class ClPrefill {
     // quantize_x16 / pack_x_mma.
     const ClMem* x16_input = nullptr;
     const ClMem* mma_input = nullptr;
+    bool mma_int8 = false;            // mma_input packed for matmul_mma_i8.cl
     Product product = Product::none;  // a matrix product: its kernel
   };
 
@@ -174,14 +175,32 @@ class ClPrefill {
   static size_t x16_value_bytes(int n_tok, int n_in) { return x16_values(n_tok, n_in) * 2; }
   static size_t x16_scale_bytes(int n_tok, int n_in) { return x16_values(n_tok, n_in) / 16 * 4; }
   static std::string mma_defines(GgmlType type, const PrefillTuning& t);
-  // The tensor-core tile for weights of `type`: t's for Q4_0, whose A
-  // fragments cost the least to build; t.mma_costly_tile() for the others.
+  // The tensor-core kernels for weights of `type` under t: matmul_mma.cl
+  // (fp16 mma, activations as fp16 hi + lo) or, for Q4_0, Q4_1 and Q4_K with
+  // t.mma_int8, matmul_mma_i8.cl (integer mma, 15-bit activations); their
+  // packed activations for n_tok tokens of n_in values (a multiple of 32):
+  // bytes per value, and per 32 values (a float sum, or a scale and a sum).
+  struct MmaKernels {
+    bool int8;
+    const char* program;  // kernel_source stem
+    const char* matmul;
+    const char* pack;
+    int pack_values;  // values per work-item of the pack kernel
+    size_t value_bytes, block_bytes;
+    size_t packed_bytes(int n_tok, int n_in) const {
+      return size_t(n_tok) * size_t(n_in) * value_bytes;
+    }
+    size_t sum_bytes(int n_tok, int n_in) const {  // (int8: records of token pairs)
+      return size_t(n_tok + 1) / 2 * 2 * size_t(n_in / 32) * block_bytes;
+    }
+    // The pack kernel's global size along dimension 0 (whole warps).
+    size_t pack_items(int n_in) const { return (size_t(n_in / pack_values) + 31) / 32 * 32; }
+  };
+  static MmaKernels mma_kernels(GgmlType type, const PrefillTuning& t);
+  // The tensor-core tile for weights of `type`: t's for Q4_0 and the integer
+  // kernel's types, whose A fragments cost the least to build;
+  // t.mma_costly_tile() for the others.
   static PrefillTuning mma_tile(GgmlType type, const PrefillTuning& t);
-  // Bytes of matmul_mma's packed activations (pack_x_mma) for n_tok tokens
-  // of n_in values (a multiple of 32): fp16 hi and lo of each value, and per
-  // 32 values a float sum.
-  static size_t mma_packed_bytes(int n_tok, int n_in) { return size_t(n_tok) * size_t(n_in) * 4; }
-  static size_t mma_sum_bytes(int n_tok, int n_in) { return size_t(n_tok) * size_t(n_in / 32) * 4; }
   static std::string attention_defines(int head_dim, const PrefillTuning& t);
   static bool mma_type(GgmlType type) {
     switch (type) {
@@ -234,7 +253,7 @@ class ClPrefill {
   ClMem att_;           // attention output (chunk, n_embd_q)
   ClMem g_, u_;         // FFN gate / up, then h = silu(g) * u in g_ (chunk, n_ff)
   ClMem xq_, xd_, xs_;  // 16-bit activations of the widest input (matmul_x16.cl), or none
-  ClMem xp_, xps_;      // packed activations and block sums (matmul_mma.cl), or none
+  ClMem xp_, xps_;      // packed activations and block sums (matmul_mma*.cl), or none
   ClMem logits_;        // (head_rows_, n_vocab), allocated by the first run_logits
   int head_rows_ = 0;   // positions per lm_head launch in run_logits
 

@@ -109,6 +109,7 @@ PrefillTuning PrefillTuning::for_device(const DeviceInfo& device) {
 
 void PrefillTuning::check(const DeviceInfo& device) const {
   if (mma_mi < 1 || mma_nj < 1 || mma_wr < 1 || mma_wn < 1 || mma_kb < 1 || mma_costly_tokens < 1 ||
+      mma_int8_rows < 1 || mma_stages < 2 || mma_stages > 4 ||
       size_t(mma_threads()) > device.max_work_group_size) {
     throw std::invalid_argument("invalid MMA prefill tuning (mma_mi " + std::to_string(mma_mi) +
                                 ", mma_nj " + std::to_string(mma_nj) + ", mma_wr " +
@@ -297,6 +298,13 @@ const std::vector<TuningKey>& tuning_keys() {
                [](T& t) -> int& { return t.prefill.mma_costly_tokens; }),
       key<bool>("mma_split", "tensor cores: activations as fp16 hi + lo",
                 [](T& t) -> bool& { return t.prefill.mma_split; }),
+      key<bool>("mma_int8", "tensor cores: Q4_0, Q4_1, Q4_K on integer mma (15-bit activations)",
+                [](T& t) -> bool& { return t.prefill.mma_int8; }),
+      key<int>("mma_stages", "tensor cores, integer kernel: copy stages in flight (2-4)",
+               [](T& t) -> int& { return t.prefill.mma_stages; }),
+      key<int>("mma_int8_rows",
+               "tensor-core tile, integer kernel: row warps turned into row blocks (factor)",
+               [](T& t) -> int& { return t.prefill.mma_int8_rows; }),
       key<bool>("mma_fit", "tensor cores: fewer row warps until the grid covers the device",
                 [](T& t) -> bool& { return t.prefill.mma_fit; }),
       key<bool>("mma_widen", "tensor cores: twice mma_nj where the grid keeps 3 groups per unit",

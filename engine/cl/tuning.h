@@ -136,11 +136,24 @@ struct PrefillTuning {
   // Q4_K_M mixes of Llama-3.2-1B 24.9k against 22.1k, SmolLM2-1.7B 15.9k
   // against 14.0k, SmolLM2-135M 75.6-76.2k against 73.2k; SmolLM2-135M shape
   // Q4_1 +6-8%, Q8_0 +6-7%, Q5_1 +11%, Q4_K +5%, Q5_K +4%, Q6_K +1-2%; Q4_0
-  // lost 1-2% that way.
+  // lost 1-2% that way. mma_int8: Q4_0, Q4_1 and Q4_K through
+  // kernels/matmul_mma_i8.cl (integer mma, activations as 15-bit integers
+  // per 32 values, asynchronous copies mma_stages deep) instead of
+  // matmul_mma.cl (fp16 hi + lo); its tile has mma_int8_rows times the rows
+  // per warp. H200 pp512, same call, against mma_int8 off: Llama-3.2-1B
+  // shape Q4_0 40.4-40.7k against 29.2k, SmolLM2-1.7B 26.2k against 18.4k,
+  // SmolLM2-360M 58.5k against 50.4k, SmolLM2-135M 94.2k against 88.7k;
+  // at 1B mma_int8_rows 1: 36.2k (mma_stages 2 / 4 there: 36.6k / 36.0k);
+  // mma_stages 2 with the default tile: 40.4k.
   bool tensor_cores = false;
   int mma_mi = 1, mma_nj = 4, mma_wr = 8, mma_wn = 1, mma_kb = 4;
   int mma_costly_tokens = 2;
   bool mma_split = true;
+  bool mma_int8 = true;
+  int mma_stages = 3;  // matmul_mma_i8.cl: stages of asynchronous copies in flight (2-4)
+  // matmul_mma_i8.cl's tile: this factor of the row warps turned into 16-row
+  // blocks per warp (mma_int8_tile), so each warp's B fragments feed more rows.
+  int mma_int8_rows = 2;
   bool mma_fit = false;
   bool mma_widen = true;
   // Device time per prefill step, summed over each prefill, to stderr (needs
@@ -152,6 +165,16 @@ struct PrefillTuning {
   int mma_tile_rows() const { return mma_wr * mma_mi * 16; }
   int mma_tile_tokens() const { return mma_wn * mma_nj * 8; }
   int mma_threads() const { return mma_wr * mma_wn * 32; }
+  // This tile with mma_int8_rows times the 16-row blocks per warp and as
+  // many fewer warps along rows (unchanged where mma_wr is not a multiple).
+  PrefillTuning mma_int8_tile() const {
+    PrefillTuning t = *this;
+    if (mma_int8_rows > 1 && mma_wr % mma_int8_rows == 0) {
+      t.mma_wr /= mma_int8_rows;
+      t.mma_mi *= mma_int8_rows;
+    }
+    return t;
+  }
   // This tile with mma_costly_tokens times the warps along tokens and as
   // many fewer along rows (unchanged where mma_wr is not a multiple).
   PrefillTuning mma_costly_tile() const {

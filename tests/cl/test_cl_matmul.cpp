@@ -22,7 +22,10 @@
 //     one without the fp16 lo half of the activations and, for every type
 //     but Q4_0, the tile ClPrefill::mma_tile gives it and its widened form,
 //     each after pack_x_mma; with the lo half within 1e-5 of the exact
-//     product.
+//     product. Q4_0, Q4_1 and Q4_K run those tiles through the integer
+//     kernel kernels/matmul_mma_i8.cl too (after pack_x_i8): against x
+//     quantized to 15 bits per 32 values as the kernel defines it (1e-5)
+//     and the exact product (1e-4).
 // The reference multiplies the floats the same quantized bytes decode to, so
 // ||delta|| / ||ref|| <= 1e-4 for F32/F16 and <= 1e-3 for quantized weights.
 // Outputs are NaN-poisoned before each launch, with poisoned padding after
@@ -120,10 +123,24 @@ std::vector<PrefillTuning> mma_tunings(GgmlType type) {
   wide.mma_split = false;
   std::vector<PrefillTuning> tilings = {def, widened, square, small, wide};
   const PrefillTuning typed = ClPrefill::mma_tile(type, def);
-  if (typed.mma_wn != def.mma_wn) {
+  if (typed.mma_wn != def.mma_wn || typed.mma_mi != def.mma_mi) {
     PrefillTuning typed_widened = typed;
     typed_widened.mma_nj *= 2;
     tilings.insert(tilings.end(), {typed, typed_widened});
+  }
+  // the types of matmul_mma_i8.cl: each tiling on matmul_mma.cl too
+  // (mma_int8 off), with the tile mma_tile gives it there
+  if (ClPrefill::mma_kernels(type, def).int8) {
+    const size_t n = tilings.size();
+    for (size_t i = 0; i < n; ++i) {
+      PrefillTuning fp16 = tilings[i];
+      fp16.mma_int8 = false;
+      tilings.push_back(fp16);
+    }
+    PrefillTuning fp16_typed = def;
+    fp16_typed.mma_int8 = false;
+    fp16_typed = ClPrefill::mma_tile(type, fp16_typed);
+    if (fp16_typed.mma_wn != def.mma_wn) tilings.push_back(fp16_typed);
   }
   return tilings;
 }
@@ -187,12 +204,13 @@ class ClMatmul : public testing::TestWithParam<MatmulCase> {};
 using RunVariant = std::function<void(const TestMatrix& w, const ClMem& x, int n_tok,
                                       const ClMem& out, int ld, int off, bool accumulate)>;
 
-// A variant, its name, and whether its reference multiplies what 16-bit
-// quantization leaves of the activations (else the given ones).
+// A variant, its name, and how its reference quantizes the activations
+// (test::sixteen_bit's group and largest code; group 0: the given ones).
 struct Variant {
   RunVariant run;
   std::string name;
-  bool sixteen_bit_x = false;
+  size_t x_group = 0;
+  float x_max_code = 32767.0f;
   double tolerance = 0;  // against the exact product; 0: tolerance(type)
 };
 
@@ -238,7 +256,7 @@ Variant x16_variant(GgmlType type, const PrefillTuning& t, bool portable) {
   return {run,
           "x16 vr " + std::to_string(t.x16_vr) + " tg " + std::to_string(t.x16_tg) +
               (portable ? " portable" : ""),
-          true};
+          16};
 }
 
 // out[t] = W x[t]; out[t] += W x[t]; and out[t][off .. off + rows) = W x[t]
@@ -266,14 +284,14 @@ void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Var
     }
     return ref;
   };
-  const auto x8 = test::sixteen_bit(x, 16);
 
   for (const Variant& v : variants) {
     SCOPED_TRACE(v.name);
+    const auto xq = v.x_group ? test::sixteen_bit(x, v.x_group, v.x_max_code) : x;
     for (int n_tok : k_token_counts) {
       SCOPED_TRACE("n_tok " + std::to_string(n_tok));
       const std::vector<double> exact = product(x, n_tok);
-      const std::vector<double> ref = v.sixteen_bit_x ? product(x8, n_tok) : exact;
+      const std::vector<double> ref = v.x_group ? product(xq, n_tok) : exact;
       for (int mode = 0; mode < 3; ++mode) {  // plain, accumulate, offset
         SCOPED_TRACE(mode == 0 ? "plain" : mode == 1 ? "accumulate" : "offset");
         const int off = mode == 2 ? 5 : 0;
@@ -308,7 +326,7 @@ void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Var
             want_exact[e] += init[e];
           }
         }
-        if (v.sixteen_bit_x) {
+        if (v.x_group) {
           EXPECT_LE(test::relative_error(got_rows, want), 1e-5);
         }
         EXPECT_LE(test::relative_error(got_rows, want_exact),
@@ -354,17 +372,18 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
   std::vector<Variant> variants;
   for (const PrefillTuning& t : mma_tunings(type)) {
     const std::string defines = ClPrefill::mma_defines(type, t);
-    auto pack = std::make_shared<ClKernel>(build_kernel("matmul_mma", defines, "pack_x_mma"));
-    auto k = std::make_shared<ClKernel>(build_kernel("matmul_mma", defines, "matmul_mma"));
-    RunVariant run = [pack, k, t](const TestMatrix& w, const ClMem& x, int n_tok, const ClMem& out,
-                                  int ld, int off, bool acc) {
+    const ClPrefill::MmaKernels mk = ClPrefill::mma_kernels(type, t);
+    auto pack = std::make_shared<ClKernel>(build_kernel(mk.program, defines, mk.pack));
+    auto k = std::make_shared<ClKernel>(build_kernel(mk.program, defines, mk.matmul));
+    RunVariant run = [pack, k, t, mk](const TestMatrix& w, const ClMem& x, int n_tok,
+                                      const ClMem& out, int ld, int off, bool acc) {
       const ClRuntime& rt = test::cl_test_runtime();
-      const ClMem xp = rt.alloc(ClPrefill::mma_packed_bytes(n_tok, w.n_in));
-      const ClMem xs = rt.alloc(ClPrefill::mma_sum_bytes(n_tok, w.n_in));
-      cl_poison(xp, ClPrefill::mma_packed_bytes(n_tok, w.n_in) / 4);  // what pack_x_mma misses
-      cl_poison(xs, ClPrefill::mma_sum_bytes(n_tok, w.n_in) / 4);     // shows as NaN
+      const ClMem xp = rt.alloc(mk.packed_bytes(n_tok, w.n_in));
+      const ClMem xs = rt.alloc(mk.sum_bytes(n_tok, w.n_in));
+      cl_poison(xp, mk.packed_bytes(n_tok, w.n_in) / 4);  // what the pack kernel misses
+      cl_poison(xs, mk.sum_bytes(n_tok, w.n_in) / 4);     // shows as NaN
       set_args(*pack, x, cl_int(w.n_in), cl_int(w.n_in), cl_int(n_tok), xp, xs);
-      run_2d(*pack, test::round_up(size_t(w.n_in / 4), 32), size_t(n_tok), 32, 1);
+      run_2d(*pack, mk.pack_items(w.n_in), size_t(n_tok), 32, 1);
       set_args(*k, w.dev.q, w.dev.s, cl_int(w.n_in), cl_int(w.rows), xp, xs, cl_int(n_tok), out,
                cl_int(ld), cl_int(off), cl_int(acc ? 1 : 0));
       run_2d(*k,
@@ -373,9 +392,15 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
              test::round_up(size_t(n_tok), size_t(t.mma_tile_tokens())) / t.mma_tile_tokens(),
              size_t(t.mma_threads()), 1);
     };
+    if (mk.int8) {
+      // against x quantized as pack_x_i8 defines it (1e-5), and the exact
+      // product within 1e-4 (15 bits of x: ~3e-5; without the lo byte ~1e-2)
+      variants.push_back({run, describe_mma(t) + " int8", 32, 16383.0f, 1e-4});
+      continue;
+    }
     // hi + lo carry ~22 bits of x: far inside the quantized weights' 1e-3,
     // so a wrong lo half (worth ~3e-4) fails here
-    variants.push_back({run, describe_mma(t), false, t.mma_split ? 1e-5 : 0.0});
+    variants.push_back({run, describe_mma(t), 0, 32767.0f, t.mma_split ? 1e-5 : 0.0});
   }
   check_matmul(shape, type, variants);
 }

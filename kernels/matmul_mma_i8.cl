@@ -83,6 +83,9 @@
 #if WTYPE != 2 && WTYPE != 3 && WTYPE != 12
 #error "matmul_mma_i8: Q4_0, Q4_1 or Q4_K weights only"
 #endif
+#if MMA_STAGES < 2 || MMA_STAGES > 4
+#error "matmul_mma_i8: MMA_STAGES 2 to 4"
+#endif
 #define MM_MIN (WTYPE != 2)
 #define SW (MM_MIN ? 2 : 1)  // float4s of a token pair's record a stage reads
 
@@ -399,9 +402,9 @@ __kernel void pack_x_i8(const __global float* x, int ld_x, int n_in, int n_tok,
       (uint4)(pack_bytes(h0), pack_bytes(h1), pack_bytes(l0), pack_bytes(l1));
   if (tig == 0) {
     const float dx = amax / X_CODE_MAX;
-    __global float* rec = xs + ((size_t)(tok >> 1) * (size_t)(n_in / KB) + (size_t)(e >> 2)) * 8;
-    rec[tok & 1] = dx;
-    rec[2 + (tok & 1)] = as_float(-8 * sum);
-    rec[4 + (tok & 1)] = dx * (float)sum;
+    const size_t rec = ((size_t)(tok >> 1) * (size_t)(n_in / KB) + (size_t)(e >> 2)) * 8;
+    xs[rec + (tok & 1)] = dx;
+    ((__global int*)xs)[rec + 2 + (tok & 1)] = -8 * sum;  // moved as bits, never computed with
+    xs[rec + 4 + (tok & 1)] = dx * (float)sum;
   }
 }

@@ -208,9 +208,7 @@ void repack_rows(GgmlType type, const uint8_t* data, int n_in, int rows, std::ve
   const int qb = device_q_bytes(type), sb = device_s_bytes(type);
   const size_t groups = size_t(rows) * size_t(n_in / 32);
   q.assign(groups * size_t(qb), 0);
-  // whole 4-byte words: kernels that copy the scales a word at a time
-  // (matmul_mma_i8.cl: Q4_0's 2-byte scales) stay inside the buffer
-  s.assign((groups * size_t(sb) + 3) / 4 * 4, 0);
+  s.assign(groups * size_t(sb), 0);
   const int bytes = ggml_block_bytes(type);
   const size_t n_blocks = size_t(rows) * size_t(n_in / ggml_block_size(type));
   const bool super = ggml_block_size(type) == k_super_block;

@@ -178,8 +178,9 @@ PrefillTuning ClPrefill::mma_tile(GgmlType type, const PrefillTuning& t) {
 // and tile) is tested once.
 bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile) {
   const std::string defines = mma_defines(type, tile);
-  for (const auto& [d, ok] : mma_checked_) {
-    if (d == defines) return ok;
+  const std::string key = std::string(mma_kernels(type, tile).program) + defines;
+  for (const auto& [k, ok] : mma_checked_) {
+    if (k == key) return ok;
   }
   const int tokens = tile.mma_tile_tokens();
   bool ok = false;
@@ -253,7 +254,7 @@ bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile) {
     spdlog::info("tensor-core prefill matmul for {}, tiles of {} tokens: unavailable ({})",
                  ggml_type_name(type), tokens, e.what());
   }
-  mma_checked_.emplace_back(defines, ok);
+  mma_checked_.emplace_back(key, ok);
   return ok;
 }
 
@@ -278,9 +279,22 @@ ClPrefill::Step ClPrefill::matmul_step(const DeviceMatrix& w, const ClMem& x, in
   return s;
 }
 
+PrefillTuning ClPrefill::type_tuning(GgmlType type) const {
+  PrefillTuning t = tuning_;
+  if (std::find(int8_refused_.begin(), int8_refused_.end(), type) != int8_refused_.end()) {
+    t.mma_int8 = false;
+  }
+  return t;
+}
+
+// A type whose integer program fails its self-test tries the fp16 one.
 bool ClPrefill::mma_weights(const DeviceMatrix& w) {
-  return tuning_.tensor_cores && mma_type(w.type) && w.n_in % 32 == 0 &&
-         mma_ok(w.type, mma_tile(w.type, tuning_));
+  if (!tuning_.tensor_cores || !mma_type(w.type) || w.n_in % 32 != 0) return false;
+  const PrefillTuning t = type_tuning(w.type);
+  if (mma_ok(w.type, mma_tile(w.type, t))) return true;
+  if (!mma_kernels(w.type, t).int8) return false;
+  int8_refused_.push_back(w.type);
+  return mma_weights(w);
 }
 
 // x (chunk, ld_x) -> xp_, xps_; one work-item per token and uint4 (fp16:
@@ -289,8 +303,9 @@ bool ClPrefill::mma_weights(const DeviceMatrix& w) {
 // that reads them, so no program is built for it alone.
 ClPrefill::Step ClPrefill::pack_step(const ClMem& x, int ld_x, int n_in, GgmlType type) {
   Step s;
-  const MmaKernels mk = mma_kernels(type, tuning_);
-  s.kernel = kernel(mk.program, mma_defines(type, mma_tile(type, tuning_)), mk.pack);
+  const PrefillTuning t = type_tuning(type);
+  const MmaKernels mk = mma_kernels(type, t);
+  s.kernel = kernel(mk.program, mma_defines(type, mma_tile(type, t)), mk.pack);
   s.local0 = 128;
   s.global0 = ceil_div(size_t(n_in / mk.pack_values), s.local0) * s.local0;
   s.local1 = 1;
@@ -306,7 +321,7 @@ ClPrefill::Step ClPrefill::mma_step(const DeviceMatrix& w, const ClMem& x, const
   // Fewer work-groups than compute units at a full chunk leave SMs idle
   // (wo and ffn_down: 576 rows): halve the tile's warps along rows until
   // the grid covers the device (PrefillTuning::mma_fit).
-  PrefillTuning t = mma_tile(w.type, tuning_);
+  PrefillTuning t = mma_tile(w.type, type_tuning(w.type));
   const size_t units = rt_.device().compute_units;
   auto groups = [&](const PrefillTuning& u) {
     return ceil_div(size_t(w.rows), size_t(u.mma_tile_rows())) *
@@ -407,7 +422,7 @@ void ClPrefill::add_matmul(std::vector<Step>& into, const DeviceMatrix& w, const
                            const ClMem& out, int ld_out, int out_off, bool accumulate,
                            const char* label) {
   if (mma_weights(w)) {
-    const MmaKernels mk = mma_kernels(w.type, tuning_);
+    const MmaKernels mk = mma_kernels(w.type, type_tuning(w.type));
     if (into.empty() || into.back().mma_input != &x || into.back().mma_int8 != mk.int8) {
       into.push_back(pack_step(x, ld_x, w.n_in, w.type));
     }

@@ -69,8 +69,8 @@ class ClPrefill {
     return int(decode_steps_.empty() ? steps_.size() : decode_steps_.size());
   }
   const PrefillTuning& tuning() const { return tuning_; }
-  // A chunk's matrix products by kernel: matmul_mma on tensor cores,
-  // matmul_x16 with 16-bit activations, or the portable matmul.
+  // A chunk's matrix products by kernel: matmul_mma / matmul_mma_i8 on
+  // tensor cores, matmul_x16 with 16-bit activations, or the portable matmul.
   enum class Product { none, tensor_cores, x16, portable };
   int matrix_products(Product kind) const;
 
@@ -107,9 +107,9 @@ class ClPrefill {
     int att_ring = 0;  // the layer's K / V rows (DecodeState::kv)
     int layer = -1;    // decode steps: the layer it belongs to (profile), -1: none
     const char* label = "";
-    // matmul_x16 and matmul_mma steps: the activations they read quantized
-    // (xq_) or packed (xp_), so a following matmul of the same input skips
-    // quantize_x16 / pack_x_mma.
+    // matmul_x16 and tensor-core steps: the activations they read quantized
+    // (xq_) or packed (xp_, in the form mma_int8 says), so a following matmul
+    // of the same input (and packed form) skips quantize_x16 / the pack.
     const ClMem* x16_input = nullptr;
     const ClMem* mma_input = nullptr;
     bool mma_int8 = false;            // mma_input packed for matmul_mma_i8.cl
@@ -123,13 +123,18 @@ class ClPrefill {
   Step matmul_step(const DeviceMatrix& w, const ClMem& x, int ld_x, const ClMem& out, int ld_out,
                    int out_off, bool accumulate, const char* label);
   // out (+)= W x for the chunk, appended to `into`: on tensor cores
-  // (mma_weights) pack_x_mma (unless the step before packed the same x) and
-  // matmul_mma; with 16-bit activations (x16_weights) quantize_x16 (the same
-  // way) and matmul_x16; else matmul_step.
+  // (mma_weights) the type's pack kernel (unless the step before packed the
+  // same x in the same form) and its matmul (mma_kernels); with 16-bit
+  // activations (x16_weights) quantize_x16 (the same way) and matmul_x16;
+  // else matmul_step.
   void add_matmul(std::vector<Step>& into, const DeviceMatrix& w, const ClMem& x, int ld_x,
                   const ClMem& out, int ld_out, int out_off, bool accumulate, const char* label);
   bool x16_weights(const DeviceMatrix& w) const;
+  // Whether w's products run on tensor cores: the type's program passes its
+  // self-test (the integer one, else the fp16 one).
   bool mma_weights(const DeviceMatrix& w);
+  // tuning_, with mma_int8 off for a type whose integer program failed.
+  PrefillTuning type_tuning(GgmlType type) const;
   Step pack_step(const ClMem& x, int ld_x, int n_in, GgmlType type);
   Step mma_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out, int ld_out, int out_off,
                 bool accumulate, const char* label);
@@ -179,7 +184,9 @@ class ClPrefill {
   // (fp16 mma, activations as fp16 hi + lo) or, for Q4_0, Q4_1 and Q4_K with
   // t.mma_int8, matmul_mma_i8.cl (integer mma, 15-bit activations); their
   // packed activations for n_tok tokens of n_in values (a multiple of 32):
-  // bytes per value, and per 32 values (a float sum, or a scale and a sum).
+  // bytes per value, and per 32 values a float sum (fp16) or, per token, 16
+  // bytes of a token pair's record (int8: {dx, dx', bias, bias'} and
+  // {dx sum, dx' sum', -, -} per pair).
   struct MmaKernels {
     bool int8;
     const char* program;  // kernel_source stem
@@ -197,8 +204,9 @@ class ClPrefill {
     size_t pack_items(int n_in) const { return (size_t(n_in / pack_values) + 31) / 32 * 32; }
   };
   static MmaKernels mma_kernels(GgmlType type, const PrefillTuning& t);
-  // The tensor-core tile for weights of `type`: t's for Q4_0 and the integer
-  // kernel's types, whose A fragments cost the least to build;
+  // The tensor-core tile for weights of `type`: t.mma_int8_tile() for the
+  // integer kernel's types (Q4_0, Q4_1, Q4_K with t.mma_int8); on the fp16
+  // kernel t's for Q4_0, whose A fragments cost the least to build, and
   // t.mma_costly_tile() for the others.
   static PrefillTuning mma_tile(GgmlType type, const PrefillTuning& t);
   static std::string attention_defines(int head_dim, const PrefillTuning& t);
@@ -217,8 +225,9 @@ class ClPrefill {
         return false;
     }
   }
-  // Whether matmul_mma for `type` builds and matches a host reference on a
-  // small case (checked once per type; false on any error).
+  // Whether the tensor-core program of `type` and `tile` (mma_kernels)
+  // builds and matches a host reference on a small case (checked once per
+  // program; false on any error).
   bool mma_ok(GgmlType type, const PrefillTuning& tile);
 
  private:
@@ -238,8 +247,9 @@ class ClPrefill {
   std::string ops_defines_;  // of kernels/prefill_ops.cl
   PrefillTuning tuning_;
   std::vector<std::pair<std::string, ClProgram>> programs_;  // by stem + defines
-  std::vector<std::pair<std::string, bool>> mma_checked_;    // self-tests by program defines
-  bool profile_ = false;  // PrefillTuning::profile on a profiling queue
+  std::vector<std::pair<std::string, bool>> mma_checked_;    // self-tests by program and defines
+  std::vector<GgmlType> int8_refused_;  // types whose matmul_mma_i8 program failed its self-test
+  bool profile_ = false;                // PrefillTuning::profile on a profiling queue
   bool decode_profiling_ = false;
   std::vector<std::pair<const Step*, ClEvent>> decode_events_;
   std::vector<std::pair<std::string, ClEvent>> events_;

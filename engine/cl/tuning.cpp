@@ -111,11 +111,12 @@ void PrefillTuning::check(const DeviceInfo& device) const {
   if (mma_mi < 1 || mma_nj < 1 || mma_wr < 1 || mma_wn < 1 || mma_kb < 1 || mma_costly_tokens < 1 ||
       mma_int8_rows < 1 || mma_stages < 2 || mma_stages > 4 ||
       size_t(mma_threads()) > device.max_work_group_size) {
-    throw std::invalid_argument("invalid MMA prefill tuning (mma_mi " + std::to_string(mma_mi) +
-                                ", mma_nj " + std::to_string(mma_nj) + ", mma_wr " +
-                                std::to_string(mma_wr) + ", mma_wn " + std::to_string(mma_wn) +
-                                ", mma_kb " + std::to_string(mma_kb) + ", mma_costly_tokens " +
-                                std::to_string(mma_costly_tokens) + ")");
+    throw std::invalid_argument(
+        "invalid MMA prefill tuning (mma_mi " + std::to_string(mma_mi) + ", mma_nj " +
+        std::to_string(mma_nj) + ", mma_wr " + std::to_string(mma_wr) + ", mma_wn " +
+        std::to_string(mma_wn) + ", mma_kb " + std::to_string(mma_kb) + ", mma_costly_tokens " +
+        std::to_string(mma_costly_tokens) + ", mma_int8_rows " + std::to_string(mma_int8_rows) +
+        ", mma_stages " + std::to_string(mma_stages) + ")");
   }
   const bool vr_ok = (mm_direct && mm_vr >= 1 && mm_vr <= 16) || mm_vr == 1 || mm_vr == 2 ||
                      mm_vr == 4 || mm_vr == 8 || mm_vr == 16;
@@ -300,7 +301,7 @@ const std::vector<TuningKey>& tuning_keys() {
                 [](T& t) -> bool& { return t.prefill.mma_split; }),
       key<bool>("mma_int8", "tensor cores: Q4_0, Q4_1, Q4_K on integer mma (15-bit activations)",
                 [](T& t) -> bool& { return t.prefill.mma_int8; }),
-      key<int>("mma_stages", "tensor cores, integer kernel: copy stages in flight (2-4)",
+      key<int>("mma_stages", "tensor cores, integer kernel: buffers of the copy ring (2-4)",
                [](T& t) -> int& { return t.prefill.mma_stages; }),
       key<int>("mma_int8_rows",
                "tensor-core tile, integer kernel: row warps turned into row blocks (factor)",

@@ -150,7 +150,7 @@ struct PrefillTuning {
   int mma_costly_tokens = 2;
   bool mma_split = true;
   bool mma_int8 = true;
-  int mma_stages = 3;  // matmul_mma_i8.cl: stages of asynchronous copies in flight (2-4)
+  int mma_stages = 3;  // matmul_mma_i8.cl: buffers of its copy ring (2-4; one fewer in flight)
   // matmul_mma_i8.cl's tile: this factor of the row warps turned into 16-row
   // blocks per warp (mma_int8_tile), so each warp's B fragments feed more rows.
   int mma_int8_rows = 2;

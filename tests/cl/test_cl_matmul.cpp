@@ -22,10 +22,12 @@
 //     one without the fp16 lo half of the activations and, for every type
 //     but Q4_0, the tile ClPrefill::mma_tile gives it and its widened form,
 //     each after pack_x_mma; with the lo half within 1e-5 of the exact
-//     product. Q4_0, Q4_1 and Q4_K run those tiles through the integer
-//     kernel kernels/matmul_mma_i8.cl too (after pack_x_i8): against x
-//     quantized to 15 bits per 32 values as the kernel defines it (1e-5)
-//     and the exact product (1e-4).
+//     product. Q4_0, Q4_1 and Q4_K run those tiles, mma_tile's integer tile
+//     and copy rings of 2 and 4 buffers through the integer kernel
+//     kernels/matmul_mma_i8.cl (after pack_x_i8): against x quantized to 15
+//     bits per 32 values as the kernel defines it (1e-5) and the exact
+//     product (1e-4); and the same tiles, with mma_tile's fp16 one and its
+//     widened form, through matmul_mma.cl.
 // The reference multiplies the floats the same quantized bytes decode to, so
 // ||delta|| / ||ref|| <= 1e-4 for F32/F16 and <= 1e-3 for quantized weights.
 // Outputs are NaN-poisoned before each launch, with poisoned padding after
@@ -128,19 +130,28 @@ std::vector<PrefillTuning> mma_tunings(GgmlType type) {
     typed_widened.mma_nj *= 2;
     tilings.insert(tilings.end(), {typed, typed_widened});
   }
-  // the types of matmul_mma_i8.cl: each tiling on matmul_mma.cl too
-  // (mma_int8 off), with the tile mma_tile gives it there
+  // the types of matmul_mma_i8.cl: copy rings of 2 and 4 buffers, and each
+  // tiling on matmul_mma.cl too (mma_int8 off), with the tile mma_tile gives
+  // it there and its widened form
   if (ClPrefill::mma_kernels(type, def).int8) {
+    PrefillTuning ring2 = typed, ring4 = def;
+    ring2.mma_stages = 2;
+    ring4.mma_stages = 4;
     const size_t n = tilings.size();
     for (size_t i = 0; i < n; ++i) {
       PrefillTuning fp16 = tilings[i];
       fp16.mma_int8 = false;
       tilings.push_back(fp16);
     }
+    tilings.insert(tilings.end(), {ring2, ring4});
     PrefillTuning fp16_typed = def;
     fp16_typed.mma_int8 = false;
     fp16_typed = ClPrefill::mma_tile(type, fp16_typed);
-    if (fp16_typed.mma_wn != def.mma_wn) tilings.push_back(fp16_typed);
+    if (fp16_typed.mma_wn != def.mma_wn) {
+      PrefillTuning fp16_widened = fp16_typed;
+      fp16_widened.mma_nj *= 2;
+      tilings.insert(tilings.end(), {fp16_typed, fp16_widened});
+    }
   }
   return tilings;
 }
@@ -174,9 +185,16 @@ struct MatmulShape {
   int n_in, rows;
 };
 constexpr MatmulShape k_shapes[] = {
-    {"tiny_qkv", 8, 24},         {"stories_gate", 64, 172}, {"stories_down", 172, 64},
-    {"synthetic_qkv", 128, 256}, {"smollm2_qkv", 576, 960}, {"smollm2_down", 1536, 576},
+    {"tiny_qkv", 8, 24},
+    {"stories_gate", 64, 172},
+    {"stories_down", 172, 64},
+    {"synthetic_qkv", 128, 256},
+    {"smollm2_qkv", 576, 960},
+    {"smollm2_down", 1536, 576},
     {"stories_output", 64, 512},
+    // an odd block count in the matrix (3 x 37): 2-byte scales a row apart
+    // in different halves of their words
+    {"odd_blocks", 96, 37},
 };
 constexpr int k_token_counts[] = {1, 7, 33, 100};
 

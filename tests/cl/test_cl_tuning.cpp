@@ -112,6 +112,9 @@ TEST(Tuning, CheckAcceptsDefaultsAndNamesBadValues) {
   EXPECT_NE(error_with("mm_vr=3").find("mm_vr 3"), std::string::npos);
   EXPECT_NE(error_with("att_ks=3").find("att_ks 3"), std::string::npos);
   EXPECT_NE(error_with("mma_wr=64").find("mma_wr 64"), std::string::npos);
+  EXPECT_NE(error_with("mma_stages=1").find("mma_stages 1"), std::string::npos);
+  EXPECT_NE(error_with("mma_stages=5").find("mma_stages 5"), std::string::npos);
+  EXPECT_NE(error_with("mma_int8_rows=0").find("mma_int8_rows 0"), std::string::npos);
   EXPECT_NE(error_with("norm_wg=48").find("48"), std::string::npos);
   // the CPU attention kernel's private arrays
   const DeviceInfo cpu = cpu_device();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compiles kernels/decode_persistent.cl for NVIDIA without a GPU, in every
 # configuration the host (engine/cl/persistent_decode.cpp) can build, and
-# kernels/matmul_mma.cl and matmul_mma_i8.cl for every weight type they take: clang's
+# kernels/matmul_mma.cl, matmul_mma_i8.cl and matmul_mma_deq.cl for every weight type they take: clang's
 # OpenCL front end to PTX (libclc for the builtins), then ptxas for sm_90.
 # Catches compile errors in the NVIDIA-only kernel (inline PTX: PoCL cannot
 # build it) before spending device time, and shows what a change does to
@@ -209,6 +209,14 @@ done
 for t in 2 3 12; do
   SRC=$kernels/matmul_mma_i8.cl build "mma-i8-type$t" 256 -DWTYPE=$t
   SRC=$kernels/matmul_mma_i8.cl build "mma-i8-type$t-wide" 192 -DWTYPE=$t -DMMA_MI=1 -DMMA_NJ=2 \
+    -DMMA_WR=3 -DMMA_WN=2 -DMMA_KB=3
+done
+# kernels/matmul_mma_deq.cl (weights dequantized to fp16): every type, default
+# tile (128 work-items), the widened one and the odd 3 x 2-warp one.
+for t in 2 3 6 7 8 12 13 14; do
+  SRC=$kernels/matmul_mma_deq.cl build "mma-deq-type$t" 128 -DWTYPE=$t -DMMA_STAGES=2
+  SRC=$kernels/matmul_mma_deq.cl build "mma-deq-type$t-widened" 128 -DWTYPE=$t -DMMA_NJ=8 -DMMA_KB=2 -DMMA_STAGES=2
+  SRC=$kernels/matmul_mma_deq.cl build "mma-deq-type$t-odd" 192 -DWTYPE=$t -DMMA_MI=1 -DMMA_NJ=2 \
     -DMMA_WR=3 -DMMA_WN=2 -DMMA_KB=3
 done
 # kernels/sample.cl as decode_persistent.cl's build compiles it (fast-math

@@ -110,11 +110,20 @@ ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeigh
     xs_ = rt_.alloc(x16_scale_bytes(chunk_, widest));
   }
   if (tuning_.tensor_cores) {
-    // room for either packed form (a chunk may use both: Q4_K and Q6_K)
-    const MmaKernels fp16 = mma_kernels(GgmlType::Q6_K, tuning_);
-    const MmaKernels int8 = mma_kernels(GgmlType::Q4_0, tuning_);
-    xp_ = rt_.alloc(std::max(fp16.packed_bytes(chunk_, widest), int8.packed_bytes(chunk_, widest)));
-    xps_ = rt_.alloc(std::max(fp16.sum_bytes(chunk_, widest), int8.sum_bytes(chunk_, widest)));
+    // room for any packed form (a chunk may use several: a type whose
+    // program failed its self-test takes another)
+    size_t packed = 0, sums = 0;
+    for (const bool dequant : {false, true}) {
+      PrefillTuning t = tuning_;
+      t.mma_dequant = dequant;
+      for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q6_K}) {
+        const MmaKernels mk = mma_kernels(type, t);
+        packed = std::max(packed, mk.packed_bytes(chunk_, widest));
+        sums = std::max(sums, mk.sum_bytes(chunk_, widest));
+      }
+    }
+    xp_ = rt_.alloc(packed);
+    xps_ = rt_.alloc(sums);
   }
   build_steps();
   if (decode_programs_) build_decode_steps();
@@ -159,14 +168,20 @@ std::string ClPrefill::mma_defines(GgmlType type, const PrefillTuning& t) {
 }
 
 ClPrefill::MmaKernels ClPrefill::mma_kernels(GgmlType type, const PrefillTuning& t) {
+  if (t.mma_dequant) {
+    return {
+        MmaForm::dequant, "matmul_mma_deq", "matmul_mma_deq", "pack_x_f16", 8, 2, 0, 4, 256, 2e-3};
+  }
   const bool int8 =
       t.mma_int8 && (type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q4_K);
-  if (int8) return {true, "matmul_mma_i8", "matmul_mma_i8", "pack_x_i8", 8, 2, 16};
-  return {false, "matmul_mma", "matmul_mma", "pack_x_mma", 4, 4, 4};
+  if (int8) {
+    return {MmaForm::int8, "matmul_mma_i8", "matmul_mma_i8", "pack_x_i8", 8, 2, 16, 0, 0, 1e-4};
+  }
+  return {MmaForm::fp16, "matmul_mma", "matmul_mma", "pack_x_mma", 4, 4, 4, 0, 0, 1e-4};
 }
 
 PrefillTuning ClPrefill::mma_tile(GgmlType type, const PrefillTuning& t) {
-  if (mma_kernels(type, t).int8) return t.mma_int8_tile();
+  if (mma_kernels(type, t).form != MmaForm::fp16) return t.mma_int8_tile();
   return type == GgmlType::Q4_0 ? t : t.mma_costly_tile();
 }
 
@@ -208,7 +223,7 @@ bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile) {
     ClKernel pack = kernel(mk.program, defines, mk.pack);
     pack_args(x, n_in, n_in, n_tok, xp, xs).bind(pack);
     const size_t pack_global[2] = {mk.pack_items(n_in), size_t(n_tok)};
-    const size_t pack_local[2] = {32, 1};
+    const size_t pack_local[2] = {mk.pack_local(32), 1};
     cl_check(clEnqueueNDRangeKernel(rt_.queue(), pack.get(), 2, nullptr, pack_global, pack_local, 0,
                                     nullptr, nullptr),
              "clEnqueueNDRangeKernel(mma self-test pack)");
@@ -238,7 +253,7 @@ bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile) {
       }
     }
     const double rel = std::sqrt(err / norm);
-    ok = rel <= 1e-4;
+    ok = rel <= mk.self_test_error;
     if (ok) {
       spdlog::info("tensor-core prefill matmul for {}, tiles of {} tokens: self-test error {:.2g}",
                    ggml_type_name(type), tokens, rel);
@@ -281,19 +296,23 @@ ClPrefill::Step ClPrefill::matmul_step(const DeviceMatrix& w, const ClMem& x, in
 
 PrefillTuning ClPrefill::type_tuning(GgmlType type) const {
   PrefillTuning t = tuning_;
-  if (std::find(int8_refused_.begin(), int8_refused_.end(), type) != int8_refused_.end()) {
-    t.mma_int8 = false;
+  for (const auto& [refused, form] : refused_) {
+    if (refused != type) continue;
+    if (form == MmaForm::dequant) t.mma_dequant = false;
+    if (form == MmaForm::int8) t.mma_int8 = false;
   }
   return t;
 }
 
-// A type whose integer program fails its self-test tries the fp16 one.
+// A type whose dequantizing or integer program fails its self-test tries the
+// next form (ClPrefill::mma_kernels).
 bool ClPrefill::mma_weights(const DeviceMatrix& w) {
   if (!tuning_.tensor_cores || !mma_type(w.type) || w.n_in % 32 != 0) return false;
   const PrefillTuning t = type_tuning(w.type);
   if (mma_ok(w.type, mma_tile(w.type, t))) return true;
-  if (!mma_kernels(w.type, t).int8) return false;
-  int8_refused_.push_back(w.type);
+  const MmaForm form = mma_kernels(w.type, t).form;
+  if (form == MmaForm::fp16) return false;
+  refused_.emplace_back(w.type, form);
   return mma_weights(w);
 }
 
@@ -306,8 +325,8 @@ ClPrefill::Step ClPrefill::pack_step(const ClMem& x, int ld_x, int n_in, GgmlTyp
   const PrefillTuning t = type_tuning(type);
   const MmaKernels mk = mma_kernels(type, t);
   s.kernel = kernel(mk.program, mma_defines(type, mma_tile(type, t)), mk.pack);
-  s.local0 = 128;
-  s.global0 = ceil_div(size_t(n_in / mk.pack_values), s.local0) * s.local0;
+  s.local0 = mk.pack_local(128);
+  s.global0 = ceil_div(mk.pack_items(n_in), s.local0) * s.local0;
   s.local1 = 1;
   s.label = "pack_x";
   const KernelArgs args = pack_args(x, ld_x, n_in, 0, xp_, xps_);
@@ -349,7 +368,7 @@ ClPrefill::Step ClPrefill::mma_step(const DeviceMatrix& w, const ClMem& x, const
   s.tokens_per_group = t.mma_tile_tokens();
   s.label = label;
   s.mma_input = &x;
-  s.mma_int8 = mk.int8;
+  s.mma_form = mk.form;
   const KernelArgs args = mma_args(w, xp_, xps_, 0, out, ld_out, out_off, accumulate);
   args.bind(s.kernel);
   s.arg_n_tok = int(args.index("n_tok"));
@@ -423,7 +442,7 @@ void ClPrefill::add_matmul(std::vector<Step>& into, const DeviceMatrix& w, const
                            const char* label) {
   if (mma_weights(w)) {
     const MmaKernels mk = mma_kernels(w.type, type_tuning(w.type));
-    if (into.empty() || into.back().mma_input != &x || into.back().mma_int8 != mk.int8) {
+    if (into.empty() || into.back().mma_input != &x || into.back().mma_form != mk.form) {
       into.push_back(pack_step(x, ld_x, w.n_in, w.type));
     }
     into.push_back(mma_step(w, x, out, ld_out, out_off, accumulate, label));

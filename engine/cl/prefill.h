@@ -69,9 +69,11 @@ class ClPrefill {
     return int(decode_steps_.empty() ? steps_.size() : decode_steps_.size());
   }
   const PrefillTuning& tuning() const { return tuning_; }
-  // A chunk's matrix products by kernel: matmul_mma / matmul_mma_i8 on
-  // tensor cores, matmul_x16 with 16-bit activations, or the portable matmul.
+  // A chunk's matrix products by kernel: matmul_mma_deq / matmul_mma_i8 /
+  // matmul_mma on tensor cores, matmul_x16 with 16-bit activations, or the portable matmul.
   enum class Product { none, tensor_cores, x16, portable };
+  // The tensor-core kernels (mma_kernels): matmul_mma.cl, matmul_mma_i8.cl, matmul_mma_deq.cl.
+  enum class MmaForm { fp16, int8, dequant };
   int matrix_products(Product kind) const;
 
   // Runs the token ids ids[0..n_tokens) at positions pos.. (the caller wrote
@@ -108,12 +110,12 @@ class ClPrefill {
     int layer = -1;    // decode steps: the layer it belongs to (profile), -1: none
     const char* label = "";
     // matmul_x16 and tensor-core steps: the activations they read quantized
-    // (xq_) or packed (xp_, in the form mma_int8 says), so a following matmul
+    // (xq_) or packed (xp_, in the form mma_form says), so a following matmul
     // of the same input (and packed form) skips quantize_x16 / the pack.
     const ClMem* x16_input = nullptr;
     const ClMem* mma_input = nullptr;
-    bool mma_int8 = false;            // mma_input packed for matmul_mma_i8.cl
-    Product product = Product::none;  // a matrix product: its kernel
+    MmaForm mma_form = MmaForm::fp16;  // the kernel mma_input is packed for
+    Product product = Product::none;   // a matrix product: its kernel
   };
 
   void build_steps();
@@ -131,9 +133,9 @@ class ClPrefill {
                   const ClMem& out, int ld_out, int out_off, bool accumulate, const char* label);
   bool x16_weights(const DeviceMatrix& w) const;
   // Whether w's products run on tensor cores: the type's program passes its
-  // self-test (the integer one, else the fp16 one).
+  // self-test (the dequantizing one, else the integer one, else the fp16 one).
   bool mma_weights(const DeviceMatrix& w);
-  // tuning_, with mma_int8 off for a type whose integer program failed.
+  // tuning_, with mma_dequant / mma_int8 off for a type whose program of that form failed.
   PrefillTuning type_tuning(GgmlType type) const;
   Step pack_step(const ClMem& x, int ld_x, int n_in, GgmlType type);
   Step mma_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out, int ld_out, int out_off,
@@ -180,34 +182,44 @@ class ClPrefill {
   static size_t x16_value_bytes(int n_tok, int n_in) { return x16_values(n_tok, n_in) * 2; }
   static size_t x16_scale_bytes(int n_tok, int n_in) { return x16_values(n_tok, n_in) / 16 * 4; }
   static std::string mma_defines(GgmlType type, const PrefillTuning& t);
-  // The tensor-core kernels for weights of `type` under t: matmul_mma.cl
-  // (fp16 mma, activations as fp16 hi + lo) or, for Q4_0, Q4_1 and Q4_K with
-  // t.mma_int8, matmul_mma_i8.cl (integer mma, 15-bit activations); their
-  // packed activations for n_tok tokens of n_in values (a multiple of 32):
-  // bytes per value, and per 32 values a float sum (fp16) or, per token, 16
-  // bytes of a token pair's record (int8: {dx, dx', bias, bias'} and
-  // {dx sum, dx' sum', -, -} per pair).
+  // The tensor-core kernels for weights of `type` under t: with
+  // t.mma_dequant, matmul_mma_deq.cl (weights dequantized to fp16, fp16 x
+  // scaled per token); else for Q4_0, Q4_1 and Q4_K with t.mma_int8
+  // matmul_mma_i8.cl (integer mma, 15-bit activations); else matmul_mma.cl
+  // (fp16 mma of integer codes, x as fp16 hi + lo). Their packed activations
+  // for n_tok tokens of n_in values (a multiple of 32): bytes per value, and
+  // per 32 values a float sum (fp16), per token pair and block a record
+  // (int8: {dx, dx', bias, bias'} and {dx sum, dx' sum', -, -}), or per
+  // token a float (dequant: its scale's inverse).
   struct MmaKernels {
-    bool int8;
+    MmaForm form;
     const char* program;  // kernel_source stem
     const char* matmul;
     const char* pack;
     int pack_values;  // values per work-item of the pack kernel
-    size_t value_bytes, block_bytes;
+    size_t value_bytes, block_bytes, token_bytes;
+    int pack_group;          // > 0: the pack kernel runs a work-group of this size per token
+    double self_test_error;  // the self-test's bound on ||delta|| / ||exact product||
     size_t packed_bytes(int n_tok, int n_in) const {
       return size_t(n_tok) * size_t(n_in) * value_bytes;
     }
-    size_t sum_bytes(int n_tok, int n_in) const {  // (int8: records of token pairs)
-      return size_t(n_tok + 1) / 2 * 2 * size_t(n_in / 32) * block_bytes;
+    size_t sum_bytes(int n_tok, int n_in) const {
+      return size_t(n_tok + 1) / 2 * 2 * size_t(n_in / 32) * block_bytes +
+             size_t(n_tok) * token_bytes;
     }
     // The pack kernel's global size along dimension 0 (whole warps).
-    size_t pack_items(int n_in) const { return (size_t(n_in / pack_values) + 31) / 32 * 32; }
+    size_t pack_items(int n_in) const {
+      if (pack_group > 0) return size_t(pack_group);
+      return (size_t(n_in / pack_values) + 31) / 32 * 32;
+    }
+    // Its local size along dimension 0, at most `most` where it may choose.
+    size_t pack_local(size_t most) const { return pack_group > 0 ? size_t(pack_group) : most; }
   };
   static MmaKernels mma_kernels(GgmlType type, const PrefillTuning& t);
-  // The tensor-core tile for weights of `type`: t.mma_int8_tile() for the
-  // integer kernel's types (Q4_0, Q4_1, Q4_K with t.mma_int8); on the fp16
-  // kernel t's for Q4_0, whose A fragments cost the least to build, and
-  // t.mma_costly_tile() for the others.
+  // The tensor-core tile for weights of `type`: t.mma_int8_tile() on
+  // matmul_mma_deq.cl and matmul_mma_i8.cl; on matmul_mma.cl t's for Q4_0,
+  // whose A fragments cost the least to build, and t.mma_costly_tile() for
+  // the others.
   static PrefillTuning mma_tile(GgmlType type, const PrefillTuning& t);
   static std::string attention_defines(int head_dim, const PrefillTuning& t);
   static bool mma_type(GgmlType type) {
@@ -248,8 +260,9 @@ class ClPrefill {
   PrefillTuning tuning_;
   std::vector<std::pair<std::string, ClProgram>> programs_;  // by stem + defines
   std::vector<std::pair<std::string, bool>> mma_checked_;    // self-tests by program and defines
-  std::vector<GgmlType> int8_refused_;  // types whose matmul_mma_i8 program failed its self-test
-  bool profile_ = false;                // PrefillTuning::profile on a profiling queue
+  // (type, form) whose program failed its self-test: the type takes the next form
+  std::vector<std::pair<GgmlType, MmaForm>> refused_;
+  bool profile_ = false;  // PrefillTuning::profile on a profiling queue
   bool decode_profiling_ = false;
   std::vector<std::pair<const Step*, ClEvent>> decode_events_;
   std::vector<std::pair<std::string, ClEvent>> events_;

@@ -150,6 +150,11 @@ struct PrefillTuning {
   int mma_costly_tokens = 2;
   bool mma_split = true;
   bool mma_int8 = true;
+  // Every tensor-core type through kernels/matmul_mma_deq.cl: the weights
+  // dequantized to fp16 in registers, x as fp16 scaled per token, fp32 sums
+  // over the whole row (no per-block epilogue); mma_int8 and the fp16
+  // kernel then serve only a type whose program fails its self-test.
+  bool mma_dequant = true;
   int mma_stages = 3;  // matmul_mma_i8.cl: buffers of its copy ring (2-4; one fewer in flight)
   // matmul_mma_i8.cl's tile: this factor of the row warps turned into 16-row
   // blocks per warp (mma_int8_tile), so each warp's B fragments feed more rows.

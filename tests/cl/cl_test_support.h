@@ -250,6 +250,31 @@ inline std::vector<float> sixteen_bit(const std::vector<float>& x, size_t group,
   return y;
 }
 
+// Each value rounded to the nearest fp16 (ties to even).
+inline std::vector<float> fp16_rounded(const std::vector<float>& v) {
+  std::vector<float> y(v.size());
+  for (size_t i = 0; i < v.size(); ++i) y[i] = fp16_to_fp32(fp32_to_fp16(v[i]));
+  return y;
+}
+
+// x in rows of n values, each row as matmul_mma_deq.cl's pack_x_f16 defines
+// it: times 2^k, k bringing the row's largest |x| to [2^14, 2^15) (clamped
+// to -126..126; 0 for a zero row), rounded to fp16, and divided by 2^k.
+inline std::vector<float> fp16_scaled_rows(const std::vector<float>& x, size_t n) {
+  std::vector<float> y(x.size());
+  for (size_t r = 0; r + n <= x.size(); r += n) {
+    float m = 0;
+    for (size_t i = r; i < r + n; ++i) m = std::max(m, std::fabs(x[i]));
+    int e = 0;
+    std::frexp(m, &e);  // m = f 2^e, f in [0.5, 1): floor(log2 m) = e - 1
+    const int k = m > 0 ? std::clamp(14 - (e - 1), -126, 126) : 0;
+    for (size_t i = r; i < r + n; ++i) {
+      y[i] = std::ldexp(fp16_to_fp32(fp32_to_fp16(std::ldexp(x[i], k))), -k);
+    }
+  }
+  return y;
+}
+
 // W (rows x n_in, row-major) @ x in float64.
 inline std::vector<double> matvec_f64(const std::vector<float>& w, const std::vector<float>& x,
                                       int n_in, int rows) {

@@ -104,7 +104,11 @@ bool device_is_nvidia() {
   return test::cl_test_runtime().device().platform_name.find("NVIDIA") != std::string::npos;
 }
 
-// The tilings of the tensor-core tests for weights of `type`.
+// The tilings of the tensor-core tests for weights of `type`: each on
+// every kernel that takes the type (matmul_mma_deq.cl; matmul_mma_i8.cl for
+// Q4_0, Q4_1, Q4_K; matmul_mma.cl), with the tile ClPrefill::mma_tile gives
+// each and its widened form, and copy rings of 2 and 4 buffers on the two
+// kernels that have them.
 std::vector<PrefillTuning> mma_tunings(GgmlType type) {
   PrefillTuning def, widened, square, small, wide;
   widened.mma_nj *= 2;  // ClPrefill's mma_widen of the default
@@ -123,35 +127,36 @@ std::vector<PrefillTuning> mma_tunings(GgmlType type) {
   wide.mma_wn = 2;
   wide.mma_kb = 3;
   wide.mma_split = false;
-  std::vector<PrefillTuning> tilings = {def, widened, square, small, wide};
-  const PrefillTuning typed = ClPrefill::mma_tile(type, def);
-  if (typed.mma_wn != def.mma_wn || typed.mma_mi != def.mma_mi) {
-    PrefillTuning typed_widened = typed;
-    typed_widened.mma_nj *= 2;
-    tilings.insert(tilings.end(), {typed, typed_widened});
-  }
-  // the types of matmul_mma_i8.cl: copy rings of 2 and 4 buffers, and each
-  // tiling on matmul_mma.cl too (mma_int8 off), with the tile mma_tile gives
-  // it there and its widened form
-  if (ClPrefill::mma_kernels(type, def).int8) {
-    PrefillTuning ring2 = typed, ring4 = def;
-    ring2.mma_stages = 2;
-    ring4.mma_stages = 4;
-    const size_t n = tilings.size();
-    for (size_t i = 0; i < n; ++i) {
-      PrefillTuning fp16 = tilings[i];
-      fp16.mma_int8 = false;
-      tilings.push_back(fp16);
+  const std::vector<PrefillTuning> base = {def, widened, square, small, wide};
+  std::vector<PrefillTuning> tilings;
+  auto add_form = [&](bool dequant, bool int8) {
+    PrefillTuning form = def;
+    form.mma_dequant = dequant;
+    form.mma_int8 = int8;
+    for (PrefillTuning t : base) {
+      t.mma_dequant = dequant;
+      t.mma_int8 = int8;
+      tilings.push_back(t);
     }
-    tilings.insert(tilings.end(), {ring2, ring4});
-    PrefillTuning fp16_typed = def;
-    fp16_typed.mma_int8 = false;
-    fp16_typed = ClPrefill::mma_tile(type, fp16_typed);
-    if (fp16_typed.mma_wn != def.mma_wn) {
-      PrefillTuning fp16_widened = fp16_typed;
-      fp16_widened.mma_nj *= 2;
-      tilings.insert(tilings.end(), {fp16_typed, fp16_widened});
+    const PrefillTuning typed = ClPrefill::mma_tile(type, form);
+    if (typed.mma_wn != def.mma_wn || typed.mma_mi != def.mma_mi) {
+      PrefillTuning typed_widened = typed;
+      typed_widened.mma_nj *= 2;
+      tilings.insert(tilings.end(), {typed, typed_widened});
     }
+    if (ClPrefill::mma_kernels(type, form).form != ClPrefill::MmaForm::fp16) {
+      PrefillTuning ring2 = typed, ring4 = form;
+      ring2.mma_stages = 2;
+      ring4.mma_stages = 4;
+      tilings.insert(tilings.end(), {ring2, ring4});
+    }
+  };
+  add_form(true, true);
+  if (ClPrefill::mma_kernels(type, {}).form == ClPrefill::MmaForm::dequant) {
+    PrefillTuning int8;
+    int8.mma_dequant = false;
+    if (ClPrefill::mma_kernels(type, int8).form == ClPrefill::MmaForm::int8) add_form(false, true);
+    add_form(false, false);
   }
   return tilings;
 }
@@ -230,6 +235,12 @@ struct Variant {
   size_t x_group = 0;
   float x_max_code = 32767.0f;
   double tolerance = 0;  // against the exact product; 0: tolerance(type)
+  // matmul_mma_deq.cl: the product of the weights' values and x rounded to
+  // fp16 as pack_x_f16 defines it (per token, times the power of two that
+  // brings its largest |x| to [2^14, 2^15)), within fp16_tolerance (0: not
+  // checked)
+  bool fp16_inputs = false;
+  double fp16_tolerance = 0;
 };
 
 // The float matmul (matmul.cl) with tuning t.
@@ -289,13 +300,13 @@ void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Var
   const auto x = test::random_floats(size_t(max_tok) * size_t(shape.n_in), seed + 1);
   const auto init = test::random_floats(size_t(max_tok) * size_t(shape.rows), seed + 2);
   const ClMem x_dev = cl_buffer(x);
-  auto product = [&](const std::vector<float>& xs, int n_tok) {
+  auto product = [&](const std::vector<float>& wv, const std::vector<float>& xs, int n_tok) {
     std::vector<double> ref(size_t(n_tok) * size_t(shape.rows));
     for (int tok = 0; tok < n_tok; ++tok) {
       for (int r = 0; r < shape.rows; ++r) {
         double s = 0;
         for (int i = 0; i < shape.n_in; ++i) {
-          s += double(w.values[size_t(r) * shape.n_in + i]) * xs[size_t(tok) * shape.n_in + i];
+          s += double(wv[size_t(r) * shape.n_in + i]) * xs[size_t(tok) * shape.n_in + i];
         }
         ref[size_t(tok) * shape.rows + r] = s;
       }
@@ -308,8 +319,12 @@ void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Var
     const auto xq = v.x_group ? test::sixteen_bit(x, v.x_group, v.x_max_code) : x;
     for (int n_tok : k_token_counts) {
       SCOPED_TRACE("n_tok " + std::to_string(n_tok));
-      const std::vector<double> exact = product(x, n_tok);
-      const std::vector<double> ref = v.x_group ? product(xq, n_tok) : exact;
+      const std::vector<double> exact = product(w.values, x, n_tok);
+      const std::vector<double> ref =
+          v.x_group       ? product(w.values, xq, n_tok)
+          : v.fp16_inputs ? product(test::fp16_rounded(w.values),
+                                    test::fp16_scaled_rows(x, size_t(shape.n_in)), n_tok)
+                          : exact;
       for (int mode = 0; mode < 3; ++mode) {  // plain, accumulate, offset
         SCOPED_TRACE(mode == 0 ? "plain" : mode == 1 ? "accumulate" : "offset");
         const int off = mode == 2 ? 5 : 0;
@@ -346,6 +361,9 @@ void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Var
         }
         if (v.x_group) {
           EXPECT_LE(test::relative_error(got_rows, want), 1e-5);
+        }
+        if (v.fp16_inputs && v.fp16_tolerance > 0) {
+          EXPECT_LE(test::relative_error(got_rows, want), v.fp16_tolerance);
         }
         EXPECT_LE(test::relative_error(got_rows, want_exact),
                   v.tolerance > 0 ? v.tolerance : tolerance(type));
@@ -401,7 +419,7 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
       cl_poison(xp, mk.packed_bytes(n_tok, w.n_in) / 4);  // what the pack kernel misses
       cl_poison(xs, mk.sum_bytes(n_tok, w.n_in) / 4);     // shows as NaN
       set_args(*pack, x, cl_int(w.n_in), cl_int(w.n_in), cl_int(n_tok), xp, xs);
-      run_2d(*pack, mk.pack_items(w.n_in), size_t(n_tok), 32, 1);
+      run_2d(*pack, mk.pack_items(w.n_in), size_t(n_tok), mk.pack_local(32), 1);
       set_args(*k, w.dev.q, w.dev.s, cl_int(w.n_in), cl_int(w.rows), xp, xs, cl_int(n_tok), out,
                cl_int(ld), cl_int(off), cl_int(acc ? 1 : 0));
       run_2d(*k,
@@ -410,10 +428,22 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
              test::round_up(size_t(n_tok), size_t(t.mma_tile_tokens())) / t.mma_tile_tokens(),
              size_t(t.mma_threads()), 1);
     };
-    if (mk.int8) {
+    if (mk.form == ClPrefill::MmaForm::int8) {
       // against x quantized as pack_x_i8 defines it (1e-5), and the exact
       // product within 1e-4 (15 bits of x: ~3e-5; without the lo byte ~1e-2)
       variants.push_back({run, describe_mma(t) + " int8", 32, 16383.0f, 1e-4});
+      continue;
+    }
+    if (mk.form == ClPrefill::MmaForm::dequant) {
+      // fp16 weights and x (each rounded by at most 2^-12): ~2e-4 of the
+      // exact product on these shapes; a wrong scale, code or fragment
+      // costs far more. The types with float scales round them to fp16
+      // first, so only the others are checked against fp16 inputs too.
+      Variant v{run, describe_mma(t) + " dequant", 0, 32767.0f, 1e-3};
+      v.fp16_inputs = true;
+      v.fp16_tolerance =
+          (type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K) ? 0.0 : 1e-5;
+      variants.push_back(v);
       continue;
     }
     // hi + lo carry ~22 bits of x: far inside the quantized weights' 1e-3,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compiles kernels/decode_persistent.cl for NVIDIA without a GPU, in every
 # configuration the host (engine/cl/persistent_decode.cpp) can build, and
-# kernels/matmul_mma.cl, matmul_mma_i8.cl and matmul_mma_deq.cl for every weight type they take: clang's
+# kernels/matmul_mma_deq.cl for every weight type it takes: clang's
 # OpenCL front end to PTX (libclc for the builtins), then ptxas for sm_90.
 # Catches compile errors in the NVIDIA-only kernel (inline PTX: PoCL cannot
 # build it) before spending device time, and shows what a change does to
@@ -113,7 +113,7 @@ build() {
       failed=1
       return
     fi
-    # the file's largest kernel (matmul_mma.cl also holds pack_x_mma)
+    # the file's largest kernel (matmul_mma_deq.cl also holds pack_x_f16)
     regs=$(echo "$out" | grep -o 'Used [0-9]* registers' | grep -o '[0-9]*' | sort -n | tail -1)
     spill=$(echo "$out" | sed -n 's/.* \([0-9]*\) bytes spill stores, \([0-9]*\) bytes spill loads.*/\1\/\2/p' |
       sort -t/ -n | tail -1)
@@ -195,21 +195,6 @@ for pwg in 512 256; do
   build "pwg$pwg-qwen2" "$pwg" $qwen2 $bench_types
   # shellcheck disable=SC2086,SC2046
   build "pwg$pwg-qwen3" "$pwg" $qwen3 $(roles 6 6 8 12 12 14 8 8)
-done
-# kernels/matmul_mma.cl, NVIDIA-only too: every weight type it takes, with its
-# default tile (128 work-items) and test_cl_matmul's "wide" one (192, fp16
-# activations, 3-block stages).
-for t in 2 3 6 7 8 12 13 14; do
-  SRC=$kernels/matmul_mma.cl build "mma-type$t" 128 -DWTYPE=$t
-  SRC=$kernels/matmul_mma.cl build "mma-type$t-wide" 192 -DWTYPE=$t -DMMA_MI=1 -DMMA_NJ=2 \
-    -DMMA_WR=3 -DMMA_WN=2 -DMMA_KB=3 -DMMA_SPLIT=0
-done
-# kernels/matmul_mma_i8.cl (integer mma): Q4_0, Q4_1 and Q4_K, default tile
-# (256 work-items) and the odd 3 x 2-warp one with 3-block stages.
-for t in 2 3 12; do
-  SRC=$kernels/matmul_mma_i8.cl build "mma-i8-type$t" 256 -DWTYPE=$t
-  SRC=$kernels/matmul_mma_i8.cl build "mma-i8-type$t-wide" 192 -DWTYPE=$t -DMMA_MI=1 -DMMA_NJ=2 \
-    -DMMA_WR=3 -DMMA_WN=2 -DMMA_KB=3
 done
 # kernels/matmul_mma_deq.cl (weights dequantized to fp16): every type, default
 # tile (128 work-items), the widened one and the odd 3 x 2-warp one.

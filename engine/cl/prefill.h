@@ -69,11 +69,9 @@ class ClPrefill {
     return int(decode_steps_.empty() ? steps_.size() : decode_steps_.size());
   }
   const PrefillTuning& tuning() const { return tuning_; }
-  // A chunk's matrix products by kernel: matmul_mma_deq / matmul_mma_i8 /
-  // matmul_mma on tensor cores, matmul_x16 with 16-bit activations, or the portable matmul.
+  // A chunk's matrix products by kernel: matmul_mma_deq on tensor cores,
+  // matmul_x16 with 16-bit activations, or the portable matmul.
   enum class Product { none, tensor_cores, x16, portable };
-  // The tensor-core kernels (mma_kernels): matmul_mma.cl, matmul_mma_i8.cl, matmul_mma_deq.cl.
-  enum class MmaForm { fp16, int8, dequant };
   int matrix_products(Product kind) const;
 
   // Runs the token ids ids[0..n_tokens) at positions pos.. (the caller wrote
@@ -110,12 +108,11 @@ class ClPrefill {
     int layer = -1;    // decode steps: the layer it belongs to (profile), -1: none
     const char* label = "";
     // matmul_x16 and tensor-core steps: the activations they read quantized
-    // (xq_) or packed (xp_, in the form mma_form says), so a following matmul
+    // (xq_) or packed (xp_), so a following matmul
     // of the same input (and packed form) skips quantize_x16 / the pack.
     const ClMem* x16_input = nullptr;
     const ClMem* mma_input = nullptr;
-    MmaForm mma_form = MmaForm::fp16;  // the kernel mma_input is packed for
-    Product product = Product::none;   // a matrix product: its kernel
+    Product product = Product::none;  // a matrix product: its kernel
   };
 
   void build_steps();
@@ -125,18 +122,16 @@ class ClPrefill {
   Step matmul_step(const DeviceMatrix& w, const ClMem& x, int ld_x, const ClMem& out, int ld_out,
                    int out_off, bool accumulate, const char* label);
   // out (+)= W x for the chunk, appended to `into`: on tensor cores
-  // (mma_weights) the type's pack kernel (unless the step before packed the
-  // same x in the same form) and its matmul (mma_kernels); with 16-bit
+  // (mma_weights) pack_x_f16 (unless the step before packed the same x) and
+  // matmul_mma_deq; with 16-bit
   // activations (x16_weights) quantize_x16 (the same way) and matmul_x16;
   // else matmul_step.
   void add_matmul(std::vector<Step>& into, const DeviceMatrix& w, const ClMem& x, int ld_x,
                   const ClMem& out, int ld_out, int out_off, bool accumulate, const char* label);
   bool x16_weights(const DeviceMatrix& w) const;
   // Whether w's products run on tensor cores: the type's program passes its
-  // self-test (the dequantizing one, else the integer one, else the fp16 one).
+  // self-test.
   bool mma_weights(const DeviceMatrix& w);
-  // tuning_, with mma_dequant / mma_int8 off for a type whose program of that form failed.
-  PrefillTuning type_tuning(GgmlType type) const;
   Step pack_step(const ClMem& x, int ld_x, int n_in, GgmlType type);
   Step mma_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out, int ld_out, int out_off,
                 bool accumulate, const char* label);
@@ -182,45 +177,14 @@ class ClPrefill {
   static size_t x16_value_bytes(int n_tok, int n_in) { return x16_values(n_tok, n_in) * 2; }
   static size_t x16_scale_bytes(int n_tok, int n_in) { return x16_values(n_tok, n_in) / 16 * 4; }
   static std::string mma_defines(GgmlType type, const PrefillTuning& t);
-  // The tensor-core kernels for weights of `type` under t: with
-  // t.mma_dequant, matmul_mma_deq.cl (weights dequantized to fp16, fp16 x
-  // scaled per token); else for Q4_0, Q4_1 and Q4_K with t.mma_int8
-  // matmul_mma_i8.cl (integer mma, 15-bit activations); else matmul_mma.cl
-  // (fp16 mma of integer codes, x as fp16 hi + lo). Their packed activations
-  // for n_tok tokens of n_in values (a multiple of 32): bytes per value, and
-  // per 32 values a float sum (fp16), per token pair and block a record
-  // (int8: {dx, dx', bias, bias'} and {dx sum, dx' sum', -, -}), or per
-  // token a float (dequant: its scale's inverse).
-  struct MmaKernels {
-    MmaForm form;
-    const char* program;  // kernel_source stem
-    const char* matmul;
-    const char* pack;
-    int pack_values;  // values per work-item of the pack kernel
-    size_t value_bytes, block_bytes, token_bytes;
-    int pack_group;          // > 0: the pack kernel runs a work-group of this size per token
-    double self_test_error;  // the self-test's bound on ||delta|| / ||exact product||
-    size_t packed_bytes(int n_tok, int n_in) const {
-      return size_t(n_tok) * size_t(n_in) * value_bytes;
-    }
-    size_t sum_bytes(int n_tok, int n_in) const {
-      return size_t(n_tok + 1) / 2 * 2 * size_t(n_in / 32) * block_bytes +
-             size_t(n_tok) * token_bytes;
-    }
-    // The pack kernel's global size along dimension 0 (whole warps).
-    size_t pack_items(int n_in) const {
-      if (pack_group > 0) return size_t(pack_group);
-      return (size_t(n_in / pack_values) + 31) / 32 * 32;
-    }
-    // Its local size along dimension 0, at most `most` where it may choose.
-    size_t pack_local(size_t most) const { return pack_group > 0 ? size_t(pack_group) : most; }
-  };
-  static MmaKernels mma_kernels(GgmlType type, const PrefillTuning& t);
-  // The tensor-core tile for weights of `type`: t.mma_int8_tile() on
-  // matmul_mma_deq.cl and matmul_mma_i8.cl; on matmul_mma.cl t's for Q4_0,
-  // whose A fragments cost the least to build, and t.mma_costly_tile() for
-  // the others.
-  static PrefillTuning mma_tile(GgmlType type, const PrefillTuning& t);
+  // The tensor-core kernel (kernels/matmul_mma_deq.cl, NVIDIA only) and its
+  // packed activations for n_tok tokens of n_in values (a multiple of 32):
+  // fp16 values, and per token a float (its scale's inverse). pack_x_f16
+  // runs a work-group of k_pack_group work-items per token.
+  static constexpr const char* k_mma_program = "matmul_mma_deq";
+  static constexpr int k_pack_group = 256;
+  static size_t mma_packed_bytes(int n_tok, int n_in) { return size_t(n_tok) * size_t(n_in) * 2; }
+  static size_t mma_scale_bytes(int n_tok) { return size_t(n_tok) * 4; }
   static std::string attention_defines(int head_dim, const PrefillTuning& t);
   static bool mma_type(GgmlType type) {
     switch (type) {
@@ -237,9 +201,8 @@ class ClPrefill {
         return false;
     }
   }
-  // Whether the tensor-core program of `type` and `tile` (mma_kernels)
-  // builds and matches a host reference on a small case (checked once per
-  // program; false on any error).
+  // Whether the tensor-core program of `type` and `tile` builds and matches a host reference on a
+  // small case (checked once per program; false on any error).
   bool mma_ok(GgmlType type, const PrefillTuning& tile);
 
  private:
@@ -260,8 +223,6 @@ class ClPrefill {
   PrefillTuning tuning_;
   std::vector<std::pair<std::string, ClProgram>> programs_;  // by stem + defines
   std::vector<std::pair<std::string, bool>> mma_checked_;    // self-tests by program and defines
-  // (type, form) whose program failed its self-test: the type takes the next form
-  std::vector<std::pair<GgmlType, MmaForm>> refused_;
   bool profile_ = false;  // PrefillTuning::profile on a profiling queue
   bool decode_profiling_ = false;
   std::vector<std::pair<const Step*, ClEvent>> decode_events_;
@@ -276,7 +237,7 @@ class ClPrefill {
   ClMem att_;           // attention output (chunk, n_embd_q)
   ClMem g_, u_;         // FFN gate / up, then h = silu(g) * u in g_ (chunk, n_ff)
   ClMem xq_, xd_, xs_;  // 16-bit activations of the widest input (matmul_x16.cl), or none
-  ClMem xp_, xps_;      // packed activations and block sums (matmul_mma*.cl), or none
+  ClMem xp_, xps_;      // packed activations and their scales (matmul_mma_deq.cl), or none
   ClMem logits_;        // (head_rows_, n_vocab), allocated by the first run_logits
   int head_rows_ = 0;   // positions per lm_head launch in run_logits
 

@@ -108,15 +108,13 @@ PrefillTuning PrefillTuning::for_device(const DeviceInfo& device) {
 }
 
 void PrefillTuning::check(const DeviceInfo& device) const {
-  if (mma_mi < 1 || mma_nj < 1 || mma_wr < 1 || mma_wn < 1 || mma_kb < 1 || mma_costly_tokens < 1 ||
-      mma_int8_rows < 1 || mma_stages < 2 || mma_stages > 4 ||
-      size_t(mma_threads()) > device.max_work_group_size) {
-    throw std::invalid_argument(
-        "invalid MMA prefill tuning (mma_mi " + std::to_string(mma_mi) + ", mma_nj " +
-        std::to_string(mma_nj) + ", mma_wr " + std::to_string(mma_wr) + ", mma_wn " +
-        std::to_string(mma_wn) + ", mma_kb " + std::to_string(mma_kb) + ", mma_costly_tokens " +
-        std::to_string(mma_costly_tokens) + ", mma_int8_rows " + std::to_string(mma_int8_rows) +
-        ", mma_stages " + std::to_string(mma_stages) + ")");
+  if (mma_mi < 1 || mma_nj < 1 || mma_wr < 1 || mma_wn < 1 || mma_kb < 1 || mma_stages < 2 ||
+      mma_stages > 4 || size_t(mma_threads()) > device.max_work_group_size) {
+    throw std::invalid_argument("invalid MMA prefill tuning (mma_mi " + std::to_string(mma_mi) +
+                                ", mma_nj " + std::to_string(mma_nj) + ", mma_wr " +
+                                std::to_string(mma_wr) + ", mma_wn " + std::to_string(mma_wn) +
+                                ", mma_kb " + std::to_string(mma_kb) + ", mma_stages " +
+                                std::to_string(mma_stages) + ")");
   }
   const bool vr_ok = (mm_direct && mm_vr >= 1 && mm_vr <= 16) || mm_vr == 1 || mm_vr == 2 ||
                      mm_vr == 4 || mm_vr == 8 || mm_vr == 16;
@@ -294,21 +292,8 @@ const std::vector<TuningKey>& tuning_keys() {
                [](T& t) -> int& { return t.prefill.mma_wn; }),
       key<int>("mma_kb", "tensor-core tile: quant blocks per stage",
                [](T& t) -> int& { return t.prefill.mma_kb; }),
-      key<int>("mma_costly_tokens",
-               "tensor-core tile: row warps moved to tokens, every type but Q4_0 (factor)",
-               [](T& t) -> int& { return t.prefill.mma_costly_tokens; }),
-      key<bool>("mma_split", "tensor cores: activations as fp16 hi + lo",
-                [](T& t) -> bool& { return t.prefill.mma_split; }),
-      key<bool>("mma_int8", "tensor cores: Q4_0, Q4_1, Q4_K on integer mma (15-bit activations)",
-                [](T& t) -> bool& { return t.prefill.mma_int8; }),
-      key<bool>("mma_dequant",
-                "tensor cores: weights dequantized to fp16 in registers, fp16 x per token",
-                [](T& t) -> bool& { return t.prefill.mma_dequant; }),
-      key<int>("mma_stages", "tensor cores, integer kernel: buffers of the copy ring (2-4)",
+      key<int>("mma_stages", "tensor cores: buffers of the copy ring (2-4)",
                [](T& t) -> int& { return t.prefill.mma_stages; }),
-      key<int>("mma_int8_rows",
-               "tensor-core tile, integer kernel: row warps turned into row blocks (factor)",
-               [](T& t) -> int& { return t.prefill.mma_int8_rows; }),
       key<bool>("mma_fit", "tensor cores: fewer row warps until the grid covers the device",
                 [](T& t) -> bool& { return t.prefill.mma_fit; }),
       key<bool>("mma_widen", "tensor cores: twice mma_nj where the grid keeps 3 groups per unit",

@@ -91,7 +91,7 @@ struct DecodeTuning {
 };
 
 // The batched prefill (engine/cl/prefill.h): kernels/matmul.cl,
-// matmul_mma.cl, attention_prefill.cl, prefill_ops.cl.
+// matmul_mma_deq.cl, attention_prefill.cl, prefill_ops.cl.
 struct PrefillTuning {
   int mm_vr = 4;    // matmul rows per work-item, as one vector (1, 2, 4, 8, 16)
   int mm_nr = 16;   // matmul work-items along rows
@@ -119,46 +119,24 @@ struct PrefillTuning {
   // with AVX2 runs it as vpmaddwd).
   bool mm_x16 = false;
   int x16_vr = 1, x16_tg = 4;
-  // NVIDIA only: quantized weights through kernels/matmul_mma.cl (tensor-core
-  // mma.sync by inline PTX), per weight type after ClPrefill's self-test.
-  // false: the portable kernel. Tile: mma_wr x mma_wn warps, each mma_mi x
-  // 16 rows by mma_nj x 8 tokens; mma_kb quant blocks per stage; mma_split:
-  // activations as fp16 hi + lo (see the kernel); mma_fit: fewer warps along
-  // rows for matrices whose grid would not cover the device (measured slower
-  // on the H200 at pp512: off); mma_widen: twice mma_nj for matrices whose
-  // grid then still has three work-groups per compute unit (large matrices:
-  // each A fragment feeds twice the mma). Defaults: the best tiling measured
-  // on the H200 (pp512, see the commit log), widened as the H100 measured.
-  // mma_costly_tokens: every type but Q4_0 (whose A fragments are the
-  // cheapest to build) moves this factor of the row warps to the token axis,
-  // so each fragment it builds feeds that many times the tokens
-  // (mma_costly_tile; ClPrefill::mma_tile). H200 pp512, 2 against 1: the
-  // Q4_K_M mixes of Llama-3.2-1B 24.9k against 22.1k, SmolLM2-1.7B 15.9k
-  // against 14.0k, SmolLM2-135M 75.6-76.2k against 73.2k; SmolLM2-135M shape
-  // Q4_1 +6-8%, Q8_0 +6-7%, Q5_1 +11%, Q4_K +5%, Q5_K +4%, Q6_K +1-2%; Q4_0
-  // lost 1-2% that way. mma_int8: Q4_0, Q4_1 and Q4_K through
-  // kernels/matmul_mma_i8.cl (integer mma, activations as 15-bit integers
-  // per 32 values, asynchronous copies mma_stages deep) instead of
-  // matmul_mma.cl (fp16 hi + lo); its tile has mma_int8_rows times the rows
-  // per warp. H200 pp512, same call, against mma_int8 off: Llama-3.2-1B
-  // shape Q4_0 40.4-40.7k against 29.2k, SmolLM2-1.7B 26.2k against 18.4k,
-  // SmolLM2-360M 58.5k against 50.4k, SmolLM2-135M 94.2k against 88.7k;
-  // at 1B mma_int8_rows 1: 36.2k (mma_stages 2 / 4 there: 36.6k / 36.0k);
-  // mma_stages 2 with the default tile: 40.4k.
+  // NVIDIA only: quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
+  // Q5_K, Q6_K) through kernels/matmul_mma_deq.cl (tensor-core mma.sync by
+  // inline PTX: the weights dequantized to fp16 in registers, x as fp16
+  // scaled per token, fp32 sums), after ClPrefill's self-test per weight
+  // type; false or a failed self-test: the portable kernel. Tile: mma_wr x
+  // mma_wn warps, each mma_mi x 16 rows by mma_nj x 8 tokens; mma_kb quant
+  // blocks per stage, copied by cp.async mma_stages - 1 stages ahead into a
+  // ring of mma_stages buffers; mma_fit: fewer warps along rows for matrices
+  // whose grid would not cover the device (measured slower on the H200 at
+  // pp512: off); mma_widen: twice mma_nj for matrices whose grid then still
+  // has three work-groups per compute unit. Defaults: the best measured on
+  // the H200 at pp512, Llama-3.2-1B shape Q4_0 (2026-11-29): 51.2k tok/s;
+  // 8 warps of 1 x 16 rows 48.6k, 2 warps of 4 x 16 rows 40.9k (with the
+  // integer kernel before it), 2 warps along tokens 49.6k, mma_kb 2 48.4k,
+  // mma_stages 2 / 4 50.9k / 46.4k, not widened 47.5k.
   bool tensor_cores = false;
-  int mma_mi = 1, mma_nj = 4, mma_wr = 8, mma_wn = 1, mma_kb = 4;
-  int mma_costly_tokens = 2;
-  bool mma_split = true;
-  bool mma_int8 = true;
-  // Every tensor-core type through kernels/matmul_mma_deq.cl: the weights
-  // dequantized to fp16 in registers, x as fp16 scaled per token, fp32 sums
-  // over the whole row (no per-block epilogue); mma_int8 and the fp16
-  // kernel then serve only a type whose program fails its self-test.
-  bool mma_dequant = true;
-  int mma_stages = 3;  // matmul_mma_i8.cl: buffers of its copy ring (2-4; one fewer in flight)
-  // matmul_mma_i8.cl's tile: this factor of the row warps turned into 16-row
-  // blocks per warp (mma_int8_tile), so each warp's B fragments feed more rows.
-  int mma_int8_rows = 2;
+  int mma_mi = 2, mma_nj = 4, mma_wr = 4, mma_wn = 1, mma_kb = 4;
+  int mma_stages = 3;  // buffers of the copy ring (2-4; one fewer in flight)
   bool mma_fit = false;
   bool mma_widen = true;
   // Device time per prefill step, summed over each prefill, to stderr (needs
@@ -170,26 +148,6 @@ struct PrefillTuning {
   int mma_tile_rows() const { return mma_wr * mma_mi * 16; }
   int mma_tile_tokens() const { return mma_wn * mma_nj * 8; }
   int mma_threads() const { return mma_wr * mma_wn * 32; }
-  // This tile with mma_int8_rows times the 16-row blocks per warp and as
-  // many fewer warps along rows (unchanged where mma_wr is not a multiple).
-  PrefillTuning mma_int8_tile() const {
-    PrefillTuning t = *this;
-    if (mma_int8_rows > 1 && mma_wr % mma_int8_rows == 0) {
-      t.mma_wr /= mma_int8_rows;
-      t.mma_mi *= mma_int8_rows;
-    }
-    return t;
-  }
-  // This tile with mma_costly_tokens times the warps along tokens and as
-  // many fewer along rows (unchanged where mma_wr is not a multiple).
-  PrefillTuning mma_costly_tile() const {
-    PrefillTuning t = *this;
-    if (mma_costly_tokens > 1 && mma_wr % mma_costly_tokens == 0) {
-      t.mma_wr /= mma_costly_tokens;
-      t.mma_wn *= mma_costly_tokens;
-    }
-    return t;
-  }
   // GPUs: 16 x 16 work-items with 4 x 4 register tiles (64 x 64 outputs per
   // work-group). CPUs: the direct variant, 1 row x 12 tokens per work-item.
   static PrefillTuning for_device(const DeviceInfo& device);

@@ -65,7 +65,7 @@ DeviceMatrix upload_matrix(const ClRuntime& rt, const RepackedMatrix& m) {
     d.s = rt.upload(m.s.data(), m.s.size());
   } else {
     // whole 4-byte words: kernels that copy the scales a word at a time
-    // (matmul_mma_i8.cl: Q4_0's 2-byte scales) stay inside the buffer
+    // (matmul_mma_deq.cl: Q4_0 and Q8_0 2-byte scales) stay inside the buffer
     std::vector<uint8_t> s = m.s;
     s.resize((s.size() + 3) / 4 * 4, 0);
     d.s = rt.upload(s.data(), s.size());

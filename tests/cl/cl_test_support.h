@@ -235,11 +235,10 @@ inline std::vector<GgmlType> types_for_row(int n_in) {
 
 // x as the CPU kernels' 16-bit activations define it, written here from
 // that definition (kernels/matmul_x16.cl's quantize_x16 with groups of 16,
-// cpu_dot.cl's x16_quantize with groups of 32; matmul_mma_i8.cl's pack_x_i8
-// with groups of 32 and codes up to 16383): per group
-// d = max|x| / max_code, q = round-half-even(x * max_code / max|x|); the values d * q.
-inline std::vector<float> sixteen_bit(const std::vector<float>& x, size_t group,
-                                      float max_code = 32767.0f) {
+// cpu_dot.cl's x16_quantize with groups of 32): per group
+// d = max|x| / 32767, q = round-half-even(x * 32767 / max|x|); the values d * q.
+inline std::vector<float> sixteen_bit(const std::vector<float>& x, size_t group) {
+  const float max_code = 32767.0f;
   std::vector<float> y(x.size());
   for (size_t b = 0; b + group <= x.size(); b += group) {
     float amax = 0;

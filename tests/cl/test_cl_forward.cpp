@@ -527,7 +527,7 @@ void expect_prefill_equals_decode(const Model& model, const std::vector<int32_t>
                              t == GgmlType::Q5_1 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K ||
                              t == GgmlType::Q5_K || t == GgmlType::Q6_K;
   const PrefillTuning prefill = Tuning::for_device(rt.device()).prefill;
-  const double same = prefill.tensor_cores && prefill.mma_dequant                    ? 1e-3
+  const double same = prefill.tensor_cores                                           ? 1e-3
                       : prefill.mm_x16 || (seq.persistent_decode() && integer_codes) ? 1e-4
                                                                                      : 1e-6;
   int32_t seq_id = -1;

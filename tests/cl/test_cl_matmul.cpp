@@ -16,18 +16,13 @@
 //     1e-5) and the exact one (the quantized weights' tolerance);
 //   - embed_rows for every type, ids read from the device at an offset.
 //   - on NVIDIA's OpenCL only (skipped elsewhere, saying so): the tensor-core
-//     kernel kernels/matmul_mma.cl for the quantized types, same cases, with
-//     the default tile, the default widened (twice the tokens), a 2 x 2-warp
-//     one, a small odd one (1 warp, 1 block per stage), a 3-block-stage
-//     one without the fp16 lo half of the activations and, for every type
-//     but Q4_0, the tile ClPrefill::mma_tile gives it and its widened form,
-//     each after pack_x_mma; with the lo half within 1e-5 of the exact
-//     product. Q4_0, Q4_1 and Q4_K run those tiles, mma_tile's integer tile
-//     and copy rings of 2 and 4 buffers through the integer kernel
-//     kernels/matmul_mma_i8.cl (after pack_x_i8): against x quantized to 15
-//     bits per 32 values as the kernel defines it (1e-5) and the exact
-//     product (1e-4); and the same tiles, with mma_tile's fp16 one and its
-//     widened form, through matmul_mma.cl.
+//     kernel kernels/matmul_mma_deq.cl for the quantized types, same cases,
+//     after pack_x_f16, with the default tile, its widened form, a 2 x
+//     2-warp one, a small odd one (1 warp, 1 block per stage), a 3 x 2-warp
+//     one with 3-block stages and copy rings of 2 and 4 buffers: against the
+//     product of the weights and x rounded to fp16 as the kernel defines
+//     them (1e-5; types with integer or fp16 scales) and the exact product
+//     (1e-3).
 // The reference multiplies the floats the same quantized bytes decode to, so
 // ||delta|| / ||ref|| <= 1e-4 for F32/F16 and <= 1e-3 for quantized weights.
 // Outputs are NaN-poisoned before each launch, with poisoned padding after
@@ -104,14 +99,13 @@ bool device_is_nvidia() {
   return test::cl_test_runtime().device().platform_name.find("NVIDIA") != std::string::npos;
 }
 
-// The tilings of the tensor-core tests for weights of `type`: each on
-// every kernel that takes the type (matmul_mma_deq.cl; matmul_mma_i8.cl for
-// Q4_0, Q4_1, Q4_K; matmul_mma.cl), with the tile ClPrefill::mma_tile gives
-// each and its widened form, and copy rings of 2 and 4 buffers on the two
-// kernels that have them.
-std::vector<PrefillTuning> mma_tunings(GgmlType type) {
-  PrefillTuning def, widened, square, small, wide;
-  widened.mma_nj *= 2;  // ClPrefill's mma_widen of the default
+// The tilings of the tensor-core tests: the default, its widened form (as
+// ClPrefill's mma_widen), a 2 x 2-warp one, a small odd one (1 warp, 1
+// block per stage), a 3 x 2-warp one with 3-block stages, and copy rings
+// of 2 and 4 buffers.
+std::vector<PrefillTuning> mma_tunings() {
+  PrefillTuning def, widened, square, small, wide, ring2, ring4;
+  widened.mma_nj *= 2;
   square.mma_mi = 2;
   square.mma_nj = 4;
   square.mma_wr = 2;
@@ -126,45 +120,15 @@ std::vector<PrefillTuning> mma_tunings(GgmlType type) {
   wide.mma_wr = 3;
   wide.mma_wn = 2;
   wide.mma_kb = 3;
-  wide.mma_split = false;
-  const std::vector<PrefillTuning> base = {def, widened, square, small, wide};
-  std::vector<PrefillTuning> tilings;
-  auto add_form = [&](bool dequant, bool int8) {
-    PrefillTuning form = def;
-    form.mma_dequant = dequant;
-    form.mma_int8 = int8;
-    for (PrefillTuning t : base) {
-      t.mma_dequant = dequant;
-      t.mma_int8 = int8;
-      tilings.push_back(t);
-    }
-    const PrefillTuning typed = ClPrefill::mma_tile(type, form);
-    if (typed.mma_wn != def.mma_wn || typed.mma_mi != def.mma_mi) {
-      PrefillTuning typed_widened = typed;
-      typed_widened.mma_nj *= 2;
-      tilings.insert(tilings.end(), {typed, typed_widened});
-    }
-    if (ClPrefill::mma_kernels(type, form).form != ClPrefill::MmaForm::fp16) {
-      PrefillTuning ring2 = typed, ring4 = form;
-      ring2.mma_stages = 2;
-      ring4.mma_stages = 4;
-      tilings.insert(tilings.end(), {ring2, ring4});
-    }
-  };
-  add_form(true, true);
-  if (ClPrefill::mma_kernels(type, {}).form == ClPrefill::MmaForm::dequant) {
-    PrefillTuning int8;
-    int8.mma_dequant = false;
-    if (ClPrefill::mma_kernels(type, int8).form == ClPrefill::MmaForm::int8) add_form(false, true);
-    add_form(false, false);
-  }
-  return tilings;
+  ring2.mma_stages = 2;
+  ring4.mma_stages = 4;
+  return {def, widened, square, small, wide, ring2, ring4};
 }
 
 std::string describe_mma(const PrefillTuning& t) {
   return "mma mi " + std::to_string(t.mma_mi) + " nj " + std::to_string(t.mma_nj) + " wr " +
          std::to_string(t.mma_wr) + " wn " + std::to_string(t.mma_wn) + " kb " +
-         std::to_string(t.mma_kb) + (t.mma_split ? " split" : " fp16");
+         std::to_string(t.mma_kb) + " stages " + std::to_string(t.mma_stages);
 }
 
 void run_2d(const ClKernel& k, size_t g0, size_t g1, size_t l0, size_t l1) {
@@ -228,12 +192,11 @@ using RunVariant = std::function<void(const TestMatrix& w, const ClMem& x, int n
                                       const ClMem& out, int ld, int off, bool accumulate)>;
 
 // A variant, its name, and how its reference quantizes the activations
-// (test::sixteen_bit's group and largest code; group 0: the given ones).
+// (test::sixteen_bit's group; 0: the given ones).
 struct Variant {
   RunVariant run;
   std::string name;
   size_t x_group = 0;
-  float x_max_code = 32767.0f;
   double tolerance = 0;  // against the exact product; 0: tolerance(type)
   // matmul_mma_deq.cl: the product of the weights' values and x rounded to
   // fp16 as pack_x_f16 defines it (per token, times the power of two that
@@ -316,7 +279,7 @@ void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Var
 
   for (const Variant& v : variants) {
     SCOPED_TRACE(v.name);
-    const auto xq = v.x_group ? test::sixteen_bit(x, v.x_group, v.x_max_code) : x;
+    const auto xq = v.x_group ? test::sixteen_bit(x, v.x_group) : x;
     for (int n_tok : k_token_counts) {
       SCOPED_TRACE("n_tok " + std::to_string(n_tok));
       const std::vector<double> exact = product(w.values, x, n_tok);
@@ -406,20 +369,24 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
   if (!ClPrefill::mma_type(type)) GTEST_SKIP() << "the tensor-core kernel takes quantized types";
   if (!device_is_nvidia()) GTEST_SKIP() << "the tensor-core kernel runs on NVIDIA's OpenCL only";
   std::vector<Variant> variants;
-  for (const PrefillTuning& t : mma_tunings(type)) {
+  for (const PrefillTuning& t : mma_tunings()) {
     const std::string defines = ClPrefill::mma_defines(type, t);
-    const ClPrefill::MmaKernels mk = ClPrefill::mma_kernels(type, t);
-    auto pack = std::make_shared<ClKernel>(build_kernel(mk.program, defines, mk.pack));
-    auto k = std::make_shared<ClKernel>(build_kernel(mk.program, defines, mk.matmul));
-    RunVariant run = [pack, k, t, mk](const TestMatrix& w, const ClMem& x, int n_tok,
-                                      const ClMem& out, int ld, int off, bool acc) {
+    auto pack =
+        std::make_shared<ClKernel>(build_kernel(ClPrefill::k_mma_program, defines, "pack_x_f16"));
+    auto k = std::make_shared<ClKernel>(
+        build_kernel(ClPrefill::k_mma_program, defines, "matmul_mma_deq"));
+    RunVariant run = [pack, k, t](const TestMatrix& w, const ClMem& x, int n_tok, const ClMem& out,
+                                  int ld, int off, bool acc) {
       const ClRuntime& rt = test::cl_test_runtime();
-      const ClMem xp = rt.alloc(mk.packed_bytes(n_tok, w.n_in));
-      const ClMem xs = rt.alloc(mk.sum_bytes(n_tok, w.n_in));
-      cl_poison(xp, mk.packed_bytes(n_tok, w.n_in) / 4);  // what the pack kernel misses
-      cl_poison(xs, mk.sum_bytes(n_tok, w.n_in) / 4);     // shows as NaN
+      const size_t packed = ClPrefill::mma_packed_bytes(n_tok, w.n_in);
+      const size_t scales = ClPrefill::mma_scale_bytes(n_tok);
+      const ClMem xp = rt.alloc(packed);
+      const ClMem xs = rt.alloc(scales);
+      cl_poison(xp, packed / 4);  // what the pack kernel misses
+      cl_poison(xs, scales / 4);  // shows as NaN
       set_args(*pack, x, cl_int(w.n_in), cl_int(w.n_in), cl_int(n_tok), xp, xs);
-      run_2d(*pack, mk.pack_items(w.n_in), size_t(n_tok), mk.pack_local(32), 1);
+      const size_t group = size_t(ClPrefill::k_pack_group);
+      run_2d(*pack, group, size_t(n_tok), group, 1);
       set_args(*k, w.dev.q, w.dev.s, cl_int(w.n_in), cl_int(w.rows), xp, xs, cl_int(n_tok), out,
                cl_int(ld), cl_int(off), cl_int(acc ? 1 : 0));
       run_2d(*k,
@@ -428,27 +395,17 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
              test::round_up(size_t(n_tok), size_t(t.mma_tile_tokens())) / t.mma_tile_tokens(),
              size_t(t.mma_threads()), 1);
     };
-    if (mk.form == ClPrefill::MmaForm::int8) {
-      // against x quantized as pack_x_i8 defines it (1e-5), and the exact
-      // product within 1e-4 (15 bits of x: ~3e-5; without the lo byte ~1e-2)
-      variants.push_back({run, describe_mma(t) + " int8", 32, 16383.0f, 1e-4});
-      continue;
-    }
-    if (mk.form == ClPrefill::MmaForm::dequant) {
-      // fp16 weights and x (each rounded by at most 2^-12): ~2e-4 of the
-      // exact product on these shapes; a wrong scale, code or fragment
-      // costs far more. The types with float scales round them to fp16
-      // first, so only the others are checked against fp16 inputs too.
-      Variant v{run, describe_mma(t) + " dequant", 0, 32767.0f, 1e-3};
-      v.fp16_inputs = true;
-      v.fp16_tolerance =
-          (type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K) ? 0.0 : 1e-5;
-      variants.push_back(v);
-      continue;
-    }
-    // hi + lo carry ~22 bits of x: far inside the quantized weights' 1e-3,
-    // so a wrong lo half (worth ~3e-4) fails here
-    variants.push_back({run, describe_mma(t), 0, 32767.0f, t.mma_split ? 1e-5 : 0.0});
+    // fp16 weights and x (each rounded by at most 2^-12): ~2e-4 of the
+    // exact product on these shapes; a wrong scale, code or fragment costs
+    // far more. The types with float scales round them to fp16 first, so
+    // only the others are checked against fp16 inputs too (1e-5: the order
+    // of fp32 sums).
+    Variant v{run, describe_mma(t), 0, 1e-3};
+    v.fp16_inputs = true;
+    const bool float_scales =
+        type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K;
+    v.fp16_tolerance = float_scales ? 0.0 : 1e-5;
+    variants.push_back(v);
   }
   check_matmul(shape, type, variants);
 }

@@ -114,7 +114,7 @@ TEST(Tuning, CheckAcceptsDefaultsAndNamesBadValues) {
   EXPECT_NE(error_with("mma_wr=64").find("mma_wr 64"), std::string::npos);
   EXPECT_NE(error_with("mma_stages=1").find("mma_stages 1"), std::string::npos);
   EXPECT_NE(error_with("mma_stages=5").find("mma_stages 5"), std::string::npos);
-  EXPECT_NE(error_with("mma_int8_rows=0").find("mma_int8_rows 0"), std::string::npos);
+  EXPECT_NE(error_with("mma_kb=0").find("mma_kb 0"), std::string::npos);
   EXPECT_NE(error_with("norm_wg=48").find("48"), std::string::npos);
   // the CPU attention kernel's private arrays
   const DeviceInfo cpu = cpu_device();

@@ -242,6 +242,99 @@ bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile) {
   return ok;
 }
 
+bool ClPrefill::attention_mma_ok() {
+  if (attention_mma_checked_ >= 0) return attention_mma_checked_ == 1;
+  const int d = config_.head_dim;
+  bool ok = false;
+  if (tuning_.tensor_cores && tuning_.att_mma && (d == 64 || d == 128)) {
+    try {
+      // 2 query heads on 1 KV head, 70 queries at positions 9.. with a
+      // window of 20 (masked keys on both sides, a partial tile)
+      const int n_head = 2, n_tok = 70, pos0 = 9, window = 20, ring = 96;
+      uint32_t st = 777u;
+      auto rnd = [&st] {
+        st = st * 1664525u + 1013904223u;
+        return float(int((st >> 8) & 0xffff) - 32768) / 16384.0f;
+      };
+      std::vector<float> q(size_t(n_tok) * n_head * d), kc(size_t(ring) * d), vc(size_t(ring) * d);
+      for (float& v : q) v = rnd();
+      for (float& v : kc) v = rnd();
+      for (float& v : vc) v = rnd();
+      std::vector<double> want(q.size());
+      for (int t = 0; t < n_tok; ++t) {
+        const int pos = pos0 + t, first = std::max(0, pos + 1 - window);
+        for (int h = 0; h < n_head; ++h) {
+          std::vector<double> p;
+          double mx = -1e300, sum = 0;
+          for (int k = first; k <= pos; ++k) {
+            double dot = 0;
+            for (int i = 0; i < d; ++i) {
+              dot += double(q[(size_t(t) * n_head + h) * d + i]) * kc[size_t(k) * d + i];
+            }
+            p.push_back(dot / std::sqrt(double(d)));
+            mx = std::max(mx, p.back());
+          }
+          for (double& v : p) sum += (v = std::exp(v - mx));
+          for (int i = 0; i < d; ++i) {
+            double o = 0;
+            for (int k = first; k <= pos; ++k) o += p[size_t(k - first)] * vc[size_t(k) * d + i];
+            want[(size_t(t) * n_head + h) * d + i] = o / sum;
+          }
+        }
+      }
+      auto upload = [&](const std::vector<float>& v) {
+        ClMem m = rt_.alloc(v.size() * 4);
+        cl_check(clEnqueueWriteBuffer(rt_.queue(), m.get(), CL_TRUE, 0, v.size() * 4, v.data(), 0,
+                                      nullptr, nullptr),
+                 "clEnqueueWriteBuffer(attention self-test)");
+        return m;
+      };
+      const ClMem q_dev = upload(q), k_dev = upload(kc), v_dev = upload(vc);
+      const ClMem out = rt_.alloc(q.size() * 4);
+      ClKernel k = kernel("attention_mma", attention_mma_defines(d), "attention_mma");
+      const KernelArgs args = {{"q", q_dev},
+                               {"k_cache", k_dev},
+                               {"v_cache", v_dev},
+                               {"layer_off", cl_ulong(0)},
+                               {"pos0", cl_int(pos0)},
+                               {"n_tok", cl_int(n_tok)},
+                               {"n_head", cl_int(n_head)},
+                               {"n_head_kv", cl_int(1)},
+                               {"window", cl_int(window)},
+                               {"ring", cl_int(ring)},
+                               {"out", out}};
+      args.bind(k);
+      const size_t global[2] = {size_t(n_head), ceil_div(size_t(n_tok), size_t(k_att_mma_queries)) *
+                                                    size_t(k_att_mma_threads)};
+      const size_t local[2] = {1, size_t(k_att_mma_threads)};
+      cl_check(clEnqueueNDRangeKernel(rt_.queue(), k.get(), 2, nullptr, global, local, 0, nullptr,
+                                      nullptr),
+               "clEnqueueNDRangeKernel(attention self-test)");
+      std::vector<float> got(q.size());
+      cl_check(clEnqueueReadBuffer(rt_.queue(), out.get(), CL_TRUE, 0, got.size() * 4, got.data(),
+                                   0, nullptr, nullptr),
+               "clEnqueueReadBuffer(attention self-test)");
+      double err = 0, norm = 0;
+      for (size_t e = 0; e < got.size(); ++e) {
+        const double delta = double(got[e]) - want[e];
+        err += std::isfinite(delta) ? delta * delta : 1e30;
+        norm += want[e] * want[e];
+      }
+      const double rel = std::sqrt(err / norm);
+      ok = rel <= 5e-3;  // q, k, v and p in fp16: ~1e-3
+      spdlog::log(ok ? spdlog::level::info : spdlog::level::warn,
+                  "tensor-core prefill attention, heads of {}: self-test error {:.2g}{}", d, rel,
+                  ok ? "" : " (failed: the portable kernel)");
+    } catch (const KernelArgError&) {
+      throw;  // a bug in clchat, not the device
+    } catch (const std::exception& e) {
+      spdlog::info("tensor-core prefill attention: unavailable ({})", e.what());
+    }
+  }
+  attention_mma_checked_ = ok ? 1 : 0;
+  return ok;
+}
+
 ClKernel ClPrefill::weight_kernel(GgmlType type, const char* name) {
   return kernel("quant_blocks+matmul", matmul_defines(type, tuning_), name);
 }
@@ -645,14 +738,20 @@ ClPrefill::Step ClPrefill::attention_step(int il, cl_ulong layer_off,
                                           const PrefillTuning& att_tuning) {
   const ModelConfig& c = config_;
   Step att;
-  att.kernel = kernel("cpu_transpose+attention_prefill", attention_defines(c.head_dim, att_tuning),
-                      "attention_prefill");
   att.global0 = size_t(c.n_head);
   att.local0 = 1;
-  att.local1 = att_tuning.att_direct ? 1
-                                     : size_t(att_tuning.att_tq) * size_t(att_tuning.att_ks) *
-                                           size_t(att_tuning.att_ds);
-  att.tokens_per_group = att_tuning.att_tq;
+  if (attention_mma_ok()) {
+    att.kernel = kernel("attention_mma", attention_mma_defines(c.head_dim), "attention_mma");
+    att.local1 = size_t(k_att_mma_threads);
+    att.tokens_per_group = k_att_mma_queries;
+  } else {
+    att.kernel = kernel("cpu_transpose+attention_prefill",
+                        attention_defines(c.head_dim, att_tuning), "attention_prefill");
+    att.local1 = att_tuning.att_direct ? 1
+                                       : size_t(att_tuning.att_tq) * size_t(att_tuning.att_ks) *
+                                             size_t(att_tuning.att_ds);
+    att.tokens_per_group = att_tuning.att_tq;
+  }
   att.label = "attention";
   const KernelArgs att_args = {{"q", q_},
                                {"k_cache", s_.k_cache},

@@ -204,6 +204,15 @@ class ClPrefill {
   // Whether the tensor-core program of `type` and `tile` builds and matches a host reference on a
   // small case (checked once per program; false on any error).
   bool mma_ok(GgmlType type, const PrefillTuning& tile);
+  // Whether the tensor-core attention (kernels/attention_mma.cl) takes this
+  // model's heads: tensor cores and att_mma on, a head of 64 or 128, and its program
+  // builds and matches a float64 reference on a small causal case with a
+  // window (checked once).
+  bool attention_mma_ok();
+  static std::string attention_mma_defines(int head_dim) {
+    return " -DHEAD_DIM=" + std::to_string(head_dim);
+  }
+  static constexpr int k_att_mma_queries = 64, k_att_mma_threads = 128;
 
  private:
   ClKernel kernel(const std::string& stem, const std::string& defines, const char* name);
@@ -223,6 +232,7 @@ class ClPrefill {
   PrefillTuning tuning_;
   std::vector<std::pair<std::string, ClProgram>> programs_;  // by stem + defines
   std::vector<std::pair<std::string, bool>> mma_checked_;    // self-tests by program and defines
+  int attention_mma_checked_ = -1;                           // attention_mma_ok: -1 not yet
   bool profile_ = false;  // PrefillTuning::profile on a profiling queue
   bool decode_profiling_ = false;
   std::vector<std::pair<const Step*, ClEvent>> decode_events_;

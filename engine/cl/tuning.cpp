@@ -282,6 +282,8 @@ const std::vector<TuningKey>& tuning_keys() {
                [](T& t) -> int& { return t.prefill.norm_wg; }),
       key<bool>("tensor_cores", "prefill: NVIDIA tensor-core matmul (after a self-test)",
                 [](T& t) -> bool& { return t.prefill.tensor_cores; }),
+      key<bool>("att_mma", "prefill attention on tensor cores (NVIDIA; heads of 64, 128)",
+                [](T& t) -> bool& { return t.prefill.att_mma; }),
       key<int>("mma_mi", "tensor-core tile: 16-row blocks per warp",
                [](T& t) -> int& { return t.prefill.mma_mi; }),
       key<int>("mma_nj", "tensor-core tile: 8-token blocks per warp",

@@ -135,6 +135,9 @@ struct PrefillTuning {
   // integer kernel before it), 2 warps along tokens 49.6k, mma_kb 2 48.4k,
   // mma_stages 2 / 4 50.9k / 46.4k, not widened 47.5k.
   bool tensor_cores = false;
+  // NVIDIA, with tensor_cores: the chunk's attention through
+  // kernels/attention_mma.cl (heads of 64 or 128, after its self-test).
+  bool att_mma = true;
   int mma_mi = 2, mma_nj = 4, mma_wr = 4, mma_wn = 1, mma_kb = 4;
   int mma_stages = 3;  // buffers of the copy ring (2-4; one fewer in flight)
   bool mma_fit = false;

@@ -2,12 +2,13 @@
 // CLCHAT_TEST_DEVICE says otherwise):
 //   - kernels/attention_prefill.cl against a float64 causal attention over a
 //     cache whose positions past the chunk are NaN (reading past the causal
-//     limit shows), chunk starts 0 and 37, 1..50 queries, GQA head layouts,
+//     limit shows), chunk starts 0 and 37, 1..70 queries, GQA head layouts,
 //     with the device's tuning, the local-memory kernel with odd tiles (5
 //     queries x 3 keys), 3 key lanes per query (5 queries x 6 keys, ATT_KS 3)
 //     and dim lanes, and the CPU kernel (ATT_DIRECT) with 3 queries per
 //     work-item and tiles of 11 keys, its key transposes by clang's shuffles
-//     and portably;
+//     and portably; on NVIDIA also kernels/attention_mma.cl (tensor cores,
+//     heads of 64 and 128: within 3e-3, its fp16 inputs);
 //   - rmsnorm_rows, rope_kv_rows and silu_mul against float64 references;
 //   - ClForward::prefill_logits against CpuForward at every position
 //     (||delta|| / ||ref|| <= 1e-3) and ClForward::prefill's next token against
@@ -71,9 +72,9 @@ struct HeadShape {
   const char* name;
   int n_head, n_head_kv, head_dim;
 };
-constexpr HeadShape k_head_shapes[] = {{"stories", 8, 4, 8},  {"tiny", 2, 2, 4},
-                                       {"smollm2", 9, 3, 64}, {"synthetic", 4, 2, 32},
-                                       {"head24", 3, 1, 24},  {"gemma3", 4, 1, 256}};
+constexpr HeadShape k_head_shapes[] = {
+    {"stories", 8, 4, 8}, {"tiny", 2, 2, 4},     {"smollm2", 9, 3, 64}, {"synthetic", 4, 2, 32},
+    {"head24", 3, 1, 24}, {"gemma3", 4, 1, 256}, {"head128", 4, 2, 128}};
 
 class ClAttentionPrefill : public testing::TestWithParam<HeadShape> {};
 
@@ -110,16 +111,47 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
   all_lanes = odd_lanes;  // 3 key lanes x 2 dim lanes
   all_lanes.att_ds = d / 4 % 2 == 0 ? 2 : 1;
   // (the CPU kernel's key transposes also without clang's shuffle builtin)
-  const std::vector<std::pair<PrefillTuning, std::string>> variants = {
-      {device, ""},      {odd, ""},       {odd_direct, ""}, {odd_direct, " -DTRANSPOSE_PORTABLE=1"},
-      {wide_direct, ""}, {odd_lanes, ""}, {dim_lanes, ""},  {all_lanes, ""}};
-  for (const auto& [t, extra] : variants) {
-    SCOPED_TRACE("att_tq " + std::to_string(t.att_tq) + " att_tk " + std::to_string(t.att_tk) +
-                 " att_ks " + std::to_string(t.att_ks) + " att_ds " + std::to_string(t.att_ds) +
-                 (t.att_direct ? " direct" : "") + extra);
-    const ClKernel k =
-        build_kernel("cpu_transpose+attention_prefill", ClPrefill::attention_defines(d, t) + extra,
-                     "attention_prefill");
+  struct AttentionVariant {
+    std::string name;
+    ClKernel kernel;
+    size_t wg, queries;  // work-items per work-group, queries per work-group
+    double tolerance;
+  };
+  std::vector<AttentionVariant> variants;
+  // (the CPU kernel's key transposes also without clang's shuffle builtin)
+  for (const auto& [t, extra] :
+       std::vector<std::pair<PrefillTuning, std::string>>{{device, ""},
+                                                          {odd, ""},
+                                                          {odd_direct, ""},
+                                                          {odd_direct, " -DTRANSPOSE_PORTABLE=1"},
+                                                          {wide_direct, ""},
+                                                          {odd_lanes, ""},
+                                                          {dim_lanes, ""},
+                                                          {all_lanes, ""}}) {
+    // as ClPrefill launches it: a work-item per att_tq queries (direct),
+    // else a work-group of their lanes
+    const size_t wg =
+        t.att_direct ? 1 : size_t(t.att_tq) * size_t(t.att_ks) * size_t(std::max(t.att_ds, 1));
+    variants.push_back(
+        {"att_tq " + std::to_string(t.att_tq) + " att_tk " + std::to_string(t.att_tk) + " att_ks " +
+             std::to_string(t.att_ks) + " att_ds " + std::to_string(t.att_ds) +
+             (t.att_direct ? " direct" : "") + extra,
+         build_kernel("cpu_transpose+attention_prefill", ClPrefill::attention_defines(d, t) + extra,
+                      "attention_prefill"),
+         wg, size_t(t.att_tq), 1e-4});
+  }
+  // kernels/attention_mma.cl on NVIDIA (heads of 64 and 128): q, k, v and
+  // the probabilities in fp16 (~1e-3 of the float64 result)
+  if (test::cl_test_runtime().device().platform_name.find("NVIDIA") != std::string::npos &&
+      (d == 64 || d == 128)) {
+    variants.push_back(
+        {"attention_mma",
+         build_kernel("attention_mma", ClPrefill::attention_mma_defines(d), "attention_mma"),
+         size_t(ClPrefill::k_att_mma_threads), size_t(ClPrefill::k_att_mma_queries), 3e-3});
+  }
+  for (const AttentionVariant& v : variants) {
+    SCOPED_TRACE(v.name);
+    const ClKernel& k = v.kernel;
     // ring 0: the layer's n_ctx rows; else window + n_tok rows, position p in
     // row p % ring (a sliding-window layer's ring, engine/cl/decode_state.h)
     for (auto [pos0, window, ring_of_window] : {std::tuple{0, 0, false},
@@ -128,7 +160,7 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
                                                 {37, 20, false},
                                                 {37, 20, true},
                                                 {70, 9, true}}) {
-      for (int n_tok : {1, 7, 50}) {
+      for (int n_tok : {1, 7, 50, 70}) {
         if (pos0 + n_tok > n_ctx) continue;
         const int ring = ring_of_window ? window + n_tok : n_ctx;
         SCOPED_TRACE("pos0 " + std::to_string(pos0) + " window " + std::to_string(window) +
@@ -188,14 +220,10 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
         cl_poison(out, n_out);
         set_args(k, q_dev, k_dev, v_dev, cl_ulong(layer_off), cl_int(pos0), cl_int(n_tok),
                  cl_int(s.n_head), cl_int(s.n_head_kv), cl_int(window), cl_int(ring), out);
-        // as ClPrefill launches it: a work-item per ATT_TQ queries (direct),
-        // else a work-group of their lanes
-        const size_t wg =
-            t.att_direct ? 1 : size_t(t.att_tq) * size_t(t.att_ks) * size_t(std::max(t.att_ds, 1));
-        run_2d(k, size_t(s.n_head), test::round_up(size_t(n_tok), size_t(t.att_tq)) / t.att_tq * wg,
-               1, wg);
+        run_2d(k, size_t(s.n_head), test::round_up(size_t(n_tok), v.queries) / v.queries * v.wg, 1,
+               v.wg);
         const auto got = cl_read(out, n_out);
-        EXPECT_LE(test::relative_error(std::span(got).first(ref.size()), ref), 1e-4);
+        EXPECT_LE(test::relative_error(std::span(got).first(ref.size()), ref), v.tolerance);
         EXPECT_EQ(test::count_overwritten(got, ref.size()), 0u);
       }
     }

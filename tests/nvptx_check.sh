@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compiles kernels/decode_persistent.cl for NVIDIA without a GPU, in every
 # configuration the host (engine/cl/persistent_decode.cpp) can build, and
-# kernels/matmul_mma_deq.cl for every weight type it takes: clang's
+# kernels/matmul_mma_deq.cl for every weight type it takes and attention_mma.cl: clang's
 # OpenCL front end to PTX (libclc for the builtins), then ptxas for sm_90.
 # Catches compile errors in the NVIDIA-only kernel (inline PTX: PoCL cannot
 # build it) before spending device time, and shows what a change does to
@@ -203,6 +203,10 @@ for t in 2 3 6 7 8 12 13 14; do
   SRC=$kernels/matmul_mma_deq.cl build "mma-deq-type$t-widened" 128 -DWTYPE=$t -DMMA_NJ=8 -DMMA_KB=2 -DMMA_STAGES=2
   SRC=$kernels/matmul_mma_deq.cl build "mma-deq-type$t-odd" 192 -DWTYPE=$t -DMMA_MI=1 -DMMA_NJ=2 \
     -DMMA_WR=3 -DMMA_WN=2 -DMMA_KB=3
+done
+# kernels/attention_mma.cl (tensor-core prefill attention): heads of 64 and 128.
+for hd in 64 128; do
+  SRC=$kernels/attention_mma.cl build "attention-mma-h$hd" 128 -DHEAD_DIM=$hd
 done
 # kernels/sample.cl as decode_persistent.cl's build compiles it (fast-math
 # flags, SAMPLE_PTX_MATH): its double steps must stay one rounding each, so

@@ -8,8 +8,8 @@
 // sqrt(HEAD_DIM)) V. The host takes it for heads of 64 and 128 after a
 // start-up self-test against attention_prefill.cl.
 //
-// A work-group of 4 warps takes 64 consecutive queries of one head, each
-// warp 16 of them, and walks the keys in tiles of 64 (up to the last key its
+// A work-group of WG / 32 warps (4) takes BQ (64) consecutive queries of one
+// head, each warp 16 of them, and walks the keys in tiles of 64 (up to the last key its
 // last query needs):
 //   1. the tile's K rows (key-major) and V rows (transposed, dimension-major)
 //      are converted to fp16 into local memory;
@@ -21,14 +21,14 @@
 //      accumulators (the C layout of two n8 tiles is the A layout of one k16
 //      step).
 // A warp whose queries see none of a tile's keys skips 2-4 for it. Accuracy:
-// q, k, v and p rounded to fp16 (relative 2^-12 each), sums in fp32.
+// q, k, v and p rounded to fp16 (relative 2^-11 each), sums in fp32.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16 .f16): lane = 4 g + tig;
 // A regs: (row g, k 2tig..+1), (row g+8, k 2tig..), (row g, k 2tig+8..+9),
 // (row g+8, k 2tig+8..); B regs: (k 2tig..+1, n g), (k 2tig+8..+9, n g);
 // C: (row g, n 2tig), (row g, n 2tig+1), (row g+8, n 2tig), (row g+8, n 2tig+1).
 //
-// Launch: global (n_head, ceil(n_tok / 64) * 128), local (1, 128).
+// Launch: global (n_head, ceil(n_tok / BQ) * WG), local (1, WG).
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 64
@@ -36,9 +36,16 @@
 #if HEAD_DIM != 64 && HEAD_DIM != 128
 #error "attention_mma: heads of 64 or 128"
 #endif
-#define BQ 64                     // queries per work-group
+#ifndef BQ
+#define BQ 64  // queries per work-group (the host passes ClPrefill::k_att_mma_queries)
+#endif
+#ifndef WG
+#define WG 128  // work-items (ClPrefill::k_att_mma_threads)
+#endif
+#if BQ != 16 * (WG / 32)
+#error "attention_mma: 16 queries per warp"
+#endif
 #define BK 64                     // keys per tile
-#define WG 128                    // 4 warps
 #define KS (HEAD_DIM / 2 + 4)     // K tile row stride in words (conflict-free B loads)
 #define VS (BK / 2 + 4)           // transposed V tile row stride in words
 #define DT (HEAD_DIM / 8)         // n8 tiles of O (dimensions)

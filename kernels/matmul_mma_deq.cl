@@ -17,10 +17,10 @@
 // Q4_0: 51.2k tok/s against the integer kernel's 40.5k.
 //
 // Accuracy: each weight is its exact value rounded once to fp16 (relative
-// 2^-12 at most; Q4_K / Q5_K / Q6_K scales, float products in the file's
+// 2^-11 at most; Q4_K / Q5_K / Q6_K scales, float products in the file's
 // dequantization, rounded to fp16 first); x is scaled per token by a power
 // of two 2^k that brings the token's largest |x| to [2^14, 2^15) (no fp16
-// overflow, undone exactly at the store) and rounded to fp16 (2^-12). The
+// overflow, undone exactly at the store) and rounded to fp16 (2^-11). The
 // sums are fp32. GGML's CUDA backend takes the same fp16 inputs for large
 // batches.
 //
@@ -69,7 +69,9 @@
 #ifndef MMA_STAGES
 #define MMA_STAGES 3
 #endif
-#define PACK_WG 256
+#ifndef PACK_WG
+#define PACK_WG 256  // the host passes ClPrefill::k_pack_group
+#endif
 
 #if WTYPE != 2 && WTYPE != 3 && WTYPE != 6 && WTYPE != 7 && WTYPE != 8 && WTYPE != 12 && \
     WTYPE != 13 && WTYPE != 14

@@ -196,11 +196,15 @@ for pwg in 512 256; do
   # shellcheck disable=SC2086,SC2046
   build "pwg$pwg-qwen3" "$pwg" $qwen3 $(roles 6 6 8 12 12 14 8 8)
 done
-# kernels/matmul_mma_deq.cl (weights dequantized to fp16): every type, default
-# tile (128 work-items), the widened one and the odd 3 x 2-warp one.
+# kernels/matmul_mma_deq.cl (weights dequantized to fp16): every type, the
+# default tile's shape (128 work-items), widened, and the odd 3 x 2-warp one.
+# ptxas here refuses more than 48 KB of static local memory, which NVIDIA's
+# OpenCL accepts (the default 4-block stages in a 3-buffer ring take 60-84 KB,
+# widened 90-114 KB), so these take 2-block stages in a 2-buffer ring.
 for t in 2 3 6 7 8 12 13 14; do
-  SRC=$kernels/matmul_mma_deq.cl build "mma-deq-type$t" 128 -DWTYPE=$t -DMMA_STAGES=2
-  SRC=$kernels/matmul_mma_deq.cl build "mma-deq-type$t-widened" 128 -DWTYPE=$t -DMMA_NJ=8 -DMMA_KB=2 -DMMA_STAGES=2
+  SRC=$kernels/matmul_mma_deq.cl build "mma-deq-type$t" 128 -DWTYPE=$t -DMMA_KB=2 -DMMA_STAGES=2
+  SRC=$kernels/matmul_mma_deq.cl build "mma-deq-type$t-widened" 128 -DWTYPE=$t -DMMA_NJ=8 \
+    -DMMA_KB=2 -DMMA_STAGES=2
   SRC=$kernels/matmul_mma_deq.cl build "mma-deq-type$t-odd" 192 -DWTYPE=$t -DMMA_MI=1 -DMMA_NJ=2 \
     -DMMA_WR=3 -DMMA_WN=2 -DMMA_KB=3
 done

@@ -151,7 +151,8 @@ std::string ClPrefill::mma_defines(GgmlType type, const PrefillTuning& t) {
   return " -DWTYPE=" + std::to_string(int(type)) + " -DMMA_MI=" + std::to_string(t.mma_mi) +
          " -DMMA_NJ=" + std::to_string(t.mma_nj) + " -DMMA_WR=" + std::to_string(t.mma_wr) +
          " -DMMA_WN=" + std::to_string(t.mma_wn) + " -DMMA_KB=" + std::to_string(t.mma_kb) +
-         " -DMMA_STAGES=" + std::to_string(t.mma_stages);
+         " -DMMA_STAGES=" + std::to_string(t.mma_stages) +
+         " -DPACK_WG=" + std::to_string(k_pack_group);
 }
 
 // A 40-row x 96 case (edge tiles on both axes, an odd block count; K-quants:
@@ -221,7 +222,7 @@ bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile) {
       }
     }
     const double rel = std::sqrt(err / norm);
-    // fp16 weights and x: ~2e-4 here (each rounded by at most 2^-12)
+    // fp16 weights and x: ~2e-4 here (each rounded by at most 2^-11)
     ok = rel <= 2e-3;
     if (ok) {
       spdlog::info("tensor-core prefill matmul for {}, tiles of {} tokens: self-test error {:.2g}",

@@ -109,7 +109,7 @@ class ClPrefill {
     const char* label = "";
     // matmul_x16 and tensor-core steps: the activations they read quantized
     // (xq_) or packed (xp_), so a following matmul
-    // of the same input (and packed form) skips quantize_x16 / the pack.
+    // of the same input skips quantize_x16 / the pack.
     const ClMem* x16_input = nullptr;
     const ClMem* mma_input = nullptr;
     Product product = Product::none;  // a matrix product: its kernel
@@ -209,10 +209,12 @@ class ClPrefill {
   // builds and matches a float64 reference on a small causal case with a
   // window (checked once).
   bool attention_mma_ok();
-  static std::string attention_mma_defines(int head_dim) {
-    return " -DHEAD_DIM=" + std::to_string(head_dim);
-  }
   static constexpr int k_att_mma_queries = 64, k_att_mma_threads = 128;
+  static std::string attention_mma_defines(int head_dim) {
+    return " -DHEAD_DIM=" + std::to_string(head_dim) +
+           " -DBQ=" + std::to_string(k_att_mma_queries) +
+           " -DWG=" + std::to_string(k_att_mma_threads);
+  }
 
  private:
   ClKernel kernel(const std::string& stem, const std::string& defines, const char* name);

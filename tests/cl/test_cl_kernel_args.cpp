@@ -5,7 +5,7 @@
 // argument, and a correct one runs. The engine's own bindings are checked
 // when it builds; here also a whole forward pass with the portable (GPU)
 // kernels, which PoCL builds too. The NVIDIA-only kernels (decode_persistent.cl,
-// matmul_mma_deq.cl) are checked when the engine builds them there.
+// matmul_mma_deq.cl, attention_mma.cl) are checked when the engine builds them there.
 #include <gtest/gtest.h>
 
 #include <filesystem>

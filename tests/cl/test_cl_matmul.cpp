@@ -253,14 +253,21 @@ Variant x16_variant(GgmlType type, const PrefillTuning& t, bool portable) {
 
 // out[t] = W x[t]; out[t] += W x[t]; and out[t][off .. off + rows) = W x[t]
 // inside rows of ld = rows + 2 * off columns, for every token count, with
-// each kernel variant. Against the float64 product of the weights' values
+// each kernel variant, the tokens' x of magnitudes 10^-3 to 10^3 (one
+// zero). Against the float64 product of the weights' values
 // and x (|| delta || / || ref || within tolerance(type)); 16-bit variants
 // also against x as they quantize it (1e-5: float rounding only).
 void check_matmul(const MatmulShape& shape, GgmlType type, const std::vector<Variant>& variants) {
   const uint32_t seed = uint32_t(shape.n_in * 131 + shape.rows);
   const TestMatrix w = test::make_test_matrix(type, shape.n_in, shape.rows, seed);
   const int max_tok = 100;
-  const auto x = test::random_floats(size_t(max_tok) * size_t(shape.n_in), seed + 1);
+  // tokens of different magnitudes (10^-3 .. 10^3 and a zero row), so a
+  // per-token scale taken from the wrong token shows
+  auto x = test::random_floats(size_t(max_tok) * size_t(shape.n_in), seed + 1);
+  for (int tok = 0; tok < max_tok; ++tok) {
+    const float scale = tok % 7 == 5 ? 0.0f : std::pow(10.0f, float((tok + 3) % 7 - 3));
+    for (int i = 0; i < shape.n_in; ++i) x[size_t(tok) * shape.n_in + i] *= scale;
+  }
   const auto init = test::random_floats(size_t(max_tok) * size_t(shape.rows), seed + 2);
   const ClMem x_dev = cl_buffer(x);
   auto product = [&](const std::vector<float>& wv, const std::vector<float>& xs, int n_tok) {
@@ -395,7 +402,7 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
              test::round_up(size_t(n_tok), size_t(t.mma_tile_tokens())) / t.mma_tile_tokens(),
              size_t(t.mma_threads()), 1);
     };
-    // fp16 weights and x (each rounded by at most 2^-12): ~2e-4 of the
+    // fp16 weights and x (each rounded by at most 2^-11): ~2e-4 of the
     // exact product on these shapes; a wrong scale, code or fragment costs
     // far more. The types with float scales round them to fp16 first, so
     // only the others are checked against fp16 inputs too (1e-5: the order

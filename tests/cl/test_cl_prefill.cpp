@@ -2,7 +2,8 @@
 // CLCHAT_TEST_DEVICE says otherwise):
 //   - kernels/attention_prefill.cl against a float64 causal attention over a
 //     cache whose positions past the chunk are NaN (reading past the causal
-//     limit shows), chunk starts 0 and 37, 1..70 queries, GQA head layouts,
+//     limit shows), chunk starts 0, 37 and 70, 1..70 queries (two work-groups
+//     of the tensor-core kernel, rings that wrap), GQA head layouts,
 //     with the device's tuning, the local-memory kernel with odd tiles (5
 //     queries x 3 keys), 3 key lanes per query (5 queries x 6 keys, ATT_KS 3)
 //     and dim lanes, and the CPU kernel (ATT_DIRECT) with 3 queries per
@@ -81,7 +82,7 @@ class ClAttentionPrefill : public testing::TestWithParam<HeadShape> {};
 TEST_P(ClAttentionPrefill, MatchesCausalReference) {
   const HeadShape s = GetParam();
   const int d = s.head_dim, n_embd = s.n_head * d, n_kv = s.n_head_kv * d;
-  const int n_ctx = 100, n_layers = 2, layer = 1;
+  const int n_ctx = 128, n_layers = 2, layer = 1;
   const size_t layer_off = size_t(layer) * n_ctx * n_kv;
   const PrefillTuning device = PrefillTuning::for_device(test::cl_test_runtime().device());
   PrefillTuning odd = device, tiled = device, odd_direct = device;
@@ -110,7 +111,6 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
   dim_lanes.att_ds = d / 4 % 4 == 0 ? 4 : d / 4 % 2 == 0 ? 2 : 1;
   all_lanes = odd_lanes;  // 3 key lanes x 2 dim lanes
   all_lanes.att_ds = d / 4 % 2 == 0 ? 2 : 1;
-  // (the CPU kernel's key transposes also without clang's shuffle builtin)
   struct AttentionVariant {
     std::string name;
     ClKernel kernel;

@@ -1,6 +1,6 @@
 // Causal attention of a prefill chunk against the KV cache on tensor cores
 // (NVIDIA only: mma.sync m16n8k16 with fp16 inputs and fp32 accumulation by
-// inline PTX). Same contract as attention_prefill.cl: query t of the chunk
+// inline PTX; after mma_f16.cl). Same contract as attention_prefill.cl: query t of the chunk
 // sits at position pos0 + t and attends to cache positions 0..pos0 + t, or
 // with window > 0 to the last `window` of them; position p's K and V are
 // the caches' row p % ring from float offset layer_off; query head h reads
@@ -52,27 +52,6 @@
 #define QK (HEAD_DIM / 16)        // k16 steps of S
 #define NEG_BIG (-1.0e30f)
 #define LOG2E 1.4426950408889634f
-
-// c += A * B (16x8x16, fp16 in, fp32 accumulate).
-inline void mma16816(float* c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1) {
-  float d0, d1, d2, d3;
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%10,%11,%12,%13};"
-      : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]),
-        "f"(c[3]));
-  c[0] = d0;
-  c[1] = d1;
-  c[2] = d2;
-  c[3] = d3;
-}
-
-// The fp16 pair {lo, hi} (lo in the low half), each rounded to nearest.
-inline uint pack_half2(float lo, float hi) {
-  uint d;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
 
 inline float quad_max(float v) {
   float r;

@@ -2,7 +2,7 @@
 // (WTYPE 2 Q4_0, 3 Q4_1, 6 Q5_0, 7 Q5_1, 8 Q8_0, 12 Q4_K, 13 Q5_K, 14 Q6_K in
 // the device block layout of engine/cl/block_layout.h), NVIDIA only:
 // mma.sync m16n8k16 with fp16 inputs and fp32 accumulation over the whole
-// row, by inline PTX. Same contract as matmul.cl:
+// row, by inline PTX (after mma_f16.cl). Same contract as matmul.cl:
 // out[t * ld_out + out_off + r] (+)= sum_k W[r][k] * x[t][k]. The host takes
 // it for these types after a start-up self-test (ClPrefill::mma_ok).
 //
@@ -113,19 +113,8 @@
 #endif
 #define HAS_MIN (WTYPE == 3 || WTYPE == 7 || WTYPE == 12 || WTYPE == 13)
 
-// c += A * B (16x8x16, fp16 in, fp32 accumulate).
-inline void mma16816(float* c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1) {
-  float d0, d1, d2, d3;
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%10,%11,%12,%13};"
-      : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]),
-        "f"(c[3]));
-  c[0] = d0;
-  c[1] = d1;
-  c[2] = d2;
-  c[3] = d3;
-}
+// The fp16 pair {v, v}.
+inline uint half2_of(float v) { return pack_half2(v, v); }
 
 // Bytes of {b, a} picked by sel (PTX prmt: a is bytes 0-3, b bytes 4-7).
 inline uint prmt(uint a, uint b, uint sel) {
@@ -146,12 +135,6 @@ inline uint hmul2(uint a, uint b) {
 inline uint hfma2(uint a, uint b, uint c) {
   uint d;
   asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-// The fp16 pair {v, v}.
-inline uint half2_of(float v) {
-  uint d;
-  asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(d) : "f"(v));
   return d;
 }
 

@@ -201,16 +201,18 @@ done
 # ptxas here refuses more than 48 KB of static local memory, which NVIDIA's
 # OpenCL accepts (the default 4-block stages in a 3-buffer ring take 60-84 KB,
 # widened 90-114 KB), so these take 2-block stages in a 2-buffer ring.
+cat "$kernels/mma_f16.cl" "$kernels/matmul_mma_deq.cl" >"$tmp/deq.cl"
+cat "$kernels/mma_f16.cl" "$kernels/attention_mma.cl" >"$tmp/att.cl"
 for t in 2 3 6 7 8 12 13 14; do
-  SRC=$kernels/matmul_mma_deq.cl build "mma-deq-type$t" 128 -DWTYPE=$t -DMMA_KB=2 -DMMA_STAGES=2
-  SRC=$kernels/matmul_mma_deq.cl build "mma-deq-type$t-widened" 128 -DWTYPE=$t -DMMA_NJ=8 \
+  SRC=$tmp/deq.cl build "mma-deq-type$t" 128 -DWTYPE=$t -DMMA_KB=2 -DMMA_STAGES=2
+  SRC=$tmp/deq.cl build "mma-deq-type$t-widened" 128 -DWTYPE=$t -DMMA_NJ=8 \
     -DMMA_KB=2 -DMMA_STAGES=2
-  SRC=$kernels/matmul_mma_deq.cl build "mma-deq-type$t-odd" 192 -DWTYPE=$t -DMMA_MI=1 -DMMA_NJ=2 \
+  SRC=$tmp/deq.cl build "mma-deq-type$t-odd" 192 -DWTYPE=$t -DMMA_MI=1 -DMMA_NJ=2 \
     -DMMA_WR=3 -DMMA_WN=2 -DMMA_KB=3
 done
 # kernels/attention_mma.cl (tensor-core prefill attention): heads of 64 and 128.
 for hd in 64 128; do
-  SRC=$kernels/attention_mma.cl build "attention-mma-h$hd" 128 -DHEAD_DIM=$hd
+  SRC=$tmp/att.cl build "attention-mma-h$hd" 128 -DHEAD_DIM=$hd
 done
 # kernels/sample.cl as decode_persistent.cl's build compiles it (fast-math
 # flags, SAMPLE_PTX_MATH): its double steps must stay one rounding each, so

@@ -292,7 +292,7 @@ bool ClPrefill::attention_mma_ok() {
       };
       const ClMem q_dev = upload(q), k_dev = upload(kc), v_dev = upload(vc);
       const ClMem out = rt_.alloc(q.size() * 4);
-      ClKernel k = kernel("attention_mma", attention_mma_defines(d), "attention_mma");
+      ClKernel k = kernel(k_att_mma_program, attention_mma_defines(d), "attention_mma");
       const KernelArgs args = {{"q", q_dev},
                                {"k_cache", k_dev},
                                {"v_cache", v_dev},
@@ -742,7 +742,7 @@ ClPrefill::Step ClPrefill::attention_step(int il, cl_ulong layer_off,
   att.global0 = size_t(c.n_head);
   att.local0 = 1;
   if (attention_mma_ok()) {
-    att.kernel = kernel("attention_mma", attention_mma_defines(c.head_dim), "attention_mma");
+    att.kernel = kernel(k_att_mma_program, attention_mma_defines(c.head_dim), "attention_mma");
     att.local1 = size_t(k_att_mma_threads);
     att.tokens_per_group = k_att_mma_queries;
   } else {

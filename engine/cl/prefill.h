@@ -181,7 +181,8 @@ class ClPrefill {
   // packed activations for n_tok tokens of n_in values (a multiple of 32):
   // fp16 values, and per token a float (its scale's inverse). pack_x_f16
   // runs a work-group of k_pack_group work-items per token.
-  static constexpr const char* k_mma_program = "matmul_mma_deq";
+  static constexpr const char* k_mma_program = "mma_f16+matmul_mma_deq";
+  static constexpr const char* k_att_mma_program = "mma_f16+attention_mma";
   static constexpr int k_pack_group = 256;
   static size_t mma_packed_bytes(int n_tok, int n_in) { return size_t(n_tok) * size_t(n_in) * 2; }
   static size_t mma_scale_bytes(int n_tok) { return size_t(n_tok) * 4; }

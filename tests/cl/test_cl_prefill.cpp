@@ -144,10 +144,11 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
   // the probabilities in fp16 (~1e-3 of the float64 result)
   if (test::cl_test_runtime().device().platform_name.find("NVIDIA") != std::string::npos &&
       (d == 64 || d == 128)) {
-    variants.push_back(
-        {"attention_mma",
-         build_kernel("attention_mma", ClPrefill::attention_mma_defines(d), "attention_mma"),
-         size_t(ClPrefill::k_att_mma_threads), size_t(ClPrefill::k_att_mma_queries), 3e-3});
+    variants.push_back({"attention_mma",
+                        build_kernel(ClPrefill::k_att_mma_program,
+                                     ClPrefill::attention_mma_defines(d), "attention_mma"),
+                        size_t(ClPrefill::k_att_mma_threads), size_t(ClPrefill::k_att_mma_queries),
+                        3e-3});
   }
   for (const AttentionVariant& v : variants) {
     SCOPED_TRACE(v.name);

@@ -283,14 +283,9 @@ bool ClPrefill::attention_mma_ok() {
           }
         }
       }
-      auto upload = [&](const std::vector<float>& v) {
-        ClMem m = rt_.alloc(v.size() * 4);
-        cl_check(clEnqueueWriteBuffer(rt_.queue(), m.get(), CL_TRUE, 0, v.size() * 4, v.data(), 0,
-                                      nullptr, nullptr),
-                 "clEnqueueWriteBuffer(attention self-test)");
-        return m;
-      };
-      const ClMem q_dev = upload(q), k_dev = upload(kc), v_dev = upload(vc);
+      const ClMem q_dev = rt_.upload(q.data(), q.size() * 4);
+      const ClMem k_dev = rt_.upload(kc.data(), kc.size() * 4);
+      const ClMem v_dev = rt_.upload(vc.data(), vc.size() * 4);
       const ClMem out = rt_.alloc(q.size() * 4);
       ClKernel k = kernel(k_att_mma_program, attention_mma_defines(d), "attention_mma");
       const KernelArgs args = {{"q", q_dev},

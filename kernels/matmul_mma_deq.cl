@@ -46,7 +46,8 @@
 //
 // Launch: global (ceil(n_rows / TILE_R) * WG_THREADS, ceil(n_tok / TILE_T)),
 // local (WG_THREADS, 1). n_in is a multiple of 32.
-// pack_x_f16: global (PACK_WG, n_tok), local (PACK_WG, 1): a work-group a token.
+// pack_x_f16, rmsnorm_pack_f16, glu_pack_f16: global (PACK_WG, n_tok),
+// local (PACK_WG, 1): a work-group a token.
 
 #ifndef WTYPE
 #define WTYPE 2
@@ -219,6 +220,11 @@ inline float shfl_bfly_max(float v, int mask) {
   float r;
   asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
   return fmax(v, r);
+}
+inline float shfl_bfly_add(float v, int mask) {
+  float r;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
+  return v + r;
 }
 
 // Asynchronous copies global -> local memory (cp.async, sm_80 and later):
@@ -403,42 +409,150 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
   }
 }
 
-// x (n_tok rows of ld_x floats) -> xp and xs, the layout matmul_mma_deq
-// reads (see the top of this file): per token the power of two 2^k that
-// brings its largest |x| to [2^14, 2^15) (k clamped to -126..126; 0 for a
-// zero row), xs[tok] = 2^-k, and per block and tig one uint4 of fp16
-// x * 2^k, rounded to nearest. One work-group of PACK_WG items per token.
-__kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1))) void pack_x_f16(
-    const __global float* x, int ld_x, int n_in, int n_tok, __global uint4* xp,
-    __global float* xs) {
-  __local float warp_max[PACK_WG / 32];
-  const int tok = get_group_id(1), lid = get_local_id(0);
-  if (tok >= n_tok) return;  // the whole work-group
-  const __global float* row = x + (size_t)tok * ld_x;
+// What the packs store at columns c..c+3 of a token's row: PACK_PLAIN the
+// row itself; PACK_RMSNORM row * rms * g (aux = g, the norm's weights);
+// PACK_SILU / PACK_GELU act(row) * aux (aux = the token's up row: SwiGLU,
+// GeGLU with GELU's tanh form, as prefill_ops.cl's silu_mul / gelu_mul).
+#define PACK_PLAIN 0
+#define PACK_RMSNORM 1
+#define PACK_SILU 2
+#define PACK_GELU 3
+// The packs' helpers are called from three kernels: always inlined, since a
+// C99 inline left as a call has no out-of-line definition to link.
+#define PACK_INLINE inline __attribute__((always_inline))
+
+PACK_INLINE float4 pack_value4(const __global float* row, const __global float* aux, int c,
+                               float rms, int mode) {
+  const float4 v = vload4(0, row + c);
+  if (mode == PACK_RMSNORM) return v * rms * vload4(0, aux + c);
+  if (mode == PACK_SILU) return v / (1.0f + exp(-v)) * vload4(0, aux + c);
+  if (mode == PACK_GELU) {
+    return 0.5f * v * (1.0f + tanh(0.7978845608f * (v + 0.044715f * v * v * v))) *
+           vload4(0, aux + c);
+  }
+  return v;
+}
+
+// The largest of v over the work-group (PACK_WG items), through `slots`.
+PACK_INLINE float group_max(float v, __local float* slots) {
+  const int lid = get_local_id(0);
+  for (int mask = 16; mask > 0; mask >>= 1) v = shfl_bfly_max(v, mask);
+  if ((lid & 31) == 0) slots[lid >> 5] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  v = slots[0];
+  for (int w = 1; w < PACK_WG / 32; ++w) v = fmax(v, slots[w]);
+  barrier(CLK_LOCAL_MEM_FENCE);  // slots free for the next reduction
+  return v;
+}
+
+// The sum of v over the work-group, the same way.
+PACK_INLINE float group_sum(float v, __local float* slots) {
+  const int lid = get_local_id(0);
+  for (int mask = 16; mask > 0; mask >>= 1) v = shfl_bfly_add(v, mask);
+  if ((lid & 31) == 0) slots[lid >> 5] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  v = slots[0];
+  for (int w = 1; w < PACK_WG / 32; ++w) v += slots[w];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return v;
+}
+
+#ifndef PACK_CACHE
+#define PACK_CACHE 4  // items a work-item keeps in registers between the two passes
+#endif
+
+// One token's row (n_in values, mode as pack_value4) -> its packed uint4 and
+// xs: the power of two 2^k that brings the largest |value| to [2^14, 2^15)
+// (k clamped to -126..126; 0 for a zero row), xs = 2^-k, and per block and
+// tig one uint4 of fp16 value * 2^k, rounded to nearest. A work-item's first
+// PACK_CACHE items (rows of up to 8 PACK_WG PACK_CACHE values: 8192) stay
+// in registers from the max to the store; the rest are computed twice.
+PACK_INLINE void pack_row(const __global float* row, const __global float* aux, int n_in, float rms,
+                          int mode, __global uint4* xp_row, __global float* xs_tok,
+                          __local float* slots) {
+  const int lid = get_local_id(0);
   const int n_items = n_in / 8;
+  float4 lo[PACK_CACHE], hi[PACK_CACHE];  // item e: values 4 tig .. and 16 + 4 tig ..
   float m = 0.0f;
-  for (int e = lid; e < n_items; e += PACK_WG) {
-    const __global float* c = row + 32 * (e >> 2) + 4 * (e & 3);
-    const float4 v = fmax(fabs(vload4(0, c)), fabs(vload4(4, c)));  // values 16 + 4 tig ..
+#pragma unroll
+  for (int it = 0; it < PACK_CACHE; ++it) {
+    const int e = lid + it * PACK_WG;
+    lo[it] = hi[it] = (float4)(0.0f);
+    if (e < n_items) {
+      const int c = 32 * (e >> 2) + 4 * (e & 3);
+      lo[it] = pack_value4(row, aux, c, rms, mode);
+      hi[it] = pack_value4(row, aux, c + 16, rms, mode);
+    }
+    const float4 v = fmax(fabs(lo[it]), fabs(hi[it]));
     m = fmax(m, fmax(fmax(v.x, v.y), fmax(v.z, v.w)));
   }
-  m = shfl_bfly_max(m, 16);
-  m = shfl_bfly_max(m, 8);
-  m = shfl_bfly_max(m, 4);
-  m = shfl_bfly_max(m, 2);
-  m = shfl_bfly_max(m, 1);
-  if ((lid & 31) == 0) warp_max[lid >> 5] = m;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  m = warp_max[0];
-  for (int w = 1; w < PACK_WG / 32; ++w) m = fmax(m, warp_max[w]);
+  for (int e = lid + PACK_CACHE * PACK_WG; e < n_items; e += PACK_WG) {
+    const int c = 32 * (e >> 2) + 4 * (e & 3);
+    const float4 v = fmax(fabs(pack_value4(row, aux, c, rms, mode)),
+                          fabs(pack_value4(row, aux, c + 16, rms, mode)));
+    m = fmax(m, fmax(fmax(v.x, v.y), fmax(v.z, v.w)));
+  }
+  m = group_max(m, slots);
   const int e2 = (int)((as_uint(m) >> 23) & 0xffu) - 127;  // floor(log2 m) for normal m
   const int k = m > 0.0f ? clamp(14 - e2, -126, 126) : 0;
   const float scale = as_float((uint)(k + 127) << 23);
-  for (int e = lid; e < n_items; e += PACK_WG) {
-    const __global float* c = row + 32 * (e >> 2) + 4 * (e & 3);
-    __global half* dst = (__global half*)(xp + (size_t)tok * n_items + e);
-    vstore_half4_rte(vload4(0, c) * scale, 0, dst);
-    vstore_half4_rte(vload4(4, c) * scale, 1, dst);
+#pragma unroll
+  for (int it = 0; it < PACK_CACHE; ++it) {
+    const int e = lid + it * PACK_WG;
+    if (e < n_items) {
+      __global half* dst = (__global half*)(xp_row + e);
+      vstore_half4_rte(lo[it] * scale, 0, dst);
+      vstore_half4_rte(hi[it] * scale, 1, dst);
+    }
   }
-  if (lid == 0) xs[tok] = as_float((uint)(127 - k) << 23);
+  for (int e = lid + PACK_CACHE * PACK_WG; e < n_items; e += PACK_WG) {
+    const int c = 32 * (e >> 2) + 4 * (e & 3);
+    __global half* dst = (__global half*)(xp_row + e);
+    vstore_half4_rte(pack_value4(row, aux, c, rms, mode) * scale, 0, dst);
+    vstore_half4_rte(pack_value4(row, aux, c + 16, rms, mode) * scale, 1, dst);
+  }
+  if (lid == 0) *xs_tok = as_float((uint)(127 - k) << 23);
+}
+
+// x (n_tok rows of ld_x floats) -> xp and xs, the layout matmul_mma_deq
+// reads (see the top of this file). One work-group of PACK_WG items per token.
+__kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1))) void pack_x_f16(
+    const __global float* x, int ld_x, int n_in, int n_tok, __global uint4* xp,
+    __global float* xs) {
+  __local float slots[PACK_WG / 32];
+  const int tok = get_group_id(1);
+  if (tok >= n_tok) return;  // the whole work-group
+  pack_row(x + (size_t)tok * ld_x, 0, n_in, 1.0f, PACK_PLAIN, xp + (size_t)tok * (n_in / 8),
+           xs + tok, slots);
+}
+
+// rmsnorm_rows and pack_x_f16 in one pass: the packed form of x[t] /
+// sqrt(mean(x[t]^2) + eps) * g (x rows of n_in floats).
+__kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1))) void rmsnorm_pack_f16(
+    const __global float* x, int n_in, int n_tok, const __global float* g, float eps,
+    __global uint4* xp, __global float* xs) {
+  __local float slots[PACK_WG / 32];
+  const int tok = get_group_id(1);
+  if (tok >= n_tok) return;
+  const __global float* row = x + (size_t)tok * n_in;
+  float ss = 0.0f;
+  for (int c = 4 * get_local_id(0); c < n_in; c += 4 * PACK_WG) {
+    const float4 v = vload4(0, row + c);
+    ss += dot(v, v);
+  }
+  const float rms = rsqrt(group_sum(ss, slots) / n_in + eps);
+  pack_row(row, g, n_in, rms, PACK_RMSNORM, xp + (size_t)tok * (n_in / 8), xs + tok, slots);
+}
+
+// silu_mul (gelu != 0: gelu_mul) and pack_x_f16 in one pass: the packed
+// form of act(gate[t]) * up[t] (rows of n_in floats).
+__kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1))) void glu_pack_f16(
+    const __global float* gate, const __global float* up, int n_in, int n_tok, int gelu,
+    __global uint4* xp, __global float* xs) {
+  __local float slots[PACK_WG / 32];
+  const int tok = get_group_id(1);
+  if (tok >= n_tok) return;
+  const size_t off = (size_t)tok * n_in;
+  pack_row(gate + off, up + off, n_in, 1.0f, gelu ? PACK_GELU : PACK_SILU,
+           xp + (size_t)tok * (n_in / 8), xs + tok, slots);
 }

@@ -371,6 +371,49 @@ ClPrefill::Step ClPrefill::pack_step(const ClMem& x, int ld_x, int n_in, GgmlTyp
   return s;
 }
 
+// xn_ = rmsnorm(x_) * g, written packed for tensor-core products
+// (rmsnorm_pack_f16): xn_ itself is not written. H200, Llama-3.2-1B shape
+// Q4_0, pp512: two launches fewer a layer, the norm and the pack of 16 MB
+// of activations a chunk in one pass.
+ClPrefill::Step ClPrefill::norm_pack_step(const ClMem& g, GgmlType type, const char* label) {
+  Step s;
+  s.kernel = kernel(k_mma_program, mma_defines(type, tuning_), "rmsnorm_pack_f16");
+  s.local0 = size_t(k_pack_group);
+  s.global0 = size_t(k_pack_group);
+  s.local1 = 1;
+  s.label = label;
+  s.mma_input = &xn_;
+  const KernelArgs args = {{"x", x_},   {"n_in", cl_int(config_.n_embd)}, {"n_tok", cl_int(0)},
+                           {"g", g},    {"eps", config_.rms_eps},         {"xp", xp_},
+                           {"xs", xps_}};
+  args.bind(s.kernel);
+  s.arg_n_tok = int(args.index("n_tok"));
+  return s;
+}
+
+// g_ = act(g_) * u_ written packed for a tensor-core ffn_down (glu_pack_f16):
+// g_ itself is not written.
+ClPrefill::Step ClPrefill::glu_pack_step(GgmlType type) {
+  const ModelConfig& c = config_;
+  Step s;
+  s.kernel = kernel(k_mma_program, mma_defines(type, tuning_), "glu_pack_f16");
+  s.local0 = size_t(k_pack_group);
+  s.global0 = size_t(k_pack_group);
+  s.local1 = 1;
+  s.label = c.ffn_act == FfnActivation::GeluTanh ? "gelu_mul" : "silu_mul";
+  s.mma_input = &g_;
+  const KernelArgs args = {{"gate", g_},
+                           {"up", u_},
+                           {"n_in", cl_int(c.n_ff)},
+                           {"n_tok", cl_int(0)},
+                           {"gelu", cl_int(c.ffn_act == FfnActivation::GeluTanh ? 1 : 0)},
+                           {"xp", xp_},
+                           {"xs", xps_}};
+  args.bind(s.kernel);
+  s.arg_n_tok = int(args.index("n_tok"));
+  return s;
+}
+
 ClPrefill::Step ClPrefill::mma_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out,
                                     int ld_out, int out_off, bool accumulate, const char* label) {
   // Fewer work-groups than compute units at a full chunk leave SMs idle
@@ -708,7 +751,10 @@ void ClPrefill::add_layer_steps(int il, const PrefillTuning& att_tuning) {
   const int n_q = c.n_embd_q(), n_qkv = n_q + 2 * c.n_embd_kv();
   const cl_ulong layer_off = s_.kv[size_t(il)].offset;
   // xn = rmsnorm(x) * attn_norm; qkv = [Wq; Wk; Wv] xn
-  steps_.push_back(norm_step(x_, w.attn_norm.q, xn_, "attn_norm"));
+  const bool qkv_mma = std::all_of(w.qkv.begin(), w.qkv.end(),
+                                   [this](const DeviceMatrix& m) { return mma_weights(m); });
+  steps_.push_back(qkv_mma ? norm_pack_step(w.attn_norm.q, w.qkv.front().type, "attn_norm")
+                           : norm_step(x_, w.attn_norm.q, xn_, "attn_norm"));
   int row_base = 0;
   for (const DeviceMatrix& m : w.qkv) {
     add_matmul(steps_, m, xn_, c.n_embd, qkv_, n_qkv, row_base, false, "qkv");
@@ -721,10 +767,12 @@ void ClPrefill::add_layer_steps(int il, const PrefillTuning& att_tuning) {
   // x += Wo att (post-norm'ed when the model has post-norms)
   add_residual_steps(w.wo, att_, n_q, w.post_attn_norm, "wo", "post_attn_norm");
   // h = act(Wg xn) * (Wu xn), xn = rmsnorm(x) * ffn_norm
-  steps_.push_back(norm_step(x_, w.ffn_norm.q, xn_, "ffn_norm"));
+  const bool ffn_mma = mma_weights(w.ffn_gate) && mma_weights(w.ffn_up);
+  steps_.push_back(ffn_mma ? norm_pack_step(w.ffn_norm.q, w.ffn_gate.type, "ffn_norm")
+                           : norm_step(x_, w.ffn_norm.q, xn_, "ffn_norm"));
   add_matmul(steps_, w.ffn_gate, xn_, c.n_embd, g_, c.n_ff, 0, false, "ffn_gate");
   add_matmul(steps_, w.ffn_up, xn_, c.n_embd, u_, c.n_ff, 0, false, "ffn_up");
-  steps_.push_back(activation_step());
+  steps_.push_back(mma_weights(w.ffn_down) ? glu_pack_step(w.ffn_down.type) : activation_step());
   // x += Wd h (post-norm'ed when the model has post-norms)
   add_residual_steps(w.ffn_down, g_, c.n_ff, w.post_ffn_norm, "ffn_down", "post_ffn_norm");
 }

@@ -133,6 +133,10 @@ class ClPrefill {
   // self-test.
   bool mma_weights(const DeviceMatrix& w);
   Step pack_step(const ClMem& x, int ld_x, int n_in, GgmlType type);
+  // The packs that also compute their input: rmsnorm(x_) * g as xn_'s
+  // packed form, act(g_) * u_ as g_'s (for matrices of `type`).
+  Step norm_pack_step(const ClMem& g, GgmlType type, const char* label);
+  Step glu_pack_step(GgmlType type);
   Step mma_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out, int ld_out, int out_off,
                 bool accumulate, const char* label);
   Step quantize_step(const ClMem& x, int ld_x, int n_in, GgmlType type);

@@ -22,7 +22,8 @@
 //     one with 3-block stages and copy rings of 2 and 4 buffers: against the
 //     product of the weights and x rounded to fp16 as the kernel defines
 //     them (1e-5; types with integer or fp16 scales) and the exact product
-//     (1e-3).
+//     (1e-3); and the packs that compute their input (rmsnorm_pack_f16,
+//     glu_pack_f16 with SiLU and GELU) against float64, unpacked.
 // The reference multiplies the floats the same quantized bytes decode to, so
 // ||delta|| / ||ref|| <= 1e-4 for F32/F16 and <= 1e-3 for quantized weights.
 // Outputs are NaN-poisoned before each launch, with poisoned padding after
@@ -30,7 +31,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -415,6 +418,133 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
     variants.push_back(v);
   }
   check_matmul(shape, type, variants);
+}
+
+// ---- the packs that compute their input (matmul_mma_deq.cl, NVIDIA only) ----
+
+// xp (n_tok rows of n_in fp16 in pack_x_f16's order) times xs[t], back in
+// column order: item e of a token holds block e / 4's values 4 tig..+3 and
+// 16 + 4 tig..+3 (tig = e % 4).
+std::vector<float> unpack_f16(const std::vector<uint16_t>& xp, const std::vector<float>& xs,
+                              int n_in, int n_tok) {
+  std::vector<float> y(size_t(n_in) * size_t(n_tok));
+  for (int t = 0; t < n_tok; ++t) {
+    for (int e = 0; e < n_in / 8; ++e) {
+      for (int j = 0; j < 8; ++j) {
+        const int col = 32 * (e / 4) + 4 * (e % 4) + (j < 4 ? j : 12 + j);
+        const uint16_t h = xp[(size_t(t) * size_t(n_in / 8) + size_t(e)) * 8 + size_t(j)];
+        y[size_t(t) * size_t(n_in) + size_t(col)] = fp16_to_fp32(h) * xs[size_t(t)];
+      }
+    }
+  }
+  return y;
+}
+
+// Runs `k` (arguments set up to xp, xs) over n_tok tokens and checks its
+// packed rows against `ref` (n_tok rows of n_in, float64): per row within
+// fp16's rounding (2^-11, plus float rounding of the inputs' arithmetic),
+// xs[t] the power of two 2^-k that brings the row's largest |value| to
+// [2^14, 2^15) (1 for a zero row), and nothing written past the rows.
+void expect_packed(const ClKernel& k, int first_out_arg, int n_in, int n_tok,
+                   const std::vector<double>& ref) {
+  const ClRuntime& rt = test::cl_test_runtime();
+  const size_t n_half = size_t(n_in) * size_t(n_tok), pad_words = 64;
+  const ClMem xp = rt.alloc(n_half * 2 + pad_words * 4);
+  const ClMem xs = rt.alloc(size_t(n_tok + 1) * 4);
+  const float nan_halves = std::bit_cast<float>(0x7e007e00u);  // two fp16 NaNs
+  cl_poison(xp, n_half / 2 + pad_words, nan_halves);
+  cl_poison(xs, size_t(n_tok + 1));
+  const cl_mem outs[2] = {xp.get(), xs.get()};
+  for (int i = 0; i < 2; ++i) {
+    cl_check(clSetKernelArg(k.get(), cl_uint(first_out_arg + i), sizeof(cl_mem), &outs[i]),
+             "clSetKernelArg(pack output)");
+  }
+  const size_t group = size_t(ClPrefill::k_pack_group);
+  run_2d(k, group, size_t(n_tok), group, 1);
+  const auto words = cl_read<uint32_t>(xp, n_half / 2 + pad_words);
+  std::vector<uint16_t> halves(n_half);
+  std::memcpy(halves.data(), words.data(), n_half * 2);
+  const auto scales = cl_read(xs, size_t(n_tok + 1));
+  const auto got = unpack_f16(halves, scales, n_in, n_tok);
+  for (int t = 0; t < n_tok; ++t) {
+    const auto row = std::span(ref).subspan(size_t(t) * size_t(n_in), size_t(n_in));
+    double m = 0;
+    for (double v : row) m = std::max(m, std::fabs(v));
+    int e = 0;
+    std::frexp(m, &e);
+    const float want_scale = m > 0 ? std::ldexp(1.0f, -(14 - (e - 1))) : 1.0f;
+    EXPECT_EQ(scales[size_t(t)], want_scale) << "token " << t;
+    const auto got_row = std::span(got).subspan(size_t(t) * size_t(n_in), size_t(n_in));
+    EXPECT_LE(test::relative_error(got_row, row), m > 0 ? 6e-4 : 0.0) << "token " << t;
+  }
+  EXPECT_TRUE(std::isnan(scales[size_t(n_tok)]));
+  for (size_t w = n_half / 2; w < words.size(); ++w) EXPECT_EQ(words[w], 0x7e007e00u);
+}
+
+// Row widths: 2080 (65 blocks, 260 items: a work-group of 256 has some
+// items twice) and 8224 (1028 items: 4 past what the work-items keep in
+// registers, PACK_CACHE 4, which are computed twice).
+constexpr int k_pack_widths[] = {2080, 8224};
+
+// Tokens of magnitudes 10^-3..10^3 and a zero one.
+std::vector<float> pack_test_rows(int n_in, int n_tok, uint32_t seed) {
+  auto x = test::random_floats(size_t(n_in) * size_t(n_tok), seed, -1.0f, 1.0f);
+  for (int t = 0; t < n_tok; ++t) {
+    const float mag = t == 2 ? 0.0f : std::pow(10.0f, float(t % 7) - 3.0f);
+    for (int i = 0; i < n_in; ++i) x[size_t(t) * size_t(n_in) + size_t(i)] *= mag;
+  }
+  return x;
+}
+
+TEST(ClPackF16, RmsnormPackMatchesReference) {
+  if (!device_is_nvidia()) GTEST_SKIP() << "the tensor-core packs run on NVIDIA's OpenCL only";
+  const int n_tok = 7;
+  const float eps = 1e-5f;
+  const ClKernel k =
+      build_kernel(ClPrefill::k_mma_program,
+                   ClPrefill::mma_defines(GgmlType::Q4_0, PrefillTuning{}), "rmsnorm_pack_f16");
+  for (int n_in : k_pack_widths) {
+    SCOPED_TRACE("n_in " + std::to_string(n_in));
+    const auto x = pack_test_rows(n_in, n_tok, 31);
+    const auto g = test::random_floats(size_t(n_in), 32, -2.0f, 2.0f);
+    std::vector<double> ref;
+    for (int t = 0; t < n_tok; ++t) {
+      const float* xr = x.data() + size_t(t) * size_t(n_in);
+      double ss = 0;
+      for (int i = 0; i < n_in; ++i) ss += double(xr[i]) * xr[i];
+      const double rms = 1.0 / std::sqrt(ss / n_in + eps);
+      for (int i = 0; i < n_in; ++i) ref.push_back(xr[i] * rms * g[size_t(i)]);
+    }
+    const ClMem x_dev = cl_buffer(x), g_dev = cl_buffer(g);
+    set_args(k, x_dev, cl_int(n_in), cl_int(n_tok), g_dev, eps, x_dev, x_dev);  // xp, xs: below
+    expect_packed(k, 5, n_in, n_tok, ref);
+  }
+}
+
+TEST(ClPackF16, GluPackMatchesReference) {
+  if (!device_is_nvidia()) GTEST_SKIP() << "the tensor-core packs run on NVIDIA's OpenCL only";
+  const int n_tok = 7;
+  const ClKernel k =
+      build_kernel(ClPrefill::k_mma_program,
+                   ClPrefill::mma_defines(GgmlType::Q6_K, PrefillTuning{}), "glu_pack_f16");
+  for (int n_in : k_pack_widths) {
+    const auto gate = pack_test_rows(n_in, n_tok, 33);
+    const auto up = test::random_floats(size_t(n_in) * n_tok, 34, -3.0f, 3.0f);
+    const ClMem gate_dev = cl_buffer(gate), up_dev = cl_buffer(up);
+    for (int gelu : {0, 1}) {
+      SCOPED_TRACE(std::string(gelu ? "GELU" : "SiLU") + ", n_in " + std::to_string(n_in));
+      std::vector<double> ref;
+      for (size_t e = 0; e < gate.size(); ++e) {
+        const double v = gate[e];
+        const double act =
+            gelu ? 0.5 * v * (1 + std::tanh(0.7978845608 * (v + 0.044715 * v * v * v)))
+                 : v / (1 + std::exp(-v));
+        ref.push_back(act * up[e]);
+      }
+      set_args(k, gate_dev, up_dev, cl_int(n_in), cl_int(n_tok), cl_int(gelu), gate_dev, gate_dev);
+      expect_packed(k, 5, n_in, n_tok, ref);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ClMatmul, testing::ValuesIn(matmul_cases()),

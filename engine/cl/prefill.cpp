@@ -426,18 +426,22 @@ ClPrefill::Step ClPrefill::mma_step(const DeviceMatrix& w, const ClMem& x, const
            ceil_div(size_t(chunk_), size_t(u.mma_tile_tokens()));
   };
   while (t.mma_fit && t.mma_wr > 1 && groups(t) < units) t.mma_wr /= 2;
-  // Large matrices: a wider token tile where the grid then still has three
+  // Large matrices: a wider token tile where the grid then still has 1.4
   // work-groups per compute unit (PrefillTuning::mma_widen): each A fragment
   // built feeds twice the mma. H200, pp512, Llama-3.2-1B shape Q4_0 (gate
   // and up: 512 groups widened), 51.2k tok/s against 47.5k without. The
-  // widened tile holds twice the activations in local memory (Q8_0: ~115
-  // KB with three stages; NVIDIA's OpenCL built and passed every type on
-  // the H200): it is self-tested too, and a device that refuses it keeps
-  // the narrower tile.
+  // threshold (2026-11-29, after the fused packs; widened: Q/K/V of the 1B
+  // and 1.7B shapes, Qwen2.5-0.5B's gate and up): at least 3 groups a unit
+  // 43.6k / 67.1k / 91.0k tok/s (1.7B / 1B / Qwen), 1.4 44.7k / 67.4k /
+  // 91.9k, 0.9 (also the 1B's Wo and down at 128 groups) 44.6k / 67.1k /
+  // 91.4k. The widened tile holds twice the activations in local memory
+  // (Q8_0: ~115 KB with three stages; NVIDIA's OpenCL built and passed every
+  // type on the H200): it is self-tested too, and a device that refuses it
+  // keeps the narrower tile.
   Step s;
   PrefillTuning wide = t;
   wide.mma_nj *= 2;
-  if (t.mma_widen && groups(wide) >= 3 * units && mma_ok(w.type, wide)) t = wide;
+  if (t.mma_widen && 5 * groups(wide) >= 7 * units && mma_ok(w.type, wide)) t = wide;
   s.kernel = kernel(k_mma_program, mma_defines(w.type, t), "matmul_mma_deq");
   s.global0 = ceil_div(size_t(w.rows), size_t(t.mma_tile_rows())) * size_t(t.mma_threads());
   s.local0 = size_t(t.mma_threads());

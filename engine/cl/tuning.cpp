@@ -298,7 +298,7 @@ const std::vector<TuningKey>& tuning_keys() {
                [](T& t) -> int& { return t.prefill.mma_stages; }),
       key<bool>("mma_fit", "tensor cores: fewer row warps until the grid covers the device",
                 [](T& t) -> bool& { return t.prefill.mma_fit; }),
-      key<bool>("mma_widen", "tensor cores: twice mma_nj where the grid keeps 3 groups per unit",
+      key<bool>("mma_widen", "tensor cores: twice mma_nj where the grid keeps 1.4 groups per unit",
                 [](T& t) -> bool& { return t.prefill.mma_widen; }),
       key<bool>("profile", "prefill: per-step device times to stderr (needs --profile)",
                 [](T& t) -> bool& { return t.prefill.profile; }),

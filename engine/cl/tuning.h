@@ -129,7 +129,7 @@ struct PrefillTuning {
   // ring of mma_stages buffers; mma_fit: fewer warps along rows for matrices
   // whose grid would not cover the device (measured slower on the H200 at
   // pp512: off); mma_widen: twice mma_nj for matrices whose grid then still
-  // has three work-groups per compute unit. Defaults: the best measured on
+  // has 1.4 work-groups per compute unit. Defaults: the best measured on
   // the H200 at pp512, Llama-3.2-1B shape Q4_0 (2026-11-29): 51.2k tok/s;
   // 8 warps of 1 x 16 rows 48.6k, 2 warps of 4 x 16 rows 40.9k (with the
   // integer kernel before it), 2 warps along tokens 49.6k, mma_kb 2 48.4k,

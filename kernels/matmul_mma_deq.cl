@@ -24,7 +24,8 @@
 // sums are fp32. GGML's CUDA backend takes the same fp16 inputs for large
 // batches.
 //
-// Activations come packed (pack_x_f16, once per input): per token, block
+// Activations come packed (once per input, by pack_x_f16, or by
+// rmsnorm_pack_f16 / glu_pack_f16, which compute them): per token, block
 // and tig 0..3 one uint4 of fp16 {x[4tig], x[4tig+1] | x[4tig+2], x[4tig+3]
 // | x[16+4tig], .. | .., x[16+4tig+3]} times the token's 2^k, and per token
 // xs[tok] = 2^-k. The mma's k order is permuted within a block (both

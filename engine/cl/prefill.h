@@ -107,9 +107,10 @@ class ClPrefill {
     int att_ring = 0;  // the layer's K / V rows (DecodeState::kv)
     int layer = -1;    // decode steps: the layer it belongs to (profile), -1: none
     const char* label = "";
-    // matmul_x16 and tensor-core steps: the activations they read quantized
-    // (xq_) or packed (xp_), so a following matmul
-    // of the same input skips quantize_x16 / the pack.
+    // matmul_x16 and tensor-core steps, and the steps that write xp_
+    // themselves (rmsnorm_pack_f16, glu_pack_f16): the activations they read
+    // quantized (xq_) or packed (xp_), so a following matmul of the same
+    // input skips quantize_x16 / the pack.
     const ClMem* x16_input = nullptr;
     const ClMem* mma_input = nullptr;
     Product product = Product::none;  // a matrix product: its kernel
@@ -247,12 +248,14 @@ class ClPrefill {
   void report_profile(int n_tokens);
 
   // Scratch, token-major, chunk_ rows each.
+  // (xn_ and g_'s h are not written where norm_pack_step / glu_pack_step
+  // write their packed form instead.)
   ClMem x_;             // residual stream (chunk, n_embd)
   ClMem xn_;            // normed input (chunk, n_embd)
   ClMem qkv_;           // (chunk, n_embd_q + 2 n_embd_kv)
   ClMem q_;             // roped queries (chunk, n_embd_q)
   ClMem att_;           // attention output (chunk, n_embd_q)
-  ClMem g_, u_;         // FFN gate / up, then h = silu(g) * u in g_ (chunk, n_ff)
+  ClMem g_, u_;         // FFN gate / up, then h = act(g) * u in g_ (chunk, n_ff)
   ClMem xq_, xd_, xs_;  // 16-bit activations of the widest input (matmul_x16.cl), or none
   ClMem xp_, xps_;      // packed activations and their scales (matmul_mma_deq.cl), or none
   ClMem logits_;        // (head_rows_, n_vocab), allocated by the first run_logits

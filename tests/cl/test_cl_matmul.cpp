@@ -486,12 +486,17 @@ void expect_packed(const ClKernel& k, int first_out_arg, int n_in, int n_tok,
 // registers, PACK_CACHE 4, which are computed twice).
 constexpr int k_pack_widths[] = {2080, 8224};
 
-// Tokens of magnitudes 10^-3..10^3 and a zero one.
+// Tokens of magnitudes 10^-3..10^3 and a zero one; the odd tokens hold their
+// largest value (1.5 times the magnitude) in the row's last column, the last
+// item of the row (past the register cache at 8224), the others wherever
+// the random values put it.
+constexpr float k_pack_peak = 1.5f;
 std::vector<float> pack_test_rows(int n_in, int n_tok, uint32_t seed) {
   auto x = test::random_floats(size_t(n_in) * size_t(n_tok), seed, -1.0f, 1.0f);
   for (int t = 0; t < n_tok; ++t) {
     const float mag = t == 2 ? 0.0f : std::pow(10.0f, float(t % 7) - 3.0f);
     for (int i = 0; i < n_in; ++i) x[size_t(t) * size_t(n_in) + size_t(i)] *= mag;
+    if (t % 2 == 1) x[size_t(t + 1) * size_t(n_in) - 1] = k_pack_peak * mag;
   }
   return x;
 }
@@ -506,7 +511,8 @@ TEST(ClPackF16, RmsnormPackMatchesReference) {
   for (int n_in : k_pack_widths) {
     SCOPED_TRACE("n_in " + std::to_string(n_in));
     const auto x = pack_test_rows(n_in, n_tok, 31);
-    const auto g = test::random_floats(size_t(n_in), 32, -2.0f, 2.0f);
+    auto g = test::random_floats(size_t(n_in), 32, -2.0f, 2.0f);
+    g.back() = 2.5f;  // the odd tokens' largest value stays in the last column
     std::vector<double> ref;
     for (int t = 0; t < n_tok; ++t) {
       const float* xr = x.data() + size_t(t) * size_t(n_in);
@@ -529,7 +535,8 @@ TEST(ClPackF16, GluPackMatchesReference) {
                    ClPrefill::mma_defines(GgmlType::Q6_K, PrefillTuning{}), "glu_pack_f16");
   for (int n_in : k_pack_widths) {
     const auto gate = pack_test_rows(n_in, n_tok, 33);
-    const auto up = test::random_floats(size_t(n_in) * n_tok, 34, -3.0f, 3.0f);
+    auto up = test::random_floats(size_t(n_in) * n_tok, 34, -3.0f, 3.0f);
+    for (int t = 0; t < n_tok; ++t) up[size_t(t + 1) * size_t(n_in) - 1] = 5.0f;  // as for g
     const ClMem gate_dev = cl_buffer(gate), up_dev = cl_buffer(up);
     for (int gelu : {0, 1}) {
       SCOPED_TRACE(std::string(gelu ? "GELU" : "SiLU") + ", n_in " + std::to_string(n_in));

@@ -217,15 +217,11 @@ inline Scales block_scales(const __local uint* rec, int par) {
   return s;
 }
 
-inline float shfl_bfly_max(float v, int mask) {
+// Lane (lane ^ mask)'s v.
+inline float shfl_bfly(float v, int mask) {
   float r;
   asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
-  return fmax(v, r);
-}
-inline float shfl_bfly_add(float v, int mask) {
-  float r;
-  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
-  return v + r;
+  return r;
 }
 
 // Asynchronous copies global -> local memory (cp.async, sm_80 and later):
@@ -434,27 +430,19 @@ PACK_INLINE float4 pack_value4(const __global float* row, const __global float* 
   return v;
 }
 
-// The largest of v over the work-group (PACK_WG items), through `slots`.
-PACK_INLINE float group_max(float v, __local float* slots) {
+// The largest of v (take_max) or its sum over the work-group (PACK_WG
+// items), through `slots`.
+PACK_INLINE float group_reduce(float v, int take_max, __local float* slots) {
   const int lid = get_local_id(0);
-  for (int mask = 16; mask > 0; mask >>= 1) v = shfl_bfly_max(v, mask);
+  for (int mask = 16; mask > 0; mask >>= 1) {
+    const float r = shfl_bfly(v, mask);
+    v = take_max ? fmax(v, r) : v + r;
+  }
   if ((lid & 31) == 0) slots[lid >> 5] = v;
   barrier(CLK_LOCAL_MEM_FENCE);
   v = slots[0];
-  for (int w = 1; w < PACK_WG / 32; ++w) v = fmax(v, slots[w]);
+  for (int w = 1; w < PACK_WG / 32; ++w) v = take_max ? fmax(v, slots[w]) : v + slots[w];
   barrier(CLK_LOCAL_MEM_FENCE);  // slots free for the next reduction
-  return v;
-}
-
-// The sum of v over the work-group, the same way.
-PACK_INLINE float group_sum(float v, __local float* slots) {
-  const int lid = get_local_id(0);
-  for (int mask = 16; mask > 0; mask >>= 1) v = shfl_bfly_add(v, mask);
-  if ((lid & 31) == 0) slots[lid >> 5] = v;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  v = slots[0];
-  for (int w = 1; w < PACK_WG / 32; ++w) v += slots[w];
-  barrier(CLK_LOCAL_MEM_FENCE);
   return v;
 }
 
@@ -493,7 +481,7 @@ PACK_INLINE void pack_row(const __global float* row, const __global float* aux, 
                           fabs(pack_value4(row, aux, c + 16, rms, mode)));
     m = fmax(m, fmax(fmax(v.x, v.y), fmax(v.z, v.w)));
   }
-  m = group_max(m, slots);
+  m = group_reduce(m, 1, slots);
   const int e2 = (int)((as_uint(m) >> 23) & 0xffu) - 127;  // floor(log2 m) for normal m
   const int k = m > 0.0f ? clamp(14 - e2, -126, 126) : 0;
   const float scale = as_float((uint)(k + 127) << 23);
@@ -541,7 +529,7 @@ __kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1))) void rmsnorm_pack_
     const float4 v = vload4(0, row + c);
     ss += dot(v, v);
   }
-  const float rms = rsqrt(group_sum(ss, slots) / n_in + eps);
+  const float rms = rsqrt(group_reduce(ss, 0, slots) / n_in + eps);
   pack_row(row, g, n_in, rms, PACK_RMSNORM, xp + (size_t)tok * (n_in / 8), xs + tok, slots);
 }
 

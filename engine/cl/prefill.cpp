@@ -356,19 +356,29 @@ bool ClPrefill::mma_weights(const DeviceMatrix& w) {
   return tuning_.tensor_cores && mma_type(w.type) && w.n_in % 32 == 0 && mma_ok(w.type, tuning_);
 }
 
-// x (chunk, ld_x) -> xp_, xps_; a work-group per token. From the program
-// of the weight type that reads them, so no program is built for it alone.
-ClPrefill::Step ClPrefill::pack_step(const ClMem& x, int ld_x, int n_in, GgmlType type) {
+// A kernel of matmul_mma_deq.cl that writes xp_ and xps_, a work-group of
+// k_pack_group per token; `input`: the activations that xp_ then holds packed
+// (for add_matmul), null where the following matrix step says so itself.
+// From the program of the weight type that reads them, so no program is
+// built for it alone.
+ClPrefill::Step ClPrefill::packing_step(const char* name, GgmlType type, const char* label,
+                                        const ClMem* input, const KernelArgs& args) {
   Step s;
-  s.kernel = kernel(k_mma_program, mma_defines(type, tuning_), "pack_x_f16");
+  s.kernel = kernel(k_mma_program, mma_defines(type, tuning_), name);
   s.local0 = size_t(k_pack_group);
   s.global0 = size_t(k_pack_group);
   s.local1 = 1;
-  s.label = "pack_x";
-  const KernelArgs args = pack_args(x, ld_x, n_in, 0, xp_, xps_);
+  s.label = label;
+  s.mma_input = input;
   args.bind(s.kernel);
   s.arg_n_tok = int(args.index("n_tok"));
   return s;
+}
+
+// x (chunk, ld_x) -> xp_, xps_
+ClPrefill::Step ClPrefill::pack_step(const ClMem& x, int ld_x, int n_in, GgmlType type) {
+  return packing_step("pack_x_f16", type, "pack_x", nullptr,
+                      pack_args(x, ld_x, n_in, 0, xp_, xps_));
 }
 
 // xn_ = rmsnorm(x_) * g, written packed for tensor-core products
@@ -376,42 +386,28 @@ ClPrefill::Step ClPrefill::pack_step(const ClMem& x, int ld_x, int n_in, GgmlTyp
 // Q4_0, pp512: two launches fewer a layer, the norm and the pack of 16 MB
 // of activations a chunk in one pass.
 ClPrefill::Step ClPrefill::norm_pack_step(const ClMem& g, GgmlType type, const char* label) {
-  Step s;
-  s.kernel = kernel(k_mma_program, mma_defines(type, tuning_), "rmsnorm_pack_f16");
-  s.local0 = size_t(k_pack_group);
-  s.global0 = size_t(k_pack_group);
-  s.local1 = 1;
-  s.label = label;
-  s.mma_input = &xn_;
-  const KernelArgs args = {{"x", x_},   {"n_in", cl_int(config_.n_embd)}, {"n_tok", cl_int(0)},
-                           {"g", g},    {"eps", config_.rms_eps},         {"xp", xp_},
-                           {"xs", xps_}};
-  args.bind(s.kernel);
-  s.arg_n_tok = int(args.index("n_tok"));
-  return s;
+  return packing_step("rmsnorm_pack_f16", type, label, &xn_,
+                      {{"x", x_},
+                       {"n_in", cl_int(config_.n_embd)},
+                       {"n_tok", cl_int(0)},
+                       {"g", g},
+                       {"eps", config_.rms_eps},
+                       {"xp", xp_},
+                       {"xs", xps_}});
 }
 
 // g_ = act(g_) * u_ written packed for a tensor-core ffn_down (glu_pack_f16):
 // g_ itself is not written.
 ClPrefill::Step ClPrefill::glu_pack_step(GgmlType type) {
-  const ModelConfig& c = config_;
-  Step s;
-  s.kernel = kernel(k_mma_program, mma_defines(type, tuning_), "glu_pack_f16");
-  s.local0 = size_t(k_pack_group);
-  s.global0 = size_t(k_pack_group);
-  s.local1 = 1;
-  s.label = c.ffn_act == FfnActivation::GeluTanh ? "gelu_mul" : "silu_mul";
-  s.mma_input = &g_;
-  const KernelArgs args = {{"gate", g_},
-                           {"up", u_},
-                           {"n_in", cl_int(c.n_ff)},
-                           {"n_tok", cl_int(0)},
-                           {"gelu", cl_int(c.ffn_act == FfnActivation::GeluTanh ? 1 : 0)},
-                           {"xp", xp_},
-                           {"xs", xps_}};
-  args.bind(s.kernel);
-  s.arg_n_tok = int(args.index("n_tok"));
-  return s;
+  const bool gelu = config_.ffn_act == FfnActivation::GeluTanh;
+  return packing_step("glu_pack_f16", type, gelu ? "gelu_mul" : "silu_mul", &g_,
+                      {{"gate", g_},
+                       {"up", u_},
+                       {"n_in", cl_int(config_.n_ff)},
+                       {"n_tok", cl_int(0)},
+                       {"gelu", cl_int(gelu ? 1 : 0)},
+                       {"xp", xp_},
+                       {"xs", xps_}});
 }
 
 ClPrefill::Step ClPrefill::mma_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out,

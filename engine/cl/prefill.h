@@ -133,6 +133,8 @@ class ClPrefill {
   // Whether w's products run on tensor cores: the type's program passes its
   // self-test.
   bool mma_weights(const DeviceMatrix& w);
+  Step packing_step(const char* name, GgmlType type, const char* label, const ClMem* input,
+                    const KernelArgs& args);
   Step pack_step(const ClMem& x, int ld_x, int n_in, GgmlType type);
   // The packs that also compute their input: rmsnorm(x_) * g as xn_'s
   // packed form, act(g_) * u_ as g_'s (for matrices of `type`).

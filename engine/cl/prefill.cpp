@@ -93,8 +93,10 @@ ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeigh
   const ModelConfig& c = config_;
   const size_t n = size_t(chunk_);
   if (c.head_dim > 4096) throw std::invalid_argument("head size above 4096");
+  glu_vec_ = rt_.device().is_cpu && c.n_ff % 8 == 0 ? 8 : 1;
   ops_defines_ = " -DNORM_WG=" + std::to_string(tuning_.norm_wg) +
-                 " -DHEAD_MAX=" + std::to_string(std::max(c.head_dim, 4));
+                 " -DHEAD_MAX=" + std::to_string(std::max(c.head_dim, 4)) +
+                 " -DGLU_VEC=" + std::to_string(glu_vec_);
   x_ = rt_.alloc(n * size_t(c.n_embd) * 4);
   xn_ = rt_.alloc(n * size_t(c.n_embd) * 4);
   qkv_ = rt_.alloc(n * size_t(c.n_embd_q() + 2 * c.n_embd_kv()) * 4);
@@ -105,9 +107,7 @@ ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeigh
   // the widest input of a matrix product, for its quantized or packed form
   const int widest = std::max({c.n_embd, c.n_embd_q(), c.n_ff});
   if (tuning_.mm_x16) {
-    xq_ = rt_.alloc(x16_value_bytes(chunk_, widest));
-    xd_ = rt_.alloc(x16_scale_bytes(chunk_, widest));
-    xs_ = rt_.alloc(x16_scale_bytes(chunk_, widest));
+    xq_ = rt_.alloc(x16_bytes(chunk_, widest, tuning_.x16_tg));
   }
   if (tuning_.tensor_cores) {
     xp_ = rt_.alloc(mma_packed_bytes(chunk_, widest));
@@ -459,9 +459,9 @@ bool ClPrefill::x16_weights(const DeviceMatrix& w) const {
   return tuning_.mm_x16 && type_ok && w.n_in % 32 == 0 && xq_;
 }
 
-// x (chunk, ld_x) -> xq_, xd_, xs_; one work-item per block and group of 8
-// tokens (the last group padded with zeros). From the program of the
-// weight type that reads them, so no program is built for it alone.
+// x (chunk, ld_x) -> xq_; one work-item per block and group of 8 tokens
+// (the last tile of x16_tg groups padded with zeros). From the program of
+// the weight type that reads them, so no program is built for it alone.
 ClPrefill::Step ClPrefill::quantize_step(const ClMem& x, int ld_x, int n_in, GgmlType type) {
   Step s;
   s.kernel = kernel("cpu_transpose+matmul_x16", x16_defines(type, tuning_), "quantize_x16");
@@ -470,13 +470,8 @@ ClPrefill::Step ClPrefill::quantize_step(const ClMem& x, int ld_x, int n_in, Ggm
   s.local1 = 1;
   s.tokens_per_group = 8;
   s.label = "quantize_x";
-  const KernelArgs args = {{"x", x},
-                           {"ld_x", cl_int(ld_x)},
-                           {"n_in", cl_int(n_in)},
-                           {"n_tok", cl_int(0)},
-                           {"xq", xq_},
-                           {"xd", xd_},
-                           {"xs", xs_}};
+  const KernelArgs args = {
+      {"x", x}, {"ld_x", cl_int(ld_x)}, {"n_in", cl_int(n_in)}, {"n_tok", cl_int(0)}, {"xq", xq_}};
   args.bind(s.kernel);
   s.arg_n_tok = int(args.index("n_tok"));
   return s;
@@ -501,8 +496,6 @@ ClPrefill::Step ClPrefill::matmul_x16_step(const DeviceMatrix& w, const ClMem& x
                            {"n_in", cl_int(w.n_in)},
                            {"n_rows", cl_int(w.rows)},
                            {"xq", xq_},
-                           {"xd", xd_},
-                           {"xs", xs_},
                            {"n_tok", cl_int(0)},
                            {"out", out},
                            {"ld_out", cl_int(ld_out)},
@@ -641,7 +634,7 @@ void ClPrefill::build_steps() {
 ClPrefill::Step ClPrefill::activation_step() {
   const ModelConfig& c = config_;
   const bool gelu = c.ffn_act == FfnActivation::GeluTanh;
-  Step act = elementwise_step(gelu ? "gelu_mul" : "silu_mul", size_t(c.n_ff),
+  Step act = elementwise_step(gelu ? "gelu_mul" : "silu_mul", size_t(c.n_ff / glu_vec_),
                               gelu ? "gelu_mul" : "silu_mul");
   const KernelArgs args = {{"g", g_}, {"u", u_}, {"n", cl_int(c.n_ff)}, {"n_tok", cl_int(0)}};
   args.bind(act.kernel);

@@ -176,13 +176,16 @@ class ClPrefill {
   static std::string matmul_defines(GgmlType type, const PrefillTuning& t);
   // Of kernels/matmul_x16.cl (Q4_0, Q4_1, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K).
   static std::string x16_defines(GgmlType type, const PrefillTuning& t);
-  // Bytes of its quantized activations for n_tok tokens of n_in values:
-  // 16-bit values, then per 16 values a float scale and per 32 a float sum.
-  static size_t x16_values(int n_tok, int n_in) {
-    return size_t((n_tok + 7) / 8) * 8 * size_t(n_in);
+  // Bytes of its quantized activations for n_tok tokens of n_in values, in
+  // tiles of x16_tg groups of 8 tokens: per block of 32 values and group, a
+  // record of the 16-bit values (512 bytes), 8 float scales and 8 float sums
+  // (the kernel's X16_RECORD).
+  static constexpr size_t k_x16_record_bytes = 512 + 2 * 32;
+  static size_t x16_bytes(int n_tok, int n_in, int x16_tg) {
+    const size_t tile_tokens = 8 * size_t(x16_tg);
+    const size_t groups = (size_t(n_tok) + tile_tokens - 1) / tile_tokens * size_t(x16_tg);
+    return groups * size_t(n_in / 32) * k_x16_record_bytes;
   }
-  static size_t x16_value_bytes(int n_tok, int n_in) { return x16_values(n_tok, n_in) * 2; }
-  static size_t x16_scale_bytes(int n_tok, int n_in) { return x16_values(n_tok, n_in) / 16 * 4; }
   static std::string mma_defines(GgmlType type, const PrefillTuning& t);
   // The tensor-core kernel (kernels/matmul_mma_deq.cl, NVIDIA only) and its
   // packed activations for n_tok tokens of n_in values (a multiple of 32):
@@ -239,6 +242,7 @@ class ClPrefill {
   int chunk_;
   std::string build_options_;
   std::string ops_defines_;  // of kernels/prefill_ops.cl
+  int glu_vec_ = 1;          // values per work-item of silu_mul / gelu_mul (GLU_VEC)
   PrefillTuning tuning_;
   std::vector<std::pair<std::string, ClProgram>> programs_;  // by stem + defines
   std::vector<std::pair<std::string, bool>> mma_checked_;    // self-tests by program and defines
@@ -252,16 +256,16 @@ class ClPrefill {
   // Scratch, token-major, chunk_ rows each.
   // (xn_ and g_'s h are not written where norm_pack_step / glu_pack_step
   // write their packed form instead.)
-  ClMem x_;             // residual stream (chunk, n_embd)
-  ClMem xn_;            // normed input (chunk, n_embd)
-  ClMem qkv_;           // (chunk, n_embd_q + 2 n_embd_kv)
-  ClMem q_;             // roped queries (chunk, n_embd_q)
-  ClMem att_;           // attention output (chunk, n_embd_q)
-  ClMem g_, u_;         // FFN gate / up, then h = act(g) * u in g_ (chunk, n_ff)
-  ClMem xq_, xd_, xs_;  // 16-bit activations of the widest input (matmul_x16.cl), or none
-  ClMem xp_, xps_;      // packed activations and their scales (matmul_mma_deq.cl), or none
-  ClMem logits_;        // (head_rows_, n_vocab), allocated by the first run_logits
-  int head_rows_ = 0;   // positions per lm_head launch in run_logits
+  ClMem x_;            // residual stream (chunk, n_embd)
+  ClMem xn_;           // normed input (chunk, n_embd)
+  ClMem qkv_;          // (chunk, n_embd_q + 2 n_embd_kv)
+  ClMem q_;            // roped queries (chunk, n_embd_q)
+  ClMem att_;          // attention output (chunk, n_embd_q)
+  ClMem g_, u_;        // FFN gate / up, then h = act(g) * u in g_ (chunk, n_ff)
+  ClMem xq_;           // 16-bit activations of the widest input (matmul_x16.cl), or none
+  ClMem xp_, xps_;     // packed activations and their scales (matmul_mma_deq.cl), or none
+  ClMem logits_;       // (head_rows_, n_vocab), allocated by the first run_logits
+  int head_rows_ = 0;  // positions per lm_head launch in run_logits
 
   std::vector<Step> steps_;              // embed, then the layers in order
   std::vector<size_t> layer_ends_;       // one past each layer's last step in steps_

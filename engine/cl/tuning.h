@@ -114,7 +114,7 @@ struct PrefillTuning {
   bool mm_direct = false;
   // Matmuls of Q4_0, Q4_1, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights (Q5_0 is Q8_0 on CPU
   // devices) through kernels/matmul_x16.cl: the activations quantized to
-  // 16-bit integers per 16 values first, then integer dot products;
+  // 16-bit integers per 32 values first, then integer dot products;
   // x16_vr rows x x16_tg groups of 8 tokens per work-item. CPU devices (x86
   // with AVX2 runs it as vpmaddwd).
   bool mm_x16 = false;

@@ -234,8 +234,8 @@ inline std::vector<GgmlType> types_for_row(int n_in) {
 }
 
 // x as the CPU kernels' 16-bit activations define it, written here from
-// that definition (kernels/matmul_x16.cl's quantize_x16 with groups of 16,
-// cpu_dot.cl's x16_quantize with groups of 32): per group
+// that definition (kernels/matmul_x16.cl's quantize_x16 and cpu_dot.cl's
+// x16_quantize, with groups of 32): per group
 // d = max|x| / 32767, q = round-half-even(x * 32767 / max|x|); the values d * q.
 inline std::vector<float> sixteen_bit(const std::vector<float>& x, size_t group) {
   const float max_code = 32767.0f;

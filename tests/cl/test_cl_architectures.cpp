@@ -19,6 +19,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -147,13 +148,16 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- head_rows, scale_rows, gelu_mul ------------------------------------------------
 
-ClKernel ops_kernel(const char* name) {
-  static ClProgram program;
+// glu_vec: the GLUs' values per work-item (GLU_VEC).
+ClKernel ops_kernel(const char* name, int glu_vec = 1) {
+  static std::map<int, ClProgram> programs;
   const ClRuntime& rt = test::cl_test_runtime();
+  ClProgram& program = programs[glu_vec];
   if (!program) {
     const std::string options = KernelTuning::for_device(rt.device()).build_options;
-    program = rt.build_program("prefill_ops", kernel_source("prefill_ops"),
-                               options + " -DNORM_WG=16 -DHEAD_MAX=64");
+    program = rt.build_program(
+        "prefill_ops", kernel_source("prefill_ops"),
+        options + " -DNORM_WG=16 -DHEAD_MAX=64 -DGLU_VEC=" + std::to_string(glu_vec));
   }
   return rt.create_kernel(program, name);
 }
@@ -230,7 +234,7 @@ TEST(ClPrefillOps, HeadRowsMatchesReference) {
 }
 
 TEST(ClPrefillOps, ScaleRowsAndGeluMulMatchReference) {
-  const int n = 100, n_tok = 3;
+  const int n = 104, n_tok = 3;
   const auto g = test::random_floats(size_t(n) * n_tok, 31, -6.0f, 6.0f);
   const auto u = test::random_floats(size_t(n) * n_tok, 32);
   std::vector<double> ref_gelu, ref_scale;
@@ -238,11 +242,15 @@ TEST(ClPrefillOps, ScaleRowsAndGeluMulMatchReference) {
     ref_gelu.push_back(double(cpu::gelu_tanh(g[e])) * u[e]);
     ref_scale.push_back(double(g[e]) * 25.3);
   }
-  const ClMem g_dev = cl_buffer(g), u_dev = cl_buffer(u), x_dev = cl_buffer(g);
-  const ClKernel gelu = ops_kernel("gelu_mul");
-  set_args(gelu, g_dev, u_dev, cl_int(n), cl_int(n_tok));
-  run_2d(gelu, size_t(n), size_t(n_tok), 0);
-  EXPECT_LE(test::relative_error(cl_read(g_dev, g.size()), ref_gelu), 1e-5);
+  const ClMem x_dev = cl_buffer(g);
+  for (int vec : {1, 8}) {  // one value a work-item (GPUs) and 8 (CPU devices)
+    SCOPED_TRACE("GLU_VEC " + std::to_string(vec));
+    const ClMem g_dev = cl_buffer(g), u_dev = cl_buffer(u);
+    const ClKernel gelu = ops_kernel("gelu_mul", vec);
+    set_args(gelu, g_dev, u_dev, cl_int(n), cl_int(n_tok));
+    run_2d(gelu, size_t(n / vec), size_t(n_tok), 0);
+    EXPECT_LE(test::relative_error(cl_read(g_dev, g.size()), ref_gelu), 1e-5);
+  }
   const ClKernel scale = ops_kernel("scale_rows");
   set_args(scale, x_dev, 25.3f, cl_int(n), cl_int(n_tok));
   run_2d(scale, size_t(n), size_t(n_tok), 0);

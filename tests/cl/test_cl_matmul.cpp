@@ -234,24 +234,20 @@ Variant x16_variant(GgmlType type, const PrefillTuning& t, bool portable) {
   RunVariant run = [quantize, k, t](const TestMatrix& w, const ClMem& x, int n_tok,
                                     const ClMem& out, int ld, int off, bool acc) {
     const ClRuntime& rt = test::cl_test_runtime();
-    const ClMem xq = rt.alloc(ClPrefill::x16_value_bytes(n_tok, w.n_in));
-    const ClMem xd = rt.alloc(ClPrefill::x16_scale_bytes(n_tok, w.n_in));
-    const ClMem xs = rt.alloc(ClPrefill::x16_scale_bytes(n_tok, w.n_in));
-    cl_poison(xq, ClPrefill::x16_value_bytes(n_tok, w.n_in) / 4);  // what quantize_x16 misses
-    cl_poison(xd, ClPrefill::x16_scale_bytes(n_tok, w.n_in) / 4);  // reaches the products
-    cl_poison(xs, ClPrefill::x16_scale_bytes(n_tok, w.n_in) / 4);
-    set_args(*quantize, x, cl_int(w.n_in), cl_int(w.n_in), cl_int(n_tok), xq, xd, xs);
-    const size_t groups = test::round_up(size_t(n_tok), 8) / 8;
-    run_2d(*quantize, size_t(w.n_in / 32), groups, 0, 0);
-    set_args(*k, w.dev.q, w.dev.s, cl_int(w.n_in), cl_int(w.rows), xq, xd, xs, cl_int(n_tok), out,
+    const size_t xq_bytes = ClPrefill::x16_bytes(n_tok, w.n_in, t.x16_tg);
+    const ClMem xq = rt.alloc(xq_bytes);
+    cl_poison(xq, xq_bytes / 4);  // what quantize_x16 misses reaches the products
+    set_args(*quantize, x, cl_int(w.n_in), cl_int(w.n_in), cl_int(n_tok), xq);
+    run_2d(*quantize, size_t(w.n_in / 32), test::round_up(size_t(n_tok), 8) / 8, 0, 0);
+    const size_t tiles = test::round_up(size_t(n_tok), size_t(8 * t.x16_tg)) / size_t(8 * t.x16_tg);
+    set_args(*k, w.dev.q, w.dev.s, cl_int(w.n_in), cl_int(w.rows), xq, cl_int(n_tok), out,
              cl_int(ld), cl_int(off), cl_int(acc ? 1 : 0));
-    run_2d(*k, (size_t(w.rows) + size_t(t.x16_vr) - 1) / size_t(t.x16_vr),
-           (groups + size_t(t.x16_tg) - 1) / size_t(t.x16_tg), 0, 0);
+    run_2d(*k, (size_t(w.rows) + size_t(t.x16_vr) - 1) / size_t(t.x16_vr), tiles, 0, 0);
   };
   return {run,
           "x16 vr " + std::to_string(t.x16_vr) + " tg " + std::to_string(t.x16_tg) +
               (portable ? " portable" : ""),
-          16};
+          32};
 }
 
 // out[t] = W x[t]; out[t] += W x[t]; and out[t][off .. off + rows) = W x[t]

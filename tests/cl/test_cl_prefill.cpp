@@ -319,18 +319,23 @@ TEST(ClPrefillOps, RopeKvRowsMatchesReference) {
   test::expect_cache_matches(vc, ref_v, 1e-6);
 }
 
+// One value a work-item (GPUs) and 8 (CPU devices: GLU_VEC=8).
 TEST(ClPrefillOps, SiluMulMatchesReference) {
-  const int n = 100, n_tok = 3;
+  const int n = 104, n_tok = 3;
   const auto g = test::random_floats(size_t(n) * n_tok, 11, -4.0f, 4.0f);
   const auto u = test::random_floats(size_t(n) * n_tok, 12);
   std::vector<double> ref;
   for (size_t e = 0; e < g.size(); ++e)
     ref.push_back(g[e] / (1.0 + std::exp(-double(g[e]))) * u[e]);
-  const ClMem g_dev = cl_buffer(g), u_dev = cl_buffer(u);
-  const ClKernel k = build_kernel("prefill_ops", k_ops_defines, "silu_mul");
-  set_args(k, g_dev, u_dev, cl_int(n), cl_int(n_tok));
-  run_2d(k, size_t(n), size_t(n_tok), 0, 0);
-  EXPECT_LE(test::relative_error(cl_read(g_dev, g.size()), ref), 1e-5);
+  for (int vec : {1, 8}) {
+    SCOPED_TRACE("GLU_VEC " + std::to_string(vec));
+    const ClMem g_dev = cl_buffer(g), u_dev = cl_buffer(u);
+    const ClKernel k = build_kernel(
+        "prefill_ops", k_ops_defines + " -DGLU_VEC=" + std::to_string(vec), "silu_mul");
+    set_args(k, g_dev, u_dev, cl_int(n), cl_int(n_tok));
+    run_2d(k, size_t(n / vec), size_t(n_tok), 0, 0);
+    EXPECT_LE(test::relative_error(cl_read(g_dev, g.size()), ref), 1e-5);
+  }
 }
 
 // ---- whole prefill against the CPU reference and sequential decode ------------------

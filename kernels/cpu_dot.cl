@@ -299,8 +299,8 @@ CPU_INLINE void rows_dot(const int wt, const __global uchar* wq, const __global 
 // products with x's pairs into 8 32-bit lanes; one conversion to float per
 // block and row, where the float loop converts 32 codes. The codes of a
 // block times 32767 stay far inside 32 bits (|code| <= 128: 4 products of
-// at most 2^22 a lane). kernels/matmul_x16.cl does the same for prefill,
-// with a scale per 16 values; its accuracy notes apply.
+// at most 2^22 a lane). kernels/matmul_x16.cl does the same for prefill;
+// its accuracy notes apply.
 #define X16_TYPE(t) \
   ((t) == 2 || (t) == 3 || (t) == 7 || (t) == 8 || (t) == 12 || (t) == 13 || (t) == 14)
 // The address space of x's 16-bit form: __global (the persistent kernel:

@@ -5,7 +5,7 @@
 // separate buffers; K-quants as their groups of 32 with float scales).
 //
 // Why 16 bits: with llama.cpp's 8-bit activations (one scale per 32 values,
-// or per 16 here) the kernel ran 1.8x faster, but SmolLM2-135M-Instruct's
+// or per 16 in that experiment) the kernel ran 1.8x faster, but SmolLM2-135M-Instruct's
 // logits moved 2-13% (||delta|| / ||ref||) on a ChatML prompt, its first reply
 // token flipped against the float64 reference where the reference's margin
 // is ~3 (llama.cpp's CPU build flips it the same way), and greedy ids
@@ -25,10 +25,11 @@
 // of Q4_1, Q5_1, Q4_K and Q5_K).
 //
 // matmul_x16: out[t][r] (+)= sum_k W[r][k] d q[t][k]. A work-item takes
-// X16_VR rows and X16_TG groups of 8 tokens. Per block, row and half, the 8
-// token lanes of a 256-bit register sum the half's 16 products in 32 bits
-// (vpmaddwd of the weight pair, the same in every lane, and the tokens'
-// pairs), then float multiply-adds apply the scales. The blocks go in
+// X16_VR rows and X16_TG groups of 8 tokens. Per block and row (and half,
+// for Q6_K's scale per 16 values), the 8 token lanes of a 256-bit register
+// sum the block's products in 32 bits (vpmaddwd of the weight pair, the same
+// in every lane, and the tokens' pairs), then float multiply-adds apply the
+// scales. The blocks go in
 // chunks of X16_KC with a work-group barrier after each: PoCL runs a
 // work-group's items one after another in one thread, from barrier to
 // barrier, so the chunk's activations (X16_TG x X16_KC records, ~9 KB) stay
@@ -174,13 +175,16 @@ __kernel void quantize_x16(const __global float* x, int ld_x, int n_in, int n_to
   vstore8(d * convert_float8(isum), 0, (__global float*)(rec + X16_S_OFFSET));
 }
 
-// Launch: global (ceil(n_rows / X16_VR), ceil(n_tok / (8 * X16_TG))), any
-// local size. out[t * ld_out + out_off + r] for r < n_rows, t < n_tok.
+// Launch: global (ceil(n_rows / X16_VR) or more, ceil(n_tok / (8 * X16_TG))),
+// local (any, 1). out[t * ld_out + out_off + r] for r < n_rows, t < n_tok.
 __kernel void matmul_x16(const __global uint* wq, const __global void* ws, int n_in, int n_rows,
                          const __global uchar* xq, int n_tok, __global float* out, int ld_out,
                          int out_off, int accumulate) {
   const int r0 = get_global_id(0) * X16_VR;
-  const int tile = get_global_id(1);  // every item of a work-group reaches its barriers
+  // Every item of a work-group reaches its barriers: items past the rows or
+  // tiles compute on clamped ones and store nothing.
+  const int tile = min((int)get_global_id(1), x16_groups(n_tok) / X16_TG - 1);
+  const bool stores = r0 < n_rows && get_global_id(1) == tile;
   const int n_blocks = n_in / KB;
   const size_t x_step = (size_t)x16_groups(n_tok) * X16_RECORD;  // between blocks
   const __global uchar* xb = xq + (size_t)tile * X16_TG * X16_RECORD;
@@ -323,7 +327,7 @@ __kernel void matmul_x16(const __global uint* wq, const __global void* ws, int n
     barrier(CLK_GLOBAL_MEM_FENCE);
   }
 
-  if (r0 >= n_rows) return;
+  if (!stores) return;
 #pragma unroll
   for (int j = 0; j < X16_TG; ++j) {
 #pragma unroll

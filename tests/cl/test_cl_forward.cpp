@@ -508,7 +508,8 @@ TEST(ClForward, DebugToggleDoesNotChangeIds) {
 // prefill(tokens) must give the id and leave the cache of N decode_argmax
 // calls: the next position's logits are then identical (same kernels, same
 // order; within 1e-4 where either path multiplies 16-bit integer activations:
-// the prefill with PrefillTuning::mm_x16, 1.3e-5 measured on PoCL; the
+// the prefill with PrefillTuning::mm_x16, 1.3e-5 measured on PoCL with its
+// activations' scale per 16 values (per 32 since 2026-11-29); the
 // persistent decode kernels with weights of integer codes, 4.6e-5 on the
 // H100 for Q4_1; within 1e-3 where the prefill takes fp16 inputs on tensor
 // cores, kernels/matmul_mma_deq.cl and attention_mma.cl: 2.3e-4 on the H200

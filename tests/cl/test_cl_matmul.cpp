@@ -223,7 +223,10 @@ Variant matmul_variant(GgmlType type, const PrefillTuning& t) {
 
 // quantize_x16 then matmul_x16 with tuning t (-DX16_PORTABLE=1 and
 // -DTRANSPOSE_PORTABLE=1 when `portable`: the kernels' plain OpenCL C instead
-// of x86 and clang builtins).
+// of x86 and clang builtins). The builtin variants launch as the engine does
+// (work-groups of 16 along rows, the last one's items past the rows computing
+// on clamped rows up to the barriers); the portable ones with the runtime's
+// choice of local size.
 Variant x16_variant(GgmlType type, const PrefillTuning& t, bool portable) {
   const std::string defines = ClPrefill::x16_defines(type, t) +
                               (portable ? " -DX16_PORTABLE=1 -DTRANSPOSE_PORTABLE=1" : "");
@@ -231,18 +234,23 @@ Variant x16_variant(GgmlType type, const PrefillTuning& t, bool portable) {
       std::make_shared<ClKernel>(build_kernel("cpu_transpose+matmul_x16", defines, "quantize_x16"));
   auto k =
       std::make_shared<ClKernel>(build_kernel("cpu_transpose+matmul_x16", defines, "matmul_x16"));
-  RunVariant run = [quantize, k, t](const TestMatrix& w, const ClMem& x, int n_tok,
-                                    const ClMem& out, int ld, int off, bool acc) {
+  RunVariant run = [quantize, k, t, portable](const TestMatrix& w, const ClMem& x, int n_tok,
+                                              const ClMem& out, int ld, int off, bool acc) {
     const ClRuntime& rt = test::cl_test_runtime();
     const size_t xq_bytes = ClPrefill::x16_bytes(n_tok, w.n_in, t.x16_tg);
     const ClMem xq = rt.alloc(xq_bytes);
-    cl_poison(xq, xq_bytes / 4);  // what quantize_x16 misses reaches the products
+    cl_poison(xq, xq_bytes / 4);  // a record quantize_x16 misses gives NaN products
     set_args(*quantize, x, cl_int(w.n_in), cl_int(w.n_in), cl_int(n_tok), xq);
     run_2d(*quantize, size_t(w.n_in / 32), test::round_up(size_t(n_tok), 8) / 8, 0, 0);
     const size_t tiles = test::round_up(size_t(n_tok), size_t(8 * t.x16_tg)) / size_t(8 * t.x16_tg);
     set_args(*k, w.dev.q, w.dev.s, cl_int(w.n_in), cl_int(w.rows), xq, cl_int(n_tok), out,
              cl_int(ld), cl_int(off), cl_int(acc ? 1 : 0));
-    run_2d(*k, (size_t(w.rows) + size_t(t.x16_vr) - 1) / size_t(t.x16_vr), tiles, 0, 0);
+    const size_t items = (size_t(w.rows) + size_t(t.x16_vr) - 1) / size_t(t.x16_vr);
+    if (portable) {
+      run_2d(*k, items, tiles, 0, 0);
+    } else {
+      run_2d(*k, test::round_up(items, 16), tiles, 16, 1);
+    }
   };
   return {run,
           "x16 vr " + std::to_string(t.x16_vr) + " tg " + std::to_string(t.x16_tg) +

@@ -29,10 +29,9 @@
 // for Q6_K's scale per 16 values), the 8 token lanes of a 256-bit register
 // sum the block's products in 32 bits (vpmaddwd of the weight pair, the same
 // in every lane, and the tokens' pairs), then float multiply-adds apply the
-// scales. The blocks go in
-// chunks of X16_KC with a work-group barrier after each: PoCL runs a
-// work-group's items one after another in one thread, from barrier to
-// barrier, so the chunk's activations (X16_TG x X16_KC records, ~9 KB) stay
+// scales. The blocks go in chunks of X16_KC with a work-group barrier after
+// each: PoCL runs a work-group's items one after another in one thread, from
+// barrier to barrier, so the chunk's activations (X16_TG x X16_KC records, ~9 KB) stay
 // in L1 for all the group's rows instead of streaming a whole row's from L2
 // per item (2-core EPYC, 576 x 1536 Q4_0 x 512 tokens: 67 against 58 G MAC/s,
 // where the same loop reading one L1-resident record reaches 71).
@@ -183,10 +182,11 @@ __kernel void matmul_x16(const __global uint* wq, const __global void* ws, int n
   const int r0 = get_global_id(0) * X16_VR;
   // Every item of a work-group reaches its barriers: items past the rows or
   // tiles compute on clamped ones and store nothing.
-  const int tile = min((int)get_global_id(1), x16_groups(n_tok) / X16_TG - 1);
+  const int n_groups = x16_groups(n_tok);
+  const int tile = min((int)get_global_id(1), n_groups / X16_TG - 1);
   const bool stores = r0 < n_rows && get_global_id(1) == tile;
   const int n_blocks = n_in / KB;
-  const size_t x_step = (size_t)x16_groups(n_tok) * X16_RECORD;  // between blocks
+  const size_t x_step = (size_t)n_groups * X16_RECORD;  // between blocks
   const __global uchar* xb = xq + (size_t)tile * X16_TG * X16_RECORD;
   size_t blk0[X16_VR];  // the rows' first blocks
 #pragma unroll

@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 #include "engine/gguf/kquant_scales.h"
 #include "engine/gguf/quant.h"
@@ -226,6 +227,8 @@ void repack_rows(GgmlType type, const uint8_t* data, int n_in, int rows, std::ve
 }
 
 GgmlType device_type(GgmlType type, bool cpu_device) {
+  if (type == GgmlType::Q4_K) return GgmlType::Q4_1;
+  if (type == GgmlType::Q5_K) return GgmlType::Q5_1;
   return cpu_device && type == GgmlType::Q5_0 ? GgmlType::Q8_0 : type;
 }
 
@@ -243,6 +246,61 @@ std::vector<uint8_t> q5_0_as_q8_0(const uint8_t* data, size_t n_blocks) {
       o.qs[j + 16] = int8_t(((b.qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16);
     }
     std::memcpy(out.data() + i * sizeof(BlockQ8_0), &o, sizeof o);
+  }
+  return out;
+}
+
+namespace {
+
+uint16_t fp16_scale(float v) {
+  const uint16_t h = fp32_to_fp16(v);
+  if ((h & 0x7c00) == 0x7c00) {
+    throw std::range_error("a K-quant block scale (" + std::to_string(v) +
+                           ") exceeds the fp16 range of the device layout");
+  }
+  return h;
+}
+
+}  // namespace
+
+std::vector<uint8_t> k_quant_as_legacy(GgmlType type, const uint8_t* data, size_t n_super) {
+  if (type != GgmlType::Q4_K && type != GgmlType::Q5_K) {
+    throw std::logic_error("k_quant_as_legacy: not Q4_K or Q5_K");
+  }
+  const bool q5 = type == GgmlType::Q5_K;
+  const size_t in_bytes = q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+  const size_t out_bytes = q5 ? sizeof(BlockQ5_1) : sizeof(BlockQ4_1);
+  std::vector<uint8_t> out(n_super * 8 * out_bytes);
+  for (size_t i = 0; i < n_super; ++i) {
+    BlockQ5_K b5{};
+    BlockQ4_K b4{};
+    if (q5) {
+      std::memcpy(&b5, data + i * in_bytes, sizeof b5);
+    } else {
+      std::memcpy(&b4, data + i * in_bytes, sizeof b4);
+    }
+    const uint8_t* scales = q5 ? b5.scales : b4.scales;
+    const float d = fp16_to_fp32(q5 ? b5.d : b4.d);
+    const float dmin = fp16_to_fp32(q5 ? b5.dmin : b4.dmin);
+    for (int g = 0; g < 8; ++g) {
+      const uint8_t* qs = (q5 ? b5.qs : b4.qs) + 32 * (g / 2);
+      int c[32];
+      for (int l = 0; l < 32; ++l) c[l] = g % 2 ? qs[l] >> 4 : qs[l] & 15;
+      int sc, m;
+      k4_scale_min(scales, g, &sc, &m);
+      const uint16_t hd = fp16_scale(d * float(sc)), hm = fp16_scale(-(dmin * float(m)));
+      uint8_t* o = out.data() + (i * 8 + size_t(g)) * out_bytes;
+      std::memcpy(o, &hd, 2);
+      std::memcpy(o + 2, &hm, 2);
+      uint8_t* nibbles = o + 4;
+      if (q5) {
+        uint32_t qh = 0;
+        for (int l = 0; l < 32; ++l) qh |= uint32_t((b5.qh[l] >> g) & 1) << l;
+        std::memcpy(o + 4, &qh, 4);
+        nibbles = o + 8;
+      }
+      for (int j = 0; j < 16; ++j) nibbles[j] = uint8_t(c[j] | c[j + 16] << 4);
+    }
   }
   return out;
 }

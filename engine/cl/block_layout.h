@@ -42,18 +42,36 @@ int device_s_bytes(GgmlType type);  // record bytes per 32 values (0 for F32/F16
 void repack_rows(GgmlType type, const uint8_t* data, int n_in, int rows, std::vector<uint8_t>& q,
                  std::vector<uint8_t>& s);
 
-// The type a GGUF type's matrices take on a device: their own, except Q5_0 on
-// CPU devices, which is stored as Q8_0 (q5_0_as_q8_0: the same values). The
-// CPU kernels read 8 int8 codes with one widening load where Q5_0 needs the
-// nibbles split and the fifth bits or'ed in: on the 2-core EPYC (PoCL,
-// 2026-11-27) SmolLM2-135M's Q4_K_M file, Q5_0 in 166 of its matrices,
-// decoded at a median 0.89x of the Q4_1 file's speed with them as Q8_0,
-// 0.81x as Q5_0 (ten alternating rounds), for 34 bytes per 32 values on the
-// device instead of 24 (22 in the file).
+// The type a GGUF type's matrices take on a device: their own, except
+// - Q4_K and Q5_K, stored as Q4_1 and Q5_1 (k_quant_as_legacy: the same codes,
+//   each 32-value group's float scale d sc and minimum dmin m rounded once to
+//   fp16). Records of 4 and 8 bytes instead of 8 and 16: 20 and 24 bytes per
+//   32 values on the device instead of 24 and 32 (18 and 22 in the file), read
+//   by the Q4_1 / Q5_1 loops. The rounding (relative 2^-11 at most; a scale
+//   that rounds to a subnormal is exact, as d is itself an fp16) is that of
+//   the fp16 weights the tensor-core prefill already multiplies. A tensor
+//   with a scale beyond the fp16 range keeps its own type and the float
+//   records above (repack_tensor, engine/cl/weights.h). H200, 1B-shaped
+//   Q4_K_M mix (2026-11-29): tg128 1,618 / 1,633 against 1,512 / 1,508,
+//   pp512 60.6k / 60.7k against 58.5k / 58.7k; SmolLM2's Q4_K_M perplexity
+//   18.9368, Gemma 3's 13.8278 (float64 references 18.9360, 13.8263).
+// - Q5_0 on CPU devices, stored as Q8_0 (q5_0_as_q8_0: the same values). The
+//   CPU kernels read 8 int8 codes with one widening load where Q5_0 needs the
+//   nibbles split and the fifth bits or'ed in: on the 2-core EPYC (PoCL,
+//   2026-11-27) SmolLM2-135M's Q4_K_M file, Q5_0 in 166 of its matrices,
+//   decoded at a median 0.89x of the Q4_1 file's speed with them as Q8_0,
+//   0.81x as Q5_0 (ten alternating rounds), for 34 bytes per 32 values on the
+//   device instead of 24 (22 in the file).
 GgmlType device_type(GgmlType type, bool cpu_device);
 
 // n_blocks GGUF Q5_0 blocks -> as many GGUF Q8_0 blocks of the same values:
 // the same d, the codes q - 16 (-16..15) as int8.
 std::vector<uint8_t> q5_0_as_q8_0(const uint8_t* data, size_t n_blocks);
+
+// n_super GGUF Q4_K (Q5_K) super-blocks -> 8 n_super GGUF Q4_1 (Q5_1) blocks
+// of the same codes, d = fp16(d sc) and m = fp16(-dmin m) per 32-value group.
+// Throws std::range_error where a scale exceeds the fp16 range (the caller
+// then keeps the exact layout).
+std::vector<uint8_t> k_quant_as_legacy(GgmlType type, const uint8_t* data, size_t n_super);
 
 }  // namespace clchat

@@ -21,14 +21,29 @@ RepackedMatrix repack_matrix(GgmlType type, const uint8_t* data, int n_in, int r
   return m;
 }
 
+RepackedMatrix repack_for_device(GgmlType file_type, const uint8_t* data, int n_in, int rows,
+                                 bool cpu_device) {
+  const GgmlType type = device_type(file_type, cpu_device);
+  if (type == file_type) return repack_matrix(type, data, n_in, rows);
+  const size_t n_blocks = ggml_row_bytes(file_type, uint64_t(n_in)).value_or(0) * size_t(rows) /
+                          size_t(ggml_block_bytes(file_type));
+  if (file_type == GgmlType::Q5_0) {  // Q8_0 on a CPU device
+    const std::vector<uint8_t> q8 = q5_0_as_q8_0(data, n_blocks);
+    return repack_matrix(type, q8.data(), n_in, rows);
+  }
+  try {  // Q4_K, Q5_K as Q4_1, Q5_1
+    const std::vector<uint8_t> legacy = k_quant_as_legacy(file_type, data, n_blocks);
+    return repack_matrix(type, legacy.data(), n_in, rows);
+  } catch (const std::range_error&) {
+    // a scale beyond fp16: the exact layout (float records), which the
+    // kernels' Q4_K / Q5_K loops read
+    return repack_matrix(file_type, data, n_in, rows);
+  }
+}
+
 RepackedMatrix repack_tensor(const GgufFile& file, const GgufTensor& t, bool cpu_device) {
   const std::vector<uint8_t> bytes = file.tensor_bytes(t);
-  const int n_in = int(t.dims[0]), rows = int(t.n_rows());
-  if (device_type(t.type, cpu_device) != t.type) {  // Q5_0 on a CPU device
-    const std::vector<uint8_t> q8 = q5_0_as_q8_0(bytes.data(), bytes.size() / sizeof(BlockQ5_0));
-    return repack_matrix(GgmlType::Q8_0, q8.data(), n_in, rows);
-  }
-  return repack_matrix(t.type, bytes.data(), n_in, rows);
+  return repack_for_device(t.type, bytes.data(), int(t.dims[0]), int(t.n_rows()), cpu_device);
 }
 
 bool qkv_stacked(const LayerTensors& l, bool cpu_device) {
@@ -141,9 +156,13 @@ DeviceWeights::DeviceWeights(const Model& model, const ClRuntime& rt, int n_ctx)
     w.attn_norm = upload_tensor(rt, f, l.attn_norm);
     w.ffn_norm = upload_tensor(rt, f, l.ffn_norm);
     if (qkv_stacked(l, cpu)) {
-      w.qkv.push_back(
-          upload_matrix(rt, stack_rows({repack_tensor(f, *l.wq, cpu), repack_tensor(f, *l.wk, cpu),
-                                        repack_tensor(f, *l.wv, cpu)})));
+      const std::vector<RepackedMatrix> parts = {
+          repack_tensor(f, *l.wq, cpu), repack_tensor(f, *l.wk, cpu), repack_tensor(f, *l.wv, cpu)};
+      if (parts[1].type == parts[0].type && parts[2].type == parts[0].type) {
+        w.qkv.push_back(upload_matrix(rt, stack_rows(parts)));
+      } else {  // one kept its exact K-quant layout (repack_tensor)
+        for (const RepackedMatrix& p : parts) w.qkv.push_back(upload_matrix(rt, p));
+      }
     } else {
       for (const GgufTensor* m : {l.wq, l.wk, l.wv}) w.qkv.push_back(upload_tensor(rt, f, m));
     }

@@ -32,6 +32,12 @@ struct RepackedMatrix {
 // GGUF row-major blocks -> the device layout above. `data` holds rows rows of
 // ggml_row_bytes(type, n_in) bytes.
 RepackedMatrix repack_matrix(GgmlType type, const uint8_t* data, int n_in, int rows);
+// `rows` rows of a file's type as its device_type (block_layout.h): Q5_0 as
+// Q8_0 on CPU devices, Q4_K / Q5_K as Q4_1 / Q5_1 where every scale fits
+// fp16 (else in their own layout; so Q, K and V may differ in type where
+// their file types agree).
+RepackedMatrix repack_for_device(GgmlType file_type, const uint8_t* data, int n_in, int rows,
+                                 bool cpu_device);
 // t's bytes, copied from `file` (GgufFile::tensor_bytes: a file that shrank
 // since it was opened is a GgufError, not SIGBUS), repacked as its
 // device_type (block_layout.h) on a CPU device or another.

@@ -2,10 +2,12 @@
 // of 32, which every kernel's addressing uses) against the host's
 // device_q_bytes / device_s_bytes (engine/cl/block_layout.h, which lays the
 // blocks out), for every supported quantized type: the two tables are written
-// in two languages and must not drift apart. Also the one type that changes on
-// its way to a device (Q5_0 as Q8_0 on CPU devices): the same values.
+// in two languages and must not drift apart. Also the types that change on
+// their way to a device: Q5_0 as Q8_0 on CPU devices (the same values), Q4_K
+// and Q5_K as Q4_1 and Q5_1 (the same codes, scales rounded once to fp16).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -14,6 +16,8 @@
 
 #include "engine/cl/block_layout.h"
 #include "engine/cl/programs.h"
+#include "engine/cl/weights.h"
+#include "engine/gguf/kquant_scales.h"
 #include "engine/gguf/quant.h"
 #include "tests/cl/cl_test_support.h"
 
@@ -52,11 +56,87 @@ TEST(ClBlockLayout, KernelBlockBytesMatchTheHostLayout) {
   }
 }
 
-TEST(ClBlockLayout, DeviceTypeWidensOnlyQ5_0OnCpuDevices) {
+TEST(ClBlockLayout, DeviceTypesChangeOnlyQ4_KQ5_KAndQ5_0OnCpuDevices) {
   for (GgmlType t : ggml_supported_types()) {
     SCOPED_TRACE(ggml_type_name(t));
-    EXPECT_EQ(device_type(t, false), t);
-    EXPECT_EQ(device_type(t, true), t == GgmlType::Q5_0 ? GgmlType::Q8_0 : t);
+    const GgmlType legacy = t == GgmlType::Q4_K   ? GgmlType::Q4_1
+                            : t == GgmlType::Q5_K ? GgmlType::Q5_1
+                                                  : t;
+    EXPECT_EQ(device_type(t, false), legacy);
+    EXPECT_EQ(device_type(t, true), t == GgmlType::Q5_0 ? GgmlType::Q8_0 : legacy);
+  }
+}
+
+// Random K-quant super-blocks (every byte random, so every 6-bit scale and
+// minimum and every code occurs; d and dmin from a list with subnormal, zero,
+// negative and large values): each value of the Q4_1 / Q5_1 blocks is within
+// 2^-11 of the float scale times the code plus 2^-11 of the minimum (one
+// rounding each); a group's scale that rounds to a subnormal is exact.
+TEST(ClBlockLayout, KQuantAsLegacyRoundsEachGroupScaleOnce) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K}) {
+    SCOPED_TRACE(ggml_type_name(t));
+    const bool q5 = t == GgmlType::Q5_K;
+    const size_t n_super = 96, block = q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+    std::mt19937 rng(11);
+    std::vector<uint8_t> raw(n_super * block);
+    for (uint8_t& b : raw) b = uint8_t(rng());
+    const uint16_t ds[] = {0x3c00, 0xbc00, 0x0001, 0x0000, 0x03ff, 0x2e66, 0x1400, 0x5800};
+    for (size_t i = 0; i < n_super; ++i) {
+      std::memcpy(&raw[i * block], &ds[i % 8], 2);
+      std::memcpy(&raw[i * block + 2], &ds[(i / 8 + 3 * i) % 8], 2);
+    }
+    const std::vector<uint8_t> legacy = k_quant_as_legacy(t, raw.data(), n_super);
+    const GgmlType lt = q5 ? GgmlType::Q5_1 : GgmlType::Q4_1;
+    ASSERT_EQ(legacy.size(), n_super * 8 * size_t(ggml_block_bytes(lt)));
+    const uint64_t n = n_super * 256;
+    const std::vector<float> want = dequantize_matrix(t, raw, n, 1);
+    const std::vector<float> got = dequantize_matrix(lt, legacy, n, 1);
+    int rounded = 0;
+    for (size_t i = 0; i < n_super; ++i) {
+      uint16_t hd, hdmin;
+      std::memcpy(&hd, &raw[i * block], 2);
+      std::memcpy(&hdmin, &raw[i * block + 2], 2);
+      const uint8_t* scales = &raw[i * block + 4];
+      for (int g = 0; g < 8; ++g) {
+        int sc, m;
+        k4_scale_min(scales, g, &sc, &m);
+        const double s = double(fp16_to_fp32(hd)) * sc, mn = double(fp16_to_fp32(hdmin)) * m;
+        const double tol = std::ldexp(1.0, -11) * (std::abs(s) * (q5 ? 31 : 15) + std::abs(mn));
+        for (int l = 0; l < 32; ++l) {
+          const size_t v = i * 256 + size_t(g) * 32 + size_t(l);
+          ASSERT_LE(std::abs(double(got[v]) - double(want[v])), tol) << "value " << v;
+          rounded += got[v] != want[v];
+        }
+      }
+    }
+    EXPECT_GT(rounded, 0);  // the list's 0x2e66 scales do not fit fp16 exactly
+  }
+}
+
+// A scale beyond fp16 (65504 x 63): k_quant_as_legacy refuses the block and
+// repack_for_device keeps the matrix in its own type (float records), with
+// the same values as the file; without it the matrix becomes Q4_1.
+TEST(ClBlockLayout, ScalesBeyondFp16KeepTheExactLayout) {
+  std::vector<BlockQ4_K> rows(4);  // 2 rows of 512
+  std::mt19937 rng(5);
+  for (BlockQ4_K& b : rows) {
+    for (uint8_t& q : b.qs) q = uint8_t(rng());
+    for (uint8_t& s : b.scales) s = uint8_t(rng());
+    b.d = 0x2e66;
+    b.dmin = 0x2400;
+  }
+  const auto* raw = reinterpret_cast<const uint8_t*>(rows.data());
+  EXPECT_EQ(repack_for_device(GgmlType::Q4_K, raw, 512, 2, false).type, GgmlType::Q4_1);
+  rows[3].d = 0x7bff;  // 65504
+  rows[3].scales[0] = 63;
+  EXPECT_THROW(k_quant_as_legacy(GgmlType::Q4_K, raw, 4), std::range_error);
+  for (bool cpu : {false, true}) {
+    const RepackedMatrix m = repack_for_device(GgmlType::Q4_K, raw, 512, 2, cpu);
+    EXPECT_EQ(m.type, GgmlType::Q4_K);
+    std::vector<uint8_t> q, s;
+    repack_rows(GgmlType::Q4_K, raw, 512, 2, q, s);
+    EXPECT_EQ(m.q, q);
+    EXPECT_EQ(m.s, s);
   }
 }
 

@@ -26,7 +26,9 @@
 // 1.8e-3; with a scale per 32 values the kernel is within 1e-5 of the
 // float64 product of the quantized x, test_cl_cpu_dot_x16.)
 //
-// Q5_1, Q4_K, Q5_K and Q6_K (the layer types of K-quant mixes) take the
+// Q5_1, Q4_K, Q5_K and Q6_K (the layer types of K-quant mixes; Q4_K and Q5_K
+// reach the device in their own layout only where a scale exceeds fp16, else
+// as Q4_1 / Q5_1: engine/cl/block_layout.h) take the
 // nibble loop with their extra bits or'ed in from small tables (q5_high,
 // q6_high) and their own scale records. The other quantized types
 // (kernels/quant_blocks.cl, built before this file) are read 8 values at a

@@ -38,8 +38,9 @@
 // WT_FFN (gate and up), WT_DOWN (GGML type ids), and each role may have a
 // second type, WT_<role>_ALT, that the layers whose LO_ALT word has the
 // role's ALT_* bit use (llama-quantize's mixes, e.g. Q4_K_M: V and down in
-// Q8_0 / Q6_K in some layers, Q5_0 / Q4_K in the others). The host passes
-// ALT = the role's type when every layer shares it; USES_ALT is then a
+// Q8_0 / Q6_K in some layers, Q5_0 / Q4_K (Q4_1 on the device) in the
+// others). The host passes ALT = the role's type when every layer shares
+// it; USES_ALT is then a
 // constant false and the ALT branches compile away. WT_QKV sets Q, K and V
 // at once (tests/nvptx_check.sh).
 #ifdef WT_QKV

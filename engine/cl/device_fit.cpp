@@ -15,7 +15,8 @@ namespace {
 
 // Bytes of the quant payload buffer that repack_tensor() makes from a tensor
 // (the scales go to a second, smaller buffer) in its device_type; floats
-// stay whole.
+// stay whole. (A Q4_K / Q5_K tensor with a scale beyond fp16 keeps its larger
+// exact layout: 4 or 8 bytes per 32 values more than sized here.)
 uint64_t payload_bytes(const GgufTensor& t, bool cpu) {
   if (!ggml_is_quantized(t.type)) return t.n_bytes;
   return t.n_elements / 32 * uint64_t(device_q_bytes(device_type(t.type, cpu)));

@@ -25,8 +25,11 @@ RepackedMatrix repack_for_device(GgmlType file_type, const uint8_t* data, int n_
                                  bool cpu_device) {
   const GgmlType type = device_type(file_type, cpu_device);
   if (type == file_type) return repack_matrix(type, data, n_in, rows);
-  const size_t n_blocks = ggml_row_bytes(file_type, uint64_t(n_in)).value_or(0) * size_t(rows) /
-                          size_t(ggml_block_bytes(file_type));
+  const auto row_bytes = ggml_row_bytes(file_type, uint64_t(n_in));
+  if (!row_bytes || rows < 0) {
+    throw std::invalid_argument("repack_for_device: row length does not fit type");
+  }
+  const size_t n_blocks = *row_bytes * size_t(rows) / size_t(ggml_block_bytes(file_type));
   if (file_type == GgmlType::Q5_0) {  // Q8_0 on a CPU device
     const std::vector<uint8_t> q8 = q5_0_as_q8_0(data, n_blocks);
     return repack_matrix(type, q8.data(), n_in, rows);

@@ -1,5 +1,6 @@
 // Weights on the device. Matrices are uploaded once, read-only, in their GGUF
-// storage type (Q5_0 as Q8_0 on CPU devices: device_type), in the block
+// storage type (Q5_0 as Q8_0 on CPU devices, Q4_K / Q5_K as Q4_1 / Q5_1:
+// device_type, repack_for_device), in the block
 // layout of engine/cl/block_layout.h: payloads (q) and scale records (s) of
 // each 32 values in two arrays, so kernels can use aligned vector loads; F32,
 // F16 and BF16 rows as they are. The same layout (rows x blocks, row-major)
@@ -44,7 +45,8 @@ RepackedMatrix repack_for_device(GgmlType file_type, const uint8_t* data, int n_
 RepackedMatrix repack_tensor(const GgufFile& file, const GgufTensor& t, bool cpu_device);
 // Whether a layer's Q, K and V are uploaded as one stacked matrix: all three
 // there and of one device_type (block_layout.h). DeviceWeights uploads by it
-// and weight_footprint (device_fit.h) sizes by it.
+// (unless one of them kept its exact K-quant layout: repack_for_device) and
+// weight_footprint (device_fit.h) sizes by it.
 bool qkv_stacked(const LayerTensors& l, bool cpu_device);
 // Stacks matrices of equal type and n_in row-wise (e.g. [Wq; Wk; Wv]).
 RepackedMatrix stack_rows(const std::vector<RepackedMatrix>& parts);
@@ -62,8 +64,8 @@ DeviceMatrix upload_matrix(const ClRuntime& rt, const RepackedMatrix& m);
 DeviceMatrix upload_floats(const ClRuntime& rt, const float* data, int n);  // 1-row F32
 
 // The model's weights on the device, read-only once uploaded, and the RoPE
-// table; shapes (rows, values per row), in their device_type()s (the file's
-// but Q5_0 on CPU devices) unless F32.
+// table; shapes (rows, values per row), in their device types
+// (repack_for_device) unless F32.
 struct DeviceWeights {
   struct Layer {
     DeviceMatrix attn_norm;  // (1, n_embd) F32
@@ -111,7 +113,8 @@ struct DeviceWeights {
 // at most two types over the layers, `type` (the more common; the first
 // layer's on a tie) and `alt` (== type when every layer shares it). Real
 // files mix types per layer: llama-quantize's Q4_K_M of SmolLM2-135M has V
-// in Q8_0 and down in Q6_K in 14 of 30 layers, Q5_0 and Q4_K in the others.
+// in Q8_0 and down in Q6_K in 14 of 30 layers, Q5_0 and Q4_K (on the device
+// Q4_1) in the others.
 struct LayerTypes {
   enum Role { q, k, v, wo, ffn, down, n_roles };  // ALT_* bit 1 << role in the kernels
   static constexpr const char* k_role_names[n_roles] = {"attn_q",      "attn_k",      "attn_v",

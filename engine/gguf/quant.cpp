@@ -155,14 +155,19 @@ std::vector<uint8_t> quantize_matrix(GgmlType type, std::span<const float> value
       work < (1u << 20) ? 1u : std::max(1u, std::min(std::thread::hardware_concurrency(), 16u));
   std::vector<std::exception_ptr> errors(n_threads);
   std::vector<std::thread> threads;
-  for (unsigned t = 1; t < n_threads; ++t) {
-    threads.emplace_back([&, t] {
-      try {
-        quantize_rows(rows * t / n_threads, rows * (t + 1) / n_threads);
-      } catch (...) {
-        errors[t] = std::current_exception();
-      }
-    });
+  try {
+    for (unsigned t = 1; t < n_threads; ++t) {
+      threads.emplace_back([&, t] {
+        try {
+          quantize_rows(rows * t / n_threads, rows * (t + 1) / n_threads);
+        } catch (...) {
+          errors[t] = std::current_exception();
+        }
+      });
+    }
+  } catch (...) {  // no thread to be had: the ones started finish first
+    for (std::thread& t : threads) t.join();
+    throw;
   }
   try {
     quantize_rows(0, rows / n_threads);

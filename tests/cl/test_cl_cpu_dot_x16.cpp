@@ -1,8 +1,9 @@
 // kernels/cpu_dot.cl's decode dot products on 16-bit activations (the CPU
 // persistent decode kernel's rows_dot_x16, with x16_quantize making x's
 // 16-bit form) for every block type they take: Q4_0, Q4_1, Q5_1, Q8_0 (and
-// Q5_0, which CPU devices store as Q8_0), Q4_K, Q5_K and Q6_K, on random
-// weights, against float64 references:
+// Q5_0, which CPU devices store as Q8_0), Q4_K, Q5_K (in their exact layout,
+// which a model keeps only where a scale exceeds fp16; else Q4_1 / Q5_1) and
+// Q6_K, on random weights, against float64 references:
 //   - with the activations as test::sixteen_bit quantizes them (groups of
 //     32, written from the rule): only float32 accumulation is left, <= 1e-5;
 //   - with the float activations: <= 1e-3, the matvec tests' tolerance for
@@ -86,8 +87,11 @@ TEST_P(ClCpuDotX16, RowDotsMatchReferences) {
   const KernelTuning device = KernelTuning::for_device(test::cl_test_runtime().device());
   if (!device.cpu_kernels) GTEST_SKIP() << "the CPU kernels run on CPU devices";
   const auto [type, n_in, rows] = GetParam();
-  // The weights as the CPU device holds them (Q5_0 as Q8_0 blocks).
-  const GgmlType dev_type = device_type(type, true);
+  // The weights in the CPU device's layouts: Q5_0 as Q8_0 blocks, as a model
+  // holds it; Q4_K and Q5_K in their own (exact) layout, which a model keeps
+  // where a scale exceeds fp16 (engine/cl/weights.h: repack_for_device;
+  // otherwise they are Q4_1 / Q5_1, cases of their own here).
+  const GgmlType dev_type = type == GgmlType::Q5_0 ? device_type(type, true) : type;
   test::TestMatrix w = test::make_test_matrix(type, n_in, rows, 1234 + uint32_t(type));
   if (dev_type != type) {
     const std::vector<uint8_t> as_q8 = q5_0_as_q8_0(w.bytes.data(), w.bytes.size() / 22);

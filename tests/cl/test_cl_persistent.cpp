@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -33,7 +34,9 @@
 
 #include "engine/chat/sampler.h"
 #include "engine/cl/forward.h"
+#include "engine/cl/weights.h"
 #include "engine/cpu/forward.h"
+#include "engine/gguf/ggml_types.h"
 #include "engine/gguf/quant.h"
 #include "engine/model/synthetic.h"
 #include "tests/cl/cl_test_support.h"
@@ -632,7 +635,11 @@ TEST(PersistentDecode, GroupsThatCannotAllRunKeepThePlan) {
 // quantized again where quantize_row has a quantizer for the type, else
 // random blocks (test::random_blocks: every code, scales keeping values in
 // about [-1, 1]; this tree quantizes only F32, F16, Q4_0, Q4_1 and Q8_0).
-std::string retyped_copy(const std::string& path, const std::map<std::string, GgmlType>& retype) {
+// `patch`, if given, may then change any tensor's bytes (its name, type).
+using TensorPatch =
+    std::function<void(const std::string& name, GgmlType type, std::vector<uint8_t>& bytes)>;
+std::string retyped_copy(const std::string& path, const std::map<std::string, GgmlType>& retype,
+                         const TensorPatch& patch = {}) {
   const auto file = GgufFile::open(path);
   GgufWriter w;
   for (const auto& [key, value] : file->metadata()) w.set(key, value);
@@ -649,6 +656,7 @@ std::string retyped_copy(const std::string& path, const std::map<std::string, Gg
         data = test::random_blocks(type, t.dims[0], t.n_rows(), seed++);
       }
     }
+    if (patch) patch(t.name, type, data);
     w.add_tensor(t.name, type, t.dims, std::move(data));
   }
   const std::string out = path + ".retyped.gguf";
@@ -666,12 +674,14 @@ std::string blk(int il, const std::string& what) {
 // tensor; logits at every position against the CPU reference on the
 // persistent path when `persistent`.
 void expect_mix_matches_cpu(GgmlType base, const std::map<std::string, GgmlType>& retype,
-                            bool persistent = true) {
+                            bool persistent = true, const TensorPatch& patch = {},
+                            const std::function<void(const Model&)>& check = {}) {
   SyntheticSpec spec = spec_for({base, GgmlType::Q8_0, true});
   spec.n_layer = 4;
   const std::string path = write_synthetic_model_tmp(spec);
-  const std::string mixed = retyped_copy(path, retype);
+  const std::string mixed = retyped_copy(path, retype, patch);
   const Model model = load_model(mixed);
+  if (check) check(model);
   for (const auto& [name, type] : retype) {
     const auto t = std::find_if(model.file->tensors().begin(), model.file->tensors().end(),
                                 [&](const GgufTensor& x) { return x.name == name; });
@@ -715,8 +725,8 @@ TEST(PersistentDecodeMixed, SecondTypePerRoleMatchesCpu) {
 }
 
 // llama-quantize's Q4_K_M mix: Q, K, Wo, gate and up Q5_0; V Q8_0 in some
-// layers, Q5_0 in the others; down Q6_K in the same layers, Q4_K in the
-// others; Q8_0 embedding (tied). (CPU devices store Q5_0 as Q8_0: there V
+// layers, Q5_0 in the others; down Q6_K in the same layers, Q4_K (on the
+// device Q4_1) in the others; Q8_0 embedding (tied). (CPU devices store Q5_0 as Q8_0: there V
 // has one type and Q, K and V are stacked; SecondTypePerRoleMatchesCpu
 // covers V's second type.)
 TEST(PersistentDecodeMixed, Q4KMLikeMixMatchesCpu) {
@@ -734,16 +744,47 @@ TEST(PersistentDecodeMixed, Q4KMLikeMixMatchesCpu) {
 }
 
 // The five-bit types, which the CPU kernel reads with their fifth bits from
-// a table: gate, up and Wo Q5_1 in every layer, down Q5_K in layers 0 and 1
-// and Q5_1 in 2 and 3 (a second type for the role).
+// a table: gate, up and Wo Q5_1 in every layer, down Q5_0 in layers 0 and 1
+// (on CPU devices Q8_0) and Q5_K (on the device Q5_1) in 2 and 3: a second
+// type for the role.
 TEST(PersistentDecodeMixed, FiveBitTypesMatchCpu) {
   if (!persistent_expected()) GTEST_SKIP() << k_not_here;
   std::map<std::string, GgmlType> retype;
   for (int il = 0; il < 4; ++il) {
     for (const char* m : {"attn_output", "ffn_gate", "ffn_up"}) retype[blk(il, m)] = GgmlType::Q5_1;
-    retype[blk(il, "ffn_down")] = il < 2 ? GgmlType::Q5_K : GgmlType::Q5_1;
+    retype[blk(il, "ffn_down")] = il < 2 ? GgmlType::Q5_0 : GgmlType::Q5_K;
   }
   expect_mix_matches_cpu(GgmlType::Q4_0, retype);
+}
+
+// Q4_K whose scales fit fp16 becomes Q4_1 on the device; a tensor with one
+// beyond it keeps the exact Q4_K layout (engine/cl/weights.h:
+// repack_for_device). Down Q4_K in every layer, layer 1's first row made of
+// minima only under a group scale of 65504 x 2: that layer's down stays Q4_K,
+// a second type for the role next to the others' Q4_1.
+TEST(PersistentDecodeMixed, KQuantScaleBeyondFp16KeepsTheExactLayout) {
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
+  std::map<std::string, GgmlType> retype;
+  for (int il = 0; il < 4; ++il) retype[blk(il, "ffn_down")] = GgmlType::Q4_K;
+  const TensorPatch patch = [](const std::string& name, GgmlType type, std::vector<uint8_t>& b) {
+    if (name != blk(1, "ffn_down")) return;
+    ASSERT_EQ(type, GgmlType::Q4_K);
+    BlockQ4_K blk0{};
+    blk0.d = 0x7bff;     // 65504
+    blk0.dmin = 0x2000;  // 2^-7
+    blk0.scales[0] = 2;  // group 0: scale 2 (d sc beyond fp16), its codes 0
+    for (int g = 0; g < 4; ++g) blk0.scales[4 + g] = uint8_t(1 + g);         // minima of groups 0-3
+    for (int g = 4; g < 8; ++g) blk0.scales[4 + g] = uint8_t((g - 3) << 4);  // 4-7, scale 0
+    std::memcpy(b.data(), &blk0, sizeof blk0);
+  };
+  expect_mix_matches_cpu(GgmlType::Q4_0, retype, true, patch, [](const Model& m) {
+    for (int il : {0, 1}) {
+      const GgufTensor* t = m.file->find_tensor(blk(il, "ffn_down"));
+      ASSERT_NE(t, nullptr);
+      EXPECT_EQ(repack_tensor(*m.file, *t, test::cl_test_runtime().device().is_cpu).type,
+                il == 1 ? GgmlType::Q4_K : GgmlType::Q4_1);
+    }
+  });
 }
 
 // More than the kernels take: three types in one role. The plan decodes

@@ -13,7 +13,6 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <random>
 
 #include "engine/gguf/ggml_types.h"
@@ -515,6 +514,29 @@ TEST(QuantMatrix, RejectsShapesThatDoNotFit) {
   EXPECT_THROW(dequantize_matrix(GgmlType::Q8_0, q, 32, 3), std::invalid_argument);
   EXPECT_THROW(dequantize_matrix(GgmlType::Q8_0, q, 33, 1), std::invalid_argument);
   EXPECT_EQ(dequantize_matrix(GgmlType::Q8_0, q, 64, 1).size(), 64u);
+}
+
+// Matrices of 2^20 values or more are quantized on several threads (rows in
+// contiguous ranges): the bytes equal quantize_row's, row by row.
+TEST(QuantMatrix, ThreadedMatricesEqualRowByRowQuantization) {
+  const uint64_t n = 256, rows = 4099;
+  std::vector<float> x(n * rows);
+  uint32_t state = 12345;
+  for (float& v : x) {
+    state = state * 1664525u + 1013904223u;
+    v = float(int32_t(state >> 8) - (1 << 23)) / float(1 << 23);
+  }
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_K}) {
+    SCOPED_TRACE(ggml_type_name(t));
+    const std::vector<uint8_t> got = quantize_matrix(t, x, n);
+    const uint64_t row_bytes = *ggml_row_bytes(t, n);
+    ASSERT_EQ(got.size(), rows * row_bytes);
+    std::vector<uint8_t> want(row_bytes);
+    for (uint64_t r = 0; r < rows; ++r) {
+      quantize_row(t, x.data() + r * n, want.data(), n);
+      ASSERT_EQ(std::memcmp(got.data() + r * row_bytes, want.data(), row_bytes), 0) << "row " << r;
+    }
+  }
 }
 
 // ---- real tensors ---------------------------------------------------------------------------

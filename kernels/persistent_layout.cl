@@ -40,9 +40,8 @@
 // role's ALT_* bit use (llama-quantize's mixes, e.g. Q4_K_M: V and down in
 // Q8_0 / Q6_K in some layers, Q5_0 / Q4_K (Q4_1 on the device) in the
 // others). The host passes ALT = the role's type when every layer shares
-// it; USES_ALT is then a
-// constant false and the ALT branches compile away. WT_QKV sets Q, K and V
-// at once (tests/nvptx_check.sh).
+// it; USES_ALT is then a constant false and the ALT branches compile away.
+// WT_QKV sets Q, K and V at once (tests/nvptx_check.sh).
 #ifdef WT_QKV
 #define WT_Q WT_QKV
 #define WT_K WT_QKV

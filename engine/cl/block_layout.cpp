@@ -71,6 +71,23 @@ void legacy_block(GgmlType type, const uint8_t* b, Out o) {
   }
 }
 
+// Group g of a Q4_K / Q5_K super-block: its 32 codes (Q5_K's with the fifth
+// bit) and its float scale d sc and minimum dmin m, GGML's products.
+void k4_group(GgmlType type, const uint8_t* raw, int g, int* c, float* scale, float* min) {
+  const bool q5 = type == GgmlType::Q5_K;
+  const auto* b4 = reinterpret_cast<const BlockQ4_K*>(raw);
+  const auto* b5 = reinterpret_cast<const BlockQ5_K*>(raw);
+  const uint8_t* qs = (q5 ? b5->qs : b4->qs) + 32 * (g / 2);
+  for (int l = 0; l < 32; ++l) {
+    c[l] = g % 2 ? qs[l] >> 4 : qs[l] & 15;
+    if (q5) c[l] |= ((b5->qh[l] >> g) & 1) << 4;
+  }
+  int sc, m;
+  k4_scale_min(q5 ? b5->scales : b4->scales, g, &sc, &m);
+  *scale = fp16_to_fp32(q5 ? b5->d : b4->d) * float(sc);
+  *min = fp16_to_fp32(q5 ? b5->dmin : b4->dmin) * float(m);
+}
+
 // Group g (values 32 g .. 32 g + 31) of a super-block.
 void super_group(GgmlType type, const uint8_t* raw, int g, Out o) {
   int c[32];
@@ -78,21 +95,11 @@ void super_group(GgmlType type, const uint8_t* raw, int g, Out o) {
     case GgmlType::Q4_K:
     case GgmlType::Q5_K: {
       const bool q5 = type == GgmlType::Q5_K;
-      const auto* b4 = reinterpret_cast<const BlockQ4_K*>(raw);
-      const auto* b5 = reinterpret_cast<const BlockQ5_K*>(raw);
-      const uint8_t* scales = q5 ? b5->scales : b4->scales;
-      const uint8_t* qs = (q5 ? b5->qs : b4->qs) + 32 * (g / 2);
-      const float d = fp16_to_fp32(q5 ? b5->d : b4->d);
-      const float dmin = fp16_to_fp32(q5 ? b5->dmin : b4->dmin);
-      for (int l = 0; l < 32; ++l) {
-        c[l] = g % 2 ? qs[l] >> 4 : qs[l] & 15;
-        if (q5) c[l] |= ((b5->qh[l] >> g) & 1) << 4;
-      }
-      int sc, m;
-      k4_scale_min(scales, g, &sc, &m);
+      float scale, min;
+      k4_group(type, raw, g, c, &scale, &min);
       put_nibbles(o.q, c);
-      put<float>(o.s, d * float(sc));
-      put<float>(o.s + 4, dmin * float(m));
+      put<float>(o.s, scale);
+      put<float>(o.s + 4, min);
       if (q5) {
         put<uint32_t>(o.s + 8, bit_plane(c, 4));
         put<uint32_t>(o.s + 12, 0);
@@ -268,38 +275,19 @@ std::vector<uint8_t> k_quant_as_legacy(GgmlType type, const uint8_t* data, size_
     throw std::logic_error("k_quant_as_legacy: not Q4_K or Q5_K");
   }
   const bool q5 = type == GgmlType::Q5_K;
-  const size_t in_bytes = q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+  const size_t in_bytes = size_t(ggml_block_bytes(type));
   const size_t out_bytes = q5 ? sizeof(BlockQ5_1) : sizeof(BlockQ4_1);
   std::vector<uint8_t> out(n_super * 8 * out_bytes);
   for (size_t i = 0; i < n_super; ++i) {
-    BlockQ5_K b5{};
-    BlockQ4_K b4{};
-    if (q5) {
-      std::memcpy(&b5, data + i * in_bytes, sizeof b5);
-    } else {
-      std::memcpy(&b4, data + i * in_bytes, sizeof b4);
-    }
-    const uint8_t* scales = q5 ? b5.scales : b4.scales;
-    const float d = fp16_to_fp32(q5 ? b5.d : b4.d);
-    const float dmin = fp16_to_fp32(q5 ? b5.dmin : b4.dmin);
     for (int g = 0; g < 8; ++g) {
-      const uint8_t* qs = (q5 ? b5.qs : b4.qs) + 32 * (g / 2);
       int c[32];
-      for (int l = 0; l < 32; ++l) c[l] = g % 2 ? qs[l] >> 4 : qs[l] & 15;
-      int sc, m;
-      k4_scale_min(scales, g, &sc, &m);
-      const uint16_t hd = fp16_scale(d * float(sc)), hm = fp16_scale(-(dmin * float(m)));
+      float scale, min;
+      k4_group(type, data + i * in_bytes, g, c, &scale, &min);
       uint8_t* o = out.data() + (i * 8 + size_t(g)) * out_bytes;
-      std::memcpy(o, &hd, 2);
-      std::memcpy(o + 2, &hm, 2);
-      uint8_t* nibbles = o + 4;
-      if (q5) {
-        uint32_t qh = 0;
-        for (int l = 0; l < 32; ++l) qh |= uint32_t((b5.qh[l] >> g) & 1) << l;
-        std::memcpy(o + 4, &qh, 4);
-        nibbles = o + 8;
-      }
-      for (int j = 0; j < 16; ++j) nibbles[j] = uint8_t(c[j] | c[j + 16] << 4);
+      put<uint16_t>(o, fp16_scale(scale));
+      put<uint16_t>(o + 2, fp16_scale(-min));
+      if (q5) put<uint32_t>(o + 4, bit_plane(c, 4));
+      put_nibbles(o + (q5 ? 8 : 4), c);
     }
   }
   return out;

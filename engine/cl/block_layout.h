@@ -51,7 +51,7 @@ void repack_rows(GgmlType type, const uint8_t* data, int n_in, int rows, std::ve
 //   that rounds to a subnormal is exact, as d is itself an fp16) is that of
 //   the fp16 weights the tensor-core prefill already multiplies. A tensor
 //   with a scale beyond the fp16 range keeps its own type and the float
-//   records above (repack_tensor, engine/cl/weights.h). H200, 1B-shaped
+//   records above (repack_for_device, engine/cl/weights.h). H200, 1B-shaped
 //   Q4_K_M mix (2026-11-29): tg128 1,618 / 1,633 against 1,512 / 1,508,
 //   pp512 60.6k / 60.7k against 58.5k / 58.7k; SmolLM2's Q4_K_M perplexity
 //   18.9368, Gemma 3's 13.8278 (float64 references 18.9360, 13.8263).

@@ -751,8 +751,21 @@ INLINE float row_dot(int type, const __global uchar* wq, const __global uchar* w
 // and each block's (scale, min): Q4_0's min is -8 * scale, Q8_0's is unused;
 // the types of ext_record also their high-bit words (h). Types read by
 // block_values8 and F32 / F16 / BF16 rows are not held (their dot reads the
-// row).
+// row). Where rows are long (Q6_LATE_H), Q6_K's top-bit words are not held
+// either: its dot reads them from the record after the wait (held_high_bits),
+// from the sector its scales' load brought in. Held, they cost 16 registers
+// a down row at 1B and NVIDIA's compiler spilled in every stage (H200, 1B
+// Q4_K_M mix: spills 484 / 384 bytes against 292 / 272, gate/up 165 against
+// 153 us a token, tg128 1,620 / 1,622 against 1,669 / 1,668). Short rows
+// spill nothing either way, and the later read only adds its latency. tg128
+// of the Q4_K_M mixes, held against read late: SmolLM2-135M (RB 2) 2,537 /
+// 2,534 against 2,511 / 2,505, Gemma 3 270M (2) 2,412 / 2,413 against 2,386
+// / 2,390, SmolLM2-360M (3) 1,897 / 1,879 against 1,881 / 1,897,
+// Qwen2.5-0.5B (5) 1,780 / 1,780 against 1,861 / 1,869.
 #define RB ((LOCAL_X / 32 + 31) / 32)
+#ifndef Q6_LATE_H
+#define Q6_LATE_H (RB > 2)
+#endif
 typedef struct {
   uint4 q[2 * RB];
   float2 s[RB];
@@ -772,7 +785,11 @@ INLINE void row_load_blocks(const __global uchar* wq, const __global uchar* ws, 
       for (int c = 0; c < chunks; ++c) {
         r->q[chunks * k + c] = ((const __global uint4*)wq)[chunks * (base + b) + c];
       }
-      block_record(type, ws, base + b, &r->s[k], &r->h[k]);
+      if (type == 14 && Q6_LATE_H) {
+        r->s[k] = vload2(2 * (base + b), (const __global float*)ws);
+      } else {
+        block_record(type, ws, base + b, &r->s[k], &r->h[k]);
+      }
     }
   }
 }
@@ -808,9 +825,15 @@ INLINE float row_dot_regs_q8_0(int n_in, const __local float* x, int lane, const
   }
   return acc;
 }
+// Block b of a row held in r: its high-bit words, from r or (Q6_K where
+// Q6_LATE_H) the record, the row's blocks starting at block `base`.
+INLINE uint2 held_high_bits(int type, const __global uchar* ws, size_t base, int k, int b,
+                            const RowRegs* r) {
+  return type == 14 && Q6_LATE_H ? vload2(2 * (base + b) + 1, (const __global uint*)ws) : r->h[k];
+}
 // A row of an XI_TYPE in registers against 16-bit x (XI).
-INLINE float row_dot_regs_xi(int type, int n_in, const __local float* x, int lane,
-                             const RowRegs* r) {
+INLINE float row_dot_regs_xi(int type, const __global uchar* ws, int n_in, int row,
+                             const __local float* x, int lane, const RowRegs* r) {
   const __local uint* xw = (const __local uint*)x;
   float acc = 0.0f;
 #pragma unroll
@@ -821,26 +844,30 @@ INLINE float row_dot_regs_xi(int type, int n_in, const __local float* x, int lan
         acc += r->s[k].x * xi_scales(xw + b * XI_W).x *
                (float)int8_dot_xi(r->q[2 * k], r->q[2 * k + 1], xw + b * XI_W);
       } else {
-        acc += xi_block_dot(type, r->q[k], r->s[k], r->h[k], xw + b * XI_W);
+        const uint2 h = held_high_bits(type, ws, (size_t)row * (n_in / 32), k, b, r);
+        acc += xi_block_dot(type, r->q[k], r->s[k], h, xw + b * XI_W);
       }
     }
   }
   return acc;
 }
-INLINE float row_dot_regs_ext(int type, int n_in, const __local float* x, int lane,
-                              const RowRegs* r) {
+INLINE float row_dot_regs_ext(int type, const __global uchar* ws, int n_in, int row,
+                              const __local float* x, int lane, const RowRegs* r) {
   float acc = 0.0f;
 #pragma unroll
   for (int k = 0; k < RB; ++k) {
     const int b = lane + 32 * k;
-    if (b < n_in / 32) acc += ext_block_dot(type, r->q[k], r->s[k], r->h[k], x + b * XS);
+    if (b < n_in / 32) {
+      const uint2 h = held_high_bits(type, ws, (size_t)row * (n_in / 32), k, b, r);
+      acc += ext_block_dot(type, r->q[k], r->s[k], h, x + b * XS);
+    }
   }
   return acc;
 }
 // This lane's share of dot(W[row], x) with the row in r (row_load).
 INLINE float row_dot_regs(int type, const __global uchar* wq, const __global uchar* ws, int n_in,
                           int row, const __local float* x, int lane, const RowRegs* r, bool xi) {
-  if (xi) return row_dot_regs_xi(type, n_in, x, lane, r);
+  if (xi) return row_dot_regs_xi(type, ws, n_in, row, x, lane, r);
   switch (type) {
     case 2:
     case 3:
@@ -852,7 +879,7 @@ INLINE float row_dot_regs(int type, const __global uchar* wq, const __global uch
     case 12:
     case 13:
     case 14:
-      return row_dot_regs_ext(type, n_in, x, lane, r);
+      return row_dot_regs_ext(type, ws, n_in, row, x, lane, r);
     default:  // F32, F16, BF16 and block_values8's types: read from the arena
       return row_dot(type, wq, ws, n_in, row, x, lane, false);
   }
@@ -1799,10 +1826,36 @@ INLINE void ffn_gate_up(const Weights* w, const State* s, const Local* lm, const
 
 // ---- the head: logits and the token ---------------------------------------------
 
+// The lm_head's rows in registers a step ahead: HEAD_PIPE rows are dotted
+// while the next HEAD_PIPE rows load (row_load), where the head is Q6_K,
+// whose blocks cost more instructions than their bytes (an iteration that
+// loaded four rows and then dotted them left the memory idle during the
+// dots). H200, 1B-shaped Q4_K_M mix (Q6_K head, 2048 x 128,256): head 94 ->
+// 74 us a token, tg128 1,673 / 1,686 against 1,734 / 1,732. A Q8_0 head's
+// two 16-byte chunks a block make the same scheme spill (Q4_0 file: head 74
+// -> 112 us), so it keeps loading four rows and dotting them.
+#ifndef HEAD_PIPE
+#define HEAD_PIPE (WT_HEAD == 14 ? 2 : 0)
+#endif
+
+// Logit `row` (v: this lane's share of its dot; every lane calls this) into
+// logits and, in lane 0, the warp's best so far.
+INLINE void head_row_done(const State* s, const Place* at, int row, float v, float scale,
+                          float* best, int* best_i) {
+  const float sum = warp_sum(v) * scale;
+  if (at->lane == 0 && row < N_VOCAB) {
+    s->logits[row] = sum;
+    if (beats(sum, row, *best, *best_i)) {
+      *best = sum;
+      *best_i = row;
+    }
+  }
+}
+
 // x' = rmsnorm(x) * output_norm (gw); logits = Whead x'; this work-group's
 // argmax candidate -> part_val, part_idx. Four rows per iteration so their
-// loads overlap (eight: slower); rows stay in increasing order per warp
-// (ties keep the lower id).
+// loads overlap (eight: slower), or HEAD_PIPE rows a step ahead; rows stay
+// in increasing order per warp (ties keep the lower id).
 INLINE void head_logits(const Weights* w, const State* s, const Local* lm, const Place* at,
                         const float4* gw) {
 #if POST_NORMS
@@ -1814,6 +1867,38 @@ INLINE void head_logits(const Weights* w, const State* s, const Local* lm, const
 #endif
   float best = 0.0f;
   int best_i = -1;
+#if HEAD_PIPE > 0
+  const __global uchar* hq = w->arena + w->head_q;
+  const __global uchar* hs = w->arena + w->head_s;
+  const int step = HEAD_PIPE * at->n_gwarps;
+  RowRegs cur[HEAD_PIPE];
+#pragma unroll
+  for (int k = 0; k < HEAD_PIPE; ++k) {
+    const int row = at->gwarp + k * at->n_gwarps;
+    if (row < N_VOCAB) row_load(WT_HEAD, hq, hs, N_EMBD, row, at->lane, &cur[k]);
+  }
+  for (int row0 = at->gwarp; row0 < N_VOCAB; row0 += step) {
+    RowRegs nxt[HEAD_PIPE];
+#pragma unroll
+    for (int k = 0; k < HEAD_PIPE; ++k) {
+      const int row = row0 + step + k * at->n_gwarps;
+      if (row < N_VOCAB) row_load(WT_HEAD, hq, hs, N_EMBD, row, at->lane, &nxt[k]);
+    }
+    float v[HEAD_PIPE];
+#pragma unroll
+    for (int k = 0; k < HEAD_PIPE; ++k) {
+      const int row = row0 + k * at->n_gwarps;
+      v[k] = row < N_VOCAB ? row_dot_regs(WT_HEAD, hq, hs, N_EMBD, row, lm->xl, at->lane, &cur[k],
+                                          XI_HEAD)
+                           : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < HEAD_PIPE; ++k) {
+      head_row_done(s, at, row0 + k * at->n_gwarps, v[k], scale, &best, &best_i);
+      cur[k] = nxt[k];
+    }
+  }
+#else
   for (int row0 = at->gwarp; row0 < N_VOCAB; row0 += 4 * at->n_gwarps) {
     float v[4];
 #pragma unroll
@@ -1825,17 +1910,10 @@ INLINE void head_logits(const Weights* w, const State* s, const Local* lm, const
     }
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const int row = row0 + k * at->n_gwarps;
-      const float sum = warp_sum(v[k]) * scale;
-      if (at->lane == 0 && row < N_VOCAB) {
-        s->logits[row] = sum;
-        if (beats(sum, row, best, best_i)) {
-          best = sum;
-          best_i = row;
-        }
-      }
+      head_row_done(s, at, row0 + k * at->n_gwarps, v[k], scale, &best, &best_i);
     }
   }
+#endif
   best_i = workgroup_argmax(best, best_i, lm->red_v, lm->red_i);
   if (at->lid == 0) {
     s->part_val[at->group] = lm->red_v[0];

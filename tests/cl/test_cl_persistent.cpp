@@ -672,12 +672,14 @@ std::string blk(int il, const std::string& what) {
 // A synthetic model of 4 layers in `base` types (spec_for's shapes: rows of
 // 128 and, for down, 256 values, so K-quants fit down only), retyped per
 // tensor; logits at every position against the CPU reference on the
-// persistent path when `persistent`.
+// persistent path when `persistent`. `reshape` may change the shape first.
 void expect_mix_matches_cpu(GgmlType base, const std::map<std::string, GgmlType>& retype,
                             bool persistent = true, const TensorPatch& patch = {},
-                            const std::function<void(const Model&)>& check = {}) {
+                            const std::function<void(const Model&)>& check = {},
+                            const std::function<void(SyntheticSpec&)>& reshape = {}) {
   SyntheticSpec spec = spec_for({base, GgmlType::Q8_0, true});
   spec.n_layer = 4;
+  if (reshape) reshape(spec);
   const std::string path = write_synthetic_model_tmp(spec);
   const std::string mixed = retyped_copy(path, retype, patch);
   const Model model = load_model(mixed);
@@ -741,6 +743,26 @@ TEST(PersistentDecodeMixed, Q4KMLikeMixMatchesCpu) {
     retype[blk(il, "ffn_down")] = more_bits ? GgmlType::Q6_K : GgmlType::Q4_K;
   }
   expect_mix_matches_cpu(GgmlType::Q4_0, retype);
+}
+
+// Rows long enough that the NVIDIA kernel reads Q6_K's top-bit words at the
+// dot instead of holding them across a barrier (Q6_LATE_H: FFN 2304, three
+// blocks a lane), and a Q6_K lm_head, whose rows it loads a step ahead of
+// their dots (HEAD_PIPE): two layers, embedding 256, down Q6_K in layer 0
+// and Q4_K (on the device Q4_1) in layer 1, V Q6_K in layer 0, the tied
+// embedding Q6_K.
+TEST(PersistentDecodeMixed, Q6KLongRowsAndHeadMatchCpu) {
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
+  expect_mix_matches_cpu(GgmlType::Q4_0,
+                         {{"token_embd.weight", GgmlType::Q6_K},
+                          {blk(0, "attn_v"), GgmlType::Q6_K},
+                          {blk(0, "ffn_down"), GgmlType::Q6_K},
+                          {blk(1, "ffn_down"), GgmlType::Q4_K}},
+                         true, {}, {}, [](SyntheticSpec& s) {
+                           s.n_layer = 2;
+                           s.n_embd = 256;
+                           s.n_ff = 2304;
+                         });
 }
 
 // The five-bit types, which the CPU kernel reads with their fifth bits from

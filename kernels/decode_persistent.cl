@@ -751,8 +751,9 @@ INLINE float row_dot(int type, const __global uchar* wq, const __global uchar* w
 // and each block's (scale, min): Q4_0's min is -8 * scale, Q8_0's is unused;
 // the types of ext_record also their high-bit words (h). Types read by
 // block_values8 and F32 / F16 / BF16 rows are not held (their dot reads the
-// row). Where rows are long (Q6_LATE_H), Q6_K's top-bit words are not held
-// either: its dot reads them from the record after the wait (held_high_bits),
+// row). Where the longest row (RB) has more than two blocks a lane
+// (Q6_LATE_H), no Q6_K row holds its top-bit words either: its dot reads them
+// from the record after the wait (held_high_bits),
 // from the sector its scales' load brought in. Held, they cost 16 registers
 // a down row at 1B and NVIDIA's compiler spilled in every stage (H200, 1B
 // Q4_K_M mix: spills 484 / 384 bytes against 292 / 272, gate/up 165 against
@@ -1831,7 +1832,7 @@ INLINE void ffn_gate_up(const Weights* w, const State* s, const Local* lm, const
 // whose blocks cost more instructions than their bytes (an iteration that
 // loaded four rows and then dotted them left the memory idle during the
 // dots). H200, 1B-shaped Q4_K_M mix (Q6_K head, 2048 x 128,256): head 94 ->
-// 74 us a token, tg128 1,673 / 1,686 against 1,734 / 1,732. A Q8_0 head's
+// 74 us a token, tg128 1,673 / 1,686 -> 1,734 / 1,732. A Q8_0 head's
 // two 16-byte chunks a block make the same scheme spill (Q4_0 file: head 74
 // -> 112 us), so it keeps loading four rows and dotting them.
 #ifndef HEAD_PIPE

@@ -14,7 +14,8 @@
 # K-quant mixes and two others with a different type per matrix; layers that
 # differ in types (a second, ALT type per role: SmolLM2-135M's Q4_K_M with V
 # Q5_0 / Q8_0 and down Q4_K / Q6_K by layer, a 1B-like Q4_K_M, every role
-# with an ALT type) and Q, K, V of three types; the tunable a test or a run
+# with an ALT type) and Q, K, V of three types; a Q6_K lm_head with rows of
+# at most two blocks a lane; the tunable a test or a run
 # may set (ATT_SPLIT_POS), a partial rotary dimension and the 1B shape with
 # the stage-ahead prefetch (PF_STAGES).
 #
@@ -163,6 +164,12 @@ for pwg in 512 256; do
   build "pwg$pwg-h64-alt-all" "$pwg" ${shapes[h64]} $(roles 2/8 2/8 8/2 2/1 2/8 2/3 8 8)
   # shellcheck disable=SC2086,SC2046
   build "pwg$pwg-h64-qkv3" "$pwg" ${shapes[h64]} $(roles 2 8 1 3 2 2 8 8)
+  # A Q6_K lm_head (loaded a step ahead: HEAD_PIPE) where rows have at most
+  # two blocks a lane, so held Q6_K rows keep their top-bit words
+  # (Q6_LATE_H 0); the h128 mixes above read them late.
+  # shellcheck disable=SC2086,SC2046
+  build "pwg$pwg-e512-q6head" "$pwg" -DN_EMBD=512 -DN_FF=1536 -DN_HEAD=8 -DN_HEAD_KV=2 \
+    -DHEAD_DIM=64 -DN_ROT=64 $(roles 3 3 3/14 3 3 3/14 14 14)
 done
 # The tunable: test_cl_persistent's ATT_SPLIT_POS=8 (the att_split_pos tuning
 # field); a partial rotary dimension.

@@ -669,28 +669,36 @@ std::string blk(int il, const std::string& what) {
   return "blk." + std::to_string(il) + "." + what + ".weight";
 }
 
+// What expect_mix_matches_cpu does beyond retyping: the path it expects
+// (persistent, else the plan), a patch of the retyped bytes (retyped_copy), a
+// check of the loaded model, a change of the shape before, and of the tuning.
+struct MixOptions {
+  bool persistent = true;
+  TensorPatch patch{};
+  std::function<void(const Model&)> check{};
+  std::function<void(SyntheticSpec&)> reshape{};
+  std::function<void(DecodeTuning&)> tune{};
+};
+
 // A synthetic model of 4 layers in `base` types (spec_for's shapes: rows of
 // 128 and, for down, 256 values, so K-quants fit down only), retyped per
-// tensor; logits at every position against the CPU reference on the
-// persistent path when `persistent`. `reshape` may change the shape first.
+// tensor; logits at every position against the CPU reference.
 void expect_mix_matches_cpu(GgmlType base, const std::map<std::string, GgmlType>& retype,
-                            bool persistent = true, const TensorPatch& patch = {},
-                            const std::function<void(const Model&)>& check = {},
-                            const std::function<void(SyntheticSpec&)>& reshape = {}) {
+                            const MixOptions& o = {}) {
   SyntheticSpec spec = spec_for({base, GgmlType::Q8_0, true});
   spec.n_layer = 4;
-  if (reshape) reshape(spec);
+  if (o.reshape) o.reshape(spec);
   const std::string path = write_synthetic_model_tmp(spec);
-  const std::string mixed = retyped_copy(path, retype, patch);
+  const std::string mixed = retyped_copy(path, retype, o.patch);
   const Model model = load_model(mixed);
-  if (check) check(model);
+  if (o.check) o.check(model);
   for (const auto& [name, type] : retype) {
     const auto t = std::find_if(model.file->tensors().begin(), model.file->tensors().end(),
                                 [&](const GgufTensor& x) { return x.name == name; });
     ASSERT_NE(t, model.file->tensors().end()) << name;
     ASSERT_EQ(t->type, type) << name;
   }
-  expect_model_logits_match_cpu(model, 7919, persistent);
+  expect_model_logits_match_cpu(model, 7919, o.persistent, o.tune);
   std::filesystem::remove(path);
   std::filesystem::remove(mixed);
 }
@@ -745,12 +753,15 @@ TEST(PersistentDecodeMixed, Q4KMLikeMixMatchesCpu) {
   expect_mix_matches_cpu(GgmlType::Q4_0, retype);
 }
 
-// Rows long enough that the NVIDIA kernel reads Q6_K's top-bit words at the
-// dot instead of holding them across a barrier (Q6_LATE_H: FFN 2304, three
-// blocks a lane), and a Q6_K lm_head, whose rows it loads a step ahead of
-// their dots (HEAD_PIPE): two layers, embedding 256, down Q6_K in layer 0
-// and Q4_K (on the device Q4_1) in layer 1, V Q6_K in layer 0, the tied
-// embedding Q6_K.
+// A model whose longest row is long enough that the NVIDIA kernel reads every
+// Q6_K row's top-bit words at the dot instead of holding them across a
+// barrier (Q6_LATE_H: FFN 2304, three blocks a lane), and a Q6_K lm_head,
+// whose rows it loads a step ahead of their dots (HEAD_PIPE): two layers,
+// embedding 256, down Q6_K in layer 0 and Q4_K (on the device Q4_1) in layer
+// 1, V Q6_K in layer 0, the tied embedding Q6_K. Three work-groups (48 warps
+// on NVIDIA) give each warp 10 or 11 of the 512 head rows: rows handed from
+// one step to the next, and a last step whose second row is past the vocab.
+// (CPU devices keep their grid: a work-group per worker thread.)
 TEST(PersistentDecodeMixed, Q6KLongRowsAndHeadMatchCpu) {
   if (!persistent_expected()) GTEST_SKIP() << k_not_here;
   expect_mix_matches_cpu(GgmlType::Q4_0,
@@ -758,11 +769,16 @@ TEST(PersistentDecodeMixed, Q6KLongRowsAndHeadMatchCpu) {
                           {blk(0, "attn_v"), GgmlType::Q6_K},
                           {blk(0, "ffn_down"), GgmlType::Q6_K},
                           {blk(1, "ffn_down"), GgmlType::Q4_K}},
-                         true, {}, {}, [](SyntheticSpec& s) {
-                           s.n_layer = 2;
-                           s.n_embd = 256;
-                           s.n_ff = 2304;
-                         });
+                         {.reshape =
+                              [](SyntheticSpec& s) {
+                                s.n_layer = 2;
+                                s.n_embd = 256;
+                                s.n_ff = 2304;
+                              },
+                          .tune =
+                              [](DecodeTuning& d) {
+                                if (!device_is_cpu()) d.persist_groups = 3;
+                              }});
 }
 
 // The five-bit types, which the CPU kernel reads with their fifth bits from
@@ -799,14 +815,15 @@ TEST(PersistentDecodeMixed, KQuantScaleBeyondFp16KeepsTheExactLayout) {
     for (int g = 4; g < 8; ++g) blk0.scales[4 + g] = uint8_t((g - 3) << 4);  // 4-7, scale 0
     std::memcpy(b.data(), &blk0, sizeof blk0);
   };
-  expect_mix_matches_cpu(GgmlType::Q4_0, retype, true, patch, [](const Model& m) {
+  const auto check = [](const Model& m) {
     for (int il : {0, 1}) {
       const GgufTensor* t = m.file->find_tensor(blk(il, "ffn_down"));
       ASSERT_NE(t, nullptr);
       EXPECT_EQ(repack_tensor(*m.file, *t, test::cl_test_runtime().device().is_cpu).type,
                 il == 1 ? GgmlType::Q4_K : GgmlType::Q4_1);
     }
-  });
+  };
+  expect_mix_matches_cpu(GgmlType::Q4_0, retype, {.patch = patch, .check = check});
 }
 
 // More than the kernels take: three types in one role. The plan decodes
@@ -815,7 +832,7 @@ TEST(PersistentDecodeMixed, ThreeTypesInARoleKeepThePlan) {
   if (!persistent_expected()) GTEST_SKIP() << k_not_here;
   expect_mix_matches_cpu(GgmlType::Q4_0,
                          {{blk(1, "attn_v"), GgmlType::Q8_0}, {blk(2, "attn_v"), GgmlType::F16}},
-                         false);
+                         {.persistent = false});
 }
 
 // llama-quantize's Q4_K_M of SmolLM2-135M (attn_v Q5_0 / Q8_0 and ffn_down

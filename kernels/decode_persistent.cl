@@ -408,6 +408,14 @@ INLINE void ext_record(int type, const __global uchar* ws, size_t blk, float2* s
     }
   }
 }
+// Q6_K block blk's record in halves (ext_record reads it whole): its scales
+// (s0, s1) and its top-bit words (h0, h1).
+INLINE float2 q6_scales(const __global uchar* ws, size_t blk) {
+  return vload2(2 * blk, (const __global float*)ws);
+}
+INLINE uint2 q6_top_words(const __global uchar* ws, size_t blk) {
+  return vload2(2 * blk + 1, (const __global uint*)ws);
+}
 // Block blk's record for the types whose rows RowRegs holds: its (scale,
 // min) in s (Q4_0's min -8 d; Q8_0's unused) and the ext types' high-bit
 // words in h (0 for the others).
@@ -753,8 +761,8 @@ INLINE float row_dot(int type, const __global uchar* wq, const __global uchar* w
 // block_values8 and F32 / F16 / BF16 rows are not held (their dot reads the
 // row). Where the longest row (RB) has more than two blocks a lane
 // (Q6_LATE_H), no Q6_K row holds its top-bit words either: its dot reads them
-// from the record after the wait (held_high_bits),
-// from the sector its scales' load brought in. Held, they cost 16 registers
+// from the record after the wait (held_high_bits), from the sector its
+// scales' load brought in. Held, they cost 16 registers
 // a down row at 1B and NVIDIA's compiler spilled in every stage (H200, 1B
 // Q4_K_M mix: spills 484 / 384 bytes against 292 / 272, gate/up 165 against
 // 153 us a token, tg128 1,620 / 1,622 against 1,669 / 1,668). Short rows
@@ -787,7 +795,7 @@ INLINE void row_load_blocks(const __global uchar* wq, const __global uchar* ws, 
         r->q[chunks * k + c] = ((const __global uint4*)wq)[chunks * (base + b) + c];
       }
       if (type == 14 && Q6_LATE_H) {
-        r->s[k] = vload2(2 * (base + b), (const __global float*)ws);
+        r->s[k] = q6_scales(ws, base + b);
       } else {
         block_record(type, ws, base + b, &r->s[k], &r->h[k]);
       }
@@ -830,7 +838,7 @@ INLINE float row_dot_regs_q8_0(int n_in, const __local float* x, int lane, const
 // Q6_LATE_H) the record, the row's blocks starting at block `base`.
 INLINE uint2 held_high_bits(int type, const __global uchar* ws, size_t base, int k, int b,
                             const RowRegs* r) {
-  return type == 14 && Q6_LATE_H ? vload2(2 * (base + b) + 1, (const __global uint*)ws) : r->h[k];
+  return type == 14 && Q6_LATE_H ? q6_top_words(ws, base + b) : r->h[k];
 }
 // A row of an XI_TYPE in registers against 16-bit x (XI).
 INLINE float row_dot_regs_xi(int type, const __global uchar* ws, int n_in, int row,

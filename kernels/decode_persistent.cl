@@ -408,14 +408,6 @@ INLINE void ext_record(int type, const __global uchar* ws, size_t blk, float2* s
     }
   }
 }
-// Q6_K block blk's record in halves (ext_record reads it whole): its scales
-// (s0, s1) and its top-bit words (h0, h1).
-INLINE float2 q6_scales(const __global uchar* ws, size_t blk) {
-  return vload2(2 * blk, (const __global float*)ws);
-}
-INLINE uint2 q6_top_words(const __global uchar* ws, size_t blk) {
-  return vload2(2 * blk + 1, (const __global uint*)ws);
-}
 // Block blk's record for the types whose rows RowRegs holds: its (scale,
 // min) in s (Q4_0's min -8 d; Q8_0's unused) and the ext types' high-bit
 // words in h (0 for the others).
@@ -756,31 +748,87 @@ INLINE float row_dot(int type, const __global uchar* wq, const __global uchar* w
 // work-group's arrival at the barrier and its wait there; after the barrier
 // only the activations are waited for. Lane `lane` holds blocks lane,
 // lane + 32, ... of the row: at most RB blocks (Q8_0 blocks take two uint4)
-// and each block's (scale, min): Q4_0's min is -8 * scale, Q8_0's is unused;
-// the types of ext_record also their high-bit words (h). Types read by
-// block_values8 and F32 / F16 / BF16 rows are not held (their dot reads the
-// row). Where the longest row (RB) has more than two blocks a lane
-// (Q6_LATE_H), no Q6_K row holds its top-bit words either: its dot reads them
-// from the record after the wait (held_high_bits), from the sector its
-// scales' load brought in. Held, they cost 16 registers
-// a down row at 1B and NVIDIA's compiler spilled in every stage (H200, 1B
-// Q4_K_M mix: spills 484 / 384 bytes against 292 / 272, gate/up 165 against
-// 153 us a token, tg128 1,620 / 1,622 against 1,669 / 1,668). Short rows
-// spill nothing either way, and the later read only adds its latency. tg128
-// of the Q4_K_M mixes, held against read late: SmolLM2-135M (RB 2) 2,537 /
-// 2,534 against 2,511 / 2,505, Gemma 3 270M (2) 2,412 / 2,413 against 2,386
-// / 2,390, SmolLM2-360M (3) 1,897 / 1,879 against 1,881 / 1,897,
-// Qwen2.5-0.5B (5) 1,780 / 1,780 against 1,861 / 1,869.
+// and each block's scale record. Where the longest row (RB) has more than
+// two blocks a lane (WORD_SCALES), Q4_0, Q4_1 and Q8_0 keep their scale
+// bits as loaded, one word a block (sw: Q4_1's half2 (scale, min), the
+// others' half), turned into floats by the dot; else, and for the types of
+// ext_record, float scales (s) and the ext types' high-bit words (h). Types
+// read by block_values8 and F32 / F16 / BF16 rows are not held (their dot
+// reads the row). Where RB > 2 (Q6_LATE_H), a Q6_K row holds only its codes:
+// its dot reads each block's record, scales and top-bit words, after the
+// wait (held_record).
+//
+// Registers held across a barrier are what NVIDIA's compiler spills when the
+// kernel's 128 a work-item run out, and a value converted when its load
+// returns stalls the warp there. H200, Llama-3.2-1B shape, `clchat bench -m
+// FILE -p 0 -n 128 -r 3 --device gpu`, two rounds alternating with the
+// version that held two floats a block and Q6_K's scales (2026-11-30):
+// Q4_0 2,108 / 2,110 against 2,005 / 2,010 (spills 0 against 108 / 132
+// bytes), Q4_K (held as Q4_1) 2,087 / 2,088 against 1,970 / 1,970, Q4_K_M
+// mix 1,841 / 1,838 against 1,730 / 1,724 (spills 68 / 140 against 240 /
+// 236); SmolLM2-1.7B shape Q4_K_M 1,287 / 1,284 against 1,181 / 1,177;
+// SmolLM2-360M Q4_0 2,131 / 2,125 against 2,090 / 2,091. Per token in
+// the 1B mix's trace, each part alone: words 538 us, whole Q6_K records
+// late 551, both 519, neither 554. Where rows have two blocks a lane or
+// fewer, words against floats: Gemma 3 270M Q4_K_M 2,390 / 2,397 / 2,387
+// against 2,417 / 2,415 / 2,415, SmolLM2-135M Q4_K_M 2,543 / 2,538 / 2,533
+// against 2,543 / 2,538 / 2,529 (so floats there).
+//
+// Before that, where Q6_LATE_H was chosen: held, Q6_K's top-bit words cost
+// 16 registers a down row at 1B and NVIDIA's compiler spilled in every stage
+// (H200, 1B Q4_K_M mix: spills 484 / 384 bytes against 292 / 272, gate/up
+// 165 against 153 us a token, tg128 1,620 / 1,622 against 1,669 / 1,668).
+// Short rows spill nothing either way, and the later read only adds its
+// latency. tg128 of the Q4_K_M mixes, held against read late: SmolLM2-135M
+// (RB 2) 2,537 / 2,534 against 2,511 / 2,505, Gemma 3 270M (2) 2,412 /
+// 2,413 against 2,386 / 2,390, SmolLM2-360M (3) 1,897 / 1,879 against 1,881
+// / 1,897, Qwen2.5-0.5B (5) 1,780 / 1,780 against 1,861 / 1,869.
 #define RB ((LOCAL_X / 32 + 31) / 32)
 #ifndef Q6_LATE_H
 #define Q6_LATE_H (RB > 2)
 #endif
+#ifndef WORD_SCALES
+#define WORD_SCALES (RB > 2)
+#endif
 typedef struct {
   uint4 q[2 * RB];
+  uint sw[RB];
   float2 s[RB];
   uint2 h[RB];
 } RowRegs;
 
+// The types whose held scales are one word a block (sw), where rows have
+// more than two blocks a lane (WORD_SCALES).
+INLINE bool word_scaled(int type) { return WORD_SCALES && (type == 2 || type == 3 || type == 8); }
+// Block blk's scale bits as loaded: Q4_1 (scale, min) as half2, Q4_0 and
+// Q8_0 the scale's half in the low 16 bits.
+INLINE uint scale_word(int type, const __global uchar* ws, size_t blk) {
+  return type == 3 ? ((const __global uint*)ws)[blk] : (uint)((const __global ushort*)ws)[blk];
+}
+// (scale, min) from scale_word's bits (Q4_0's min -8 scale, Q8_0's 0).
+INLINE float2 word_scales(int type, uint w) {
+  float2 f;
+  asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %2; cvt.f32.f16 %0, lo; cvt.f32.f16 %1, hi; }"
+      : "=f"(f.x), "=f"(f.y)
+      : "r"(w));
+  return type == 3 ? f : (float2)(f.x, type == 2 ? -8.0f * f.x : 0.0f);
+}
+
+// Block b of a row held in r (k: its index there): its (scale, min) and
+// high-bit words, from r or (Q6_K where Q6_LATE_H) from the record, read
+// now; `base`: the row's first block (used only by that read).
+INLINE void held_record(int type, const __global uchar* ws, size_t base, int k, int b,
+                        const RowRegs* r, float2* s, uint2* h) {
+  if (type == 14 && Q6_LATE_H) {
+    ext_record(14, ws, base + b, s, h);
+  } else if (word_scaled(type)) {
+    *s = word_scales(type, r->sw[k]);
+    *h = (uint2)(0u);
+  } else {
+    *s = r->s[k];
+    *h = r->h[k];
+  }
+}
 // Blocks of 16 * `chunks` bytes (Q4_0 2, Q4_1 3 and the ext types: 1; Q8_0 8: 2).
 INLINE void row_load_blocks(const __global uchar* wq, const __global uchar* ws, int n_in, int row,
                             int lane, RowRegs* r, int chunks, int type) {
@@ -795,7 +843,9 @@ INLINE void row_load_blocks(const __global uchar* wq, const __global uchar* ws, 
         r->q[chunks * k + c] = ((const __global uint4*)wq)[chunks * (base + b) + c];
       }
       if (type == 14 && Q6_LATE_H) {
-        r->s[k] = q6_scales(ws, base + b);
+        // held_record reads the record
+      } else if (word_scaled(type)) {
+        r->sw[k] = scale_word(type, ws, base + b);
       } else {
         block_record(type, ws, base + b, &r->s[k], &r->h[k]);
       }
@@ -810,14 +860,18 @@ INLINE void row_load(int type, const __global uchar* wq, const __global uchar* w
   if (type == 8) row_load_blocks(wq, ws, n_in, row, lane, r, 2, type);
 }
 // Q4_0 (2), Q4_1 (3): d * sum(code * x) + m * sum(x) (Q4_0's m is -8 d).
-INLINE float row_dot_regs_nibbles(int n_in, const __local float* x, int lane, const RowRegs* r) {
+INLINE float row_dot_regs_nibbles(int type, int n_in, const __local float* x, int lane,
+                                   const RowRegs* r) {
   float acc = 0.0f;
 #pragma unroll
   for (int k = 0; k < RB; ++k) {
     const int b = lane + 32 * k;
     if (b < n_in / 32) {
       const float2 d = nibble_dot_local(r->q[k], x + b * XS);
-      acc += r->s[k].x * d.x + r->s[k].y * d.y;
+      float2 sc;
+      uint2 h;
+      held_record(type, 0, 0, k, b, r, &sc, &h);
+      acc += sc.x * d.x + sc.y * d.y;
     }
   }
   return acc;
@@ -829,16 +883,13 @@ INLINE float row_dot_regs_q8_0(int n_in, const __local float* x, int lane, const
   for (int k = 0; k < RB; ++k) {
     const int b = lane + 32 * k;
     if (b < n_in / 32) {
-      acc += r->s[k].x * q8_block_dot(r->q[2 * k], r->q[2 * k + 1], x + b * XS);
+      float2 sc;
+      uint2 h;
+      held_record(8, 0, 0, k, b, r, &sc, &h);
+      acc += sc.x * q8_block_dot(r->q[2 * k], r->q[2 * k + 1], x + b * XS);
     }
   }
   return acc;
-}
-// Block b of a row held in r: its high-bit words, from r or (Q6_K where
-// Q6_LATE_H) the record, the row's blocks starting at block `base`.
-INLINE uint2 held_high_bits(int type, const __global uchar* ws, size_t base, int k, int b,
-                            const RowRegs* r) {
-  return type == 14 && Q6_LATE_H ? q6_top_words(ws, base + b) : r->h[k];
 }
 // A row of an XI_TYPE in registers against 16-bit x (XI).
 INLINE float row_dot_regs_xi(int type, const __global uchar* ws, int n_in, int row,
@@ -850,11 +901,16 @@ INLINE float row_dot_regs_xi(int type, const __global uchar* ws, int n_in, int r
     const int b = lane + 32 * k;
     if (b < n_in / 32) {
       if (type == 8) {
-        acc += r->s[k].x * xi_scales(xw + b * XI_W).x *
+        float2 sc;
+        uint2 h;
+        held_record(8, 0, 0, k, b, r, &sc, &h);
+        acc += sc.x * xi_scales(xw + b * XI_W).x *
                (float)int8_dot_xi(r->q[2 * k], r->q[2 * k + 1], xw + b * XI_W);
       } else {
-        const uint2 h = held_high_bits(type, ws, (size_t)row * (n_in / 32), k, b, r);
-        acc += xi_block_dot(type, r->q[k], r->s[k], h, xw + b * XI_W);
+        float2 sc;
+        uint2 h;
+        held_record(type, ws, (size_t)row * (n_in / 32), k, b, r, &sc, &h);
+        acc += xi_block_dot(type, r->q[k], sc, h, xw + b * XI_W);
       }
     }
   }
@@ -867,8 +923,10 @@ INLINE float row_dot_regs_ext(int type, const __global uchar* ws, int n_in, int 
   for (int k = 0; k < RB; ++k) {
     const int b = lane + 32 * k;
     if (b < n_in / 32) {
-      const uint2 h = held_high_bits(type, ws, (size_t)row * (n_in / 32), k, b, r);
-      acc += ext_block_dot(type, r->q[k], r->s[k], h, x + b * XS);
+      float2 sc;
+      uint2 h;
+      held_record(type, ws, (size_t)row * (n_in / 32), k, b, r, &sc, &h);
+      acc += ext_block_dot(type, r->q[k], sc, h, x + b * XS);
     }
   }
   return acc;
@@ -880,7 +938,7 @@ INLINE float row_dot_regs(int type, const __global uchar* wq, const __global uch
   switch (type) {
     case 2:
     case 3:
-      return row_dot_regs_nibbles(n_in, x, lane, r);
+      return row_dot_regs_nibbles(type, n_in, x, lane, r);
     case 8:
       return row_dot_regs_q8_0(n_in, x, lane, r);
     case 6:

@@ -165,8 +165,8 @@ for pwg in 512 256; do
   # shellcheck disable=SC2086,SC2046
   build "pwg$pwg-h64-qkv3" "$pwg" ${shapes[h64]} $(roles 2 8 1 3 2 2 8 8)
   # A Q6_K lm_head (loaded a step ahead: HEAD_PIPE) where rows have at most
-  # two blocks a lane, so held Q6_K rows keep their top-bit words
-  # (Q6_LATE_H 0); the h128 mixes above read them late.
+  # two blocks a lane, so held Q6_K rows keep their scales and top-bit words
+  # (Q6_LATE_H 0); the h128 mixes above read those records late.
   # shellcheck disable=SC2086,SC2046
   build "pwg$pwg-e512-q6head" "$pwg" -DN_EMBD=512 -DN_FF=1536 -DN_HEAD=8 -DN_HEAD_KV=2 \
     -DHEAD_DIM=64 -DN_ROT=64 $(roles 3 3 3/14 3 3 3/14 14 14)

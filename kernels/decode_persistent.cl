@@ -814,6 +814,10 @@ INLINE float2 word_scales(int type, uint w) {
   return type == 3 ? f : (float2)(f.x, type == 2 ? -8.0f * f.x : 0.0f);
 }
 
+// The (scale, min) of a Q4_0, Q4_1 or Q8_0 block held in r at index k.
+INLINE float2 held_scales(int type, int k, const RowRegs* r) {
+  return word_scaled(type) ? word_scales(type, r->sw[k]) : r->s[k];
+}
 // Block b of a row held in r (k: its index there): its (scale, min) and
 // high-bit words, from r or (Q6_K where Q6_LATE_H) from the record, read
 // now; `base`: the row's first block (used only by that read).
@@ -868,9 +872,7 @@ INLINE float row_dot_regs_nibbles(int type, int n_in, const __local float* x, in
     const int b = lane + 32 * k;
     if (b < n_in / 32) {
       const float2 d = nibble_dot_local(r->q[k], x + b * XS);
-      float2 sc;
-      uint2 h;
-      held_record(type, 0, 0, k, b, r, &sc, &h);
+      const float2 sc = held_scales(type, k, r);
       acc += sc.x * d.x + sc.y * d.y;
     }
   }
@@ -883,10 +885,7 @@ INLINE float row_dot_regs_q8_0(int n_in, const __local float* x, int lane, const
   for (int k = 0; k < RB; ++k) {
     const int b = lane + 32 * k;
     if (b < n_in / 32) {
-      float2 sc;
-      uint2 h;
-      held_record(8, 0, 0, k, b, r, &sc, &h);
-      acc += sc.x * q8_block_dot(r->q[2 * k], r->q[2 * k + 1], x + b * XS);
+      acc += held_scales(8, k, r).x * q8_block_dot(r->q[2 * k], r->q[2 * k + 1], x + b * XS);
     }
   }
   return acc;
@@ -901,10 +900,7 @@ INLINE float row_dot_regs_xi(int type, const __global uchar* ws, int n_in, int r
     const int b = lane + 32 * k;
     if (b < n_in / 32) {
       if (type == 8) {
-        float2 sc;
-        uint2 h;
-        held_record(8, 0, 0, k, b, r, &sc, &h);
-        acc += sc.x * xi_scales(xw + b * XI_W).x *
+        acc += held_scales(8, k, r).x * xi_scales(xw + b * XI_W).x *
                (float)int8_dot_xi(r->q[2 * k], r->q[2 * k + 1], xw + b * XI_W);
       } else {
         float2 sc;

@@ -15,8 +15,9 @@
 # differ in types (a second, ALT type per role: SmolLM2-135M's Q4_K_M with V
 # Q5_0 / Q8_0 and down Q4_K / Q6_K by layer, a 1B-like Q4_K_M, every role
 # with an ALT type) and Q, K, V of three types; a Q6_K lm_head with rows of
-# at most two blocks a lane; the tunable a test or a run
-# may set (ATT_SPLIT_POS), a partial rotary dimension and the 1B shape with
+# at most two blocks a lane; rows of three blocks a lane on float inputs
+# (held scale words, Q6_K records read at the dot); the tunable a test or a
+# run may set (ATT_SPLIT_POS), a partial rotary dimension and the 1B shape with
 # the stage-ahead prefetch (PF_STAGES).
 #
 # Also kernels/sample.cl alone with the persistent build's fast-math flags:
@@ -170,6 +171,12 @@ for pwg in 512 256; do
   # shellcheck disable=SC2086,SC2046
   build "pwg$pwg-e512-q6head" "$pwg" -DN_EMBD=512 -DN_FF=1536 -DN_HEAD=8 -DN_HEAD_KV=2 \
     -DHEAD_DIM=64 -DN_ROT=64 $(roles 3 3 3/14 3 3 3/14 14 14)
+  # Rows of three blocks a lane on float inputs (an F16 ALT in Q/K/V and
+  # down): Q4_0, Q4_1 and Q8_0 rows held as scale words, Q6_K records read
+  # at the dot (test_cl_persistent's LongRowsOnFloatInputsMatchCpu).
+  # shellcheck disable=SC2086,SC2046
+  build "pwg$pwg-e512-ff3072-float" "$pwg" -DN_EMBD=512 -DN_FF=3072 -DN_HEAD=8 -DN_HEAD_KV=2 \
+    -DHEAD_DIM=64 -DN_ROT=64 $(roles 2 3 14/1 8 2 8/1 8 8)
 done
 # The tunable: test_cl_persistent's ATT_SPLIT_POS=8 (the att_split_pos tuning
 # field); a partial rotary dimension.

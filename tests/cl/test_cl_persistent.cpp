@@ -155,18 +155,23 @@ TEST(PersistentDecode, AttentionSplitOverWorkGroupsMatchesCpu) {
 // over several rounds). FFN 1152 = 36
 // blocks of 32, so a lane holds two blocks of each down-projection row; 2
 // heads of 64 sharing one KV head.
+// (FFN 2304: three blocks a lane, so NVIDIA's held Q4_0, Q4_1 and Q8_0 rows
+// keep their scales as loaded words, WORD_SCALES; 1152: two, floats.)
 TEST(PersistentDecode, FewWorkGroupsAndLongRowsMatchCpu) {
   if (!persistent_expected()) GTEST_SKIP() << k_not_here;
-  for (const GgmlType t : {GgmlType::Q4_1, GgmlType::Q8_0}) {
-    SCOPED_TRACE(ggml_type_name(t));
-    expect_logits_match_cpu(
-        {t, GgmlType::Q8_0, true}, 7919,
-        [](SyntheticSpec& s) {
-          s.n_ff = 1152;
-          s.n_head = 2;
-          s.n_head_kv = 1;
-        },
-        [](DecodeTuning& d) { d.persist_groups = 2; });
+  for (const int n_ff : {1152, 2304}) {
+    for (const GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
+      if (n_ff == 1152 && t == GgmlType::Q4_0) continue;
+      SCOPED_TRACE(std::string(ggml_type_name(t)) + ", FFN " + std::to_string(n_ff));
+      expect_logits_match_cpu(
+          {t, GgmlType::Q8_0, true}, 7919,
+          [n_ff](SyntheticSpec& s) {
+            s.n_ff = n_ff;
+            s.n_head = 2;
+            s.n_head_kv = 1;
+          },
+          [](DecodeTuning& d) { d.persist_groups = 2; });
+    }
   }
 }
 
@@ -772,6 +777,33 @@ TEST(PersistentDecodeMixed, Q6KLongRowsAndHeadMatchCpu) {
                          {.reshape =
                               [](SyntheticSpec& s) {
                                 s.n_layer = 2;
+                                s.n_embd = 256;
+                                s.n_ff = 2304;
+                              },
+                          .tune =
+                              [](DecodeTuning& d) {
+                                if (!device_is_cpu()) d.persist_groups = 3;
+                              }});
+}
+
+// Rows of three blocks a lane (FFN 2304) off the 16-bit-activation path:
+// an F16 V and down in layer 3 make Q/K/V and down take float inputs, so
+// NVIDIA's float dots read held rows: Q4_0 Q, Q4_1 K, Q6_K V (its record
+// read at the dot) and Q8_0 down with their scales as loaded words; Wo
+// Q4_0 with Q4_1 in layer 1 and gate / up Q4_0 stay on the integer path.
+// On 3 work-groups on NVIDIA, so that warps also load rows after the wait.
+TEST(PersistentDecodeMixed, LongRowsOnFloatInputsMatchCpu) {
+  if (!persistent_expected()) GTEST_SKIP() << k_not_here;
+  std::map<std::string, GgmlType> retype;
+  for (int il = 0; il < 4; ++il) {
+    retype[blk(il, "attn_k")] = GgmlType::Q4_1;
+    retype[blk(il, "attn_v")] = il < 3 ? GgmlType::Q6_K : GgmlType::F16;
+    retype[blk(il, "ffn_down")] = il < 3 ? GgmlType::Q8_0 : GgmlType::F16;
+  }
+  retype[blk(1, "attn_output")] = GgmlType::Q4_1;
+  expect_mix_matches_cpu(GgmlType::Q4_0, retype,
+                         {.reshape =
+                              [](SyntheticSpec& s) {
                                 s.n_embd = 256;
                                 s.n_ff = 2304;
                               },

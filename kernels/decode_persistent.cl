@@ -814,7 +814,8 @@ INLINE float2 word_scales(int type, uint w) {
   return type == 3 ? f : (float2)(f.x, type == 2 ? -8.0f * f.x : 0.0f);
 }
 
-// The (scale, min) of a Q4_0, Q4_1 or Q8_0 block held in r at index k.
+// The (scale, min) of a block held in r at index k (not a Q6_K one where
+// Q6_LATE_H).
 INLINE float2 held_scales(int type, int k, const RowRegs* r) {
   return word_scaled(type) ? word_scales(type, r->sw[k]) : r->s[k];
 }
@@ -825,12 +826,9 @@ INLINE void held_record(int type, const __global uchar* ws, size_t base, int k, 
                         const RowRegs* r, float2* s, uint2* h) {
   if (type == 14 && Q6_LATE_H) {
     ext_record(14, ws, base + b, s, h);
-  } else if (word_scaled(type)) {
-    *s = word_scales(type, r->sw[k]);
-    *h = (uint2)(0u);
   } else {
-    *s = r->s[k];
-    *h = r->h[k];
+    *s = held_scales(type, k, r);
+    *h = word_scaled(type) ? (uint2)(0u) : r->h[k];
   }
 }
 // Blocks of 16 * `chunks` bytes (Q4_0 2, Q4_1 3 and the ext types: 1; Q8_0 8: 2).

@@ -45,8 +45,13 @@
 // (row g+8, k 2tig+8..); B regs: (k 2tig..+1, n g), (k 2tig+8..+9, n g);
 // C: (row g, n 2tig), (row g, n 2tig+1), (row g+8, n 2tig), (row g+8, n 2tig+1).
 //
-// Launch: global (ceil(n_rows / TILE_R) * WG_THREADS, ceil(n_tok / TILE_T)),
-// local (WG_THREADS, 1). n_in is a multiple of 32.
+// Split-K (MMA_SPLIT > 1, for matrices whose grid would leave compute units
+// idle with the wider token tile): MMA_SPLIT consecutive work-groups share a
+// row tile, each taking a contiguous share of its stages, and write their
+// sums to `part` instead of `out`; mma_split_sum then adds them into `out`.
+//
+// Launch: global (ceil(n_rows / TILE_R) * MMA_SPLIT * WG_THREADS,
+// ceil(n_tok / TILE_T)), local (WG_THREADS, 1). n_in is a multiple of 32.
 // pack_x_f16, rmsnorm_pack_f16, glu_pack_f16: global (PACK_WG, n_tok),
 // local (PACK_WG, 1): a work-group a token.
 
@@ -71,6 +76,9 @@
 #ifndef MMA_STAGES
 #define MMA_STAGES 3
 #endif
+#ifndef MMA_SPLIT
+#define MMA_SPLIT 1
+#endif
 #ifndef PACK_WG
 #define PACK_WG 256  // the host passes ClPrefill::k_pack_group
 #endif
@@ -81,6 +89,9 @@
 #endif
 #if MMA_STAGES < 2 || MMA_STAGES > 4
 #error "matmul_mma_deq: MMA_STAGES 2 to 4"
+#endif
+#if MMA_SPLIT < 1 || MMA_SPLIT > 4
+#error "matmul_mma_deq: MMA_SPLIT 1 to 4"
 #endif
 
 #define KB 32
@@ -289,7 +300,7 @@ inline void cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"
       const int e = lid + it * WG_THREADS;                                                  \
       if (e < TILE_R * MMA_KB) {                                                            \
         const int kb = e % MMA_KB, r = e / MMA_KB, row = row0 + r, b = b0_ + kb;            \
-        const bool ok = row < n_rows && b < n_blocks;                                       \
+        const bool ok = row < n_rows && b < b_end;                                          \
         const size_t blk = ok ? (size_t)row * (size_t)n_blocks + (size_t)b : 0;             \
         const int slot = (buf_ * MMA_KB + kb) * TILE_R + r;                                 \
         _Pragma("unroll") for (int v = 0; v < QV; ++v) {                                    \
@@ -302,7 +313,7 @@ inline void cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"
       const int e = lid + it * WG_THREADS;                                                  \
       if (e < TILE_T * XQ) {                                                                \
         const int tok = tok0 + e / XQ, q = b0_ * 4 + e % XQ;                                \
-        const bool ok = tok < n_tok && q < n_blocks * 4;                                    \
+        const bool ok = tok < n_tok && q < b_end * 4;                                       \
         cp_async16(xl_s + (buf_ * (TILE_T * LDQ) + (e / XQ) * LDQ + e % XQ) * 16,           \
                    xp + (ok ? (size_t)tok * (size_t)(n_blocks * 4) + q : 0), ok ? 16 : 0);  \
       }                                                                                     \
@@ -313,7 +324,7 @@ inline void cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"
 __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma_deq(
     const __global uint4* wq, const __global void* ws, int n_in, int n_rows,
     const __global uint4* xp, const __global float* xs, int n_tok, __global float* out,
-    int ld_out, int out_off, int accumulate) {
+    int ld_out, int out_off, int accumulate, __global float* part) {
   __local uint4 wql[MMA_STAGES * MMA_KB * TILE_R * QV];
   __local uint4 wsl4[(MMA_STAGES * MMA_KB * TILE_R * SWORDS + 3) / 4];  // 16-byte aligned
   __local uint* const wsl = (__local uint*)wsl4;
@@ -325,10 +336,16 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
   const int g = lane >> 2, tig = lane & 3;
   const int wr0 = (warp % MMA_WR) * (MMA_MI * 16);  // warp's first row in the tile
   const int wn0 = (warp / MMA_WR) * (MMA_NJ * 8);   // and first token
-  const int row0 = get_group_id(0) * TILE_R;
+  const int row0 = get_group_id(0) / MMA_SPLIT * TILE_R;
   const int tok0 = get_group_id(1) * TILE_T;
   const int n_blocks = n_in / KB;
   const int n_stages = (n_blocks + MMA_KB - 1) / MMA_KB;
+  // This work-group's stages s_begin .. s_end - 1 (split-K: its share of
+  // the row's stages; blocks before b_end).
+  const int split = get_group_id(0) % MMA_SPLIT;
+  const int s_begin = n_stages * split / MMA_SPLIT;
+  const int s_end = n_stages * (split + 1) / MMA_SPLIT;
+  const int b_end = min(n_blocks, s_end * MMA_KB);
 
   float acc[MMA_MI][MMA_NJ][4];
 #pragma unroll
@@ -341,9 +358,9 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
   // MMA_STAGES - 1 stages in flight before the first is used (stages past
   // the end copy zeros, so every iteration waits for the same count).
 #pragma unroll
-  for (int s = 0; s < MMA_STAGES - 1; ++s) ISSUE(s);
+  for (int s = s_begin; s < s_begin + MMA_STAGES - 1; ++s) ISSUE(s);
 
-  for (int s = 0; s < n_stages; ++s) {
+  for (int s = s_begin; s < s_end; ++s) {
     CP_WAIT();                     // this work-item's copies of stage s arrived
     barrier(CLK_LOCAL_MEM_FENCE);  // everyone's; and stage s - 1's buffer is free
     ISSUE(s + MMA_STAGES - 1);
@@ -397,9 +414,18 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
       for (int i = 0; i < MMA_MI; ++i) {
         const int row = row0 + wr0 + 16 * i + g + (c >> 1) * 8;
         if (row < n_rows) {
-          __global float* o = out + (size_t)tok * ld_out + out_off + row;
           const float v = acc[i][j][c] * unscale;
+#if MMA_SPLIT > 1
+          (void)out;
+          (void)ld_out;
+          (void)out_off;
+          (void)accumulate;
+          part[((size_t)split * n_tok + tok) * n_rows + row] = v;
+#else
+          (void)part;
+          __global float* o = out + (size_t)tok * ld_out + out_off + row;
           *o = accumulate ? *o + v : v;
+#endif
         }
       }
     }
@@ -410,6 +436,23 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
 // row itself; PACK_RMSNORM row * rms * g (aux = g, the norm's weights);
 // PACK_SILU / PACK_GELU act(row) * aux (aux = the token's up row: SwiGLU,
 // GeGLU with GELU's tanh form, as prefill_ops.cl's silu_mul / gelu_mul).
+// Split-K (MMA_SPLIT > 1): matmul_mma_deq wrote each split's share of the
+// product to part[split][tok][row]; this adds them in split order (the same
+// sum whatever order the work-groups ran in) and stores or accumulates
+// them as matmul_mma_deq would have. Global (ceil(n_rows / 256) * 256,
+// n_tok), local (256, 1) (ClPrefill::k_split_sum_group).
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void mma_split_sum(
+    const __global float* part, int n_rows, int n_tok, __global float* out, int ld_out,
+    int out_off, int accumulate) {
+  const int row = get_global_id(0), tok = get_global_id(1);
+  if (row >= n_rows || tok >= n_tok) return;
+  float v = part[(size_t)tok * n_rows + row];
+#pragma unroll
+  for (int s = 1; s < MMA_SPLIT; ++s) v += part[((size_t)s * n_tok + tok) * n_rows + row];
+  __global float* o = out + (size_t)tok * ld_out + out_off + row;
+  *o = accumulate ? *o + v : v;
+}
+
 #define PACK_PLAIN 0
 #define PACK_RMSNORM 1
 #define PACK_SILU 2

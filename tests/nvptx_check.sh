@@ -211,7 +211,8 @@ for pwg in 512 256; do
   build "pwg$pwg-qwen3" "$pwg" $qwen3 $(roles 6 6 8 12 12 14 8 8)
 done
 # kernels/matmul_mma_deq.cl (weights dequantized to fp16): every type, the
-# default tile's shape (128 work-items), widened, and the odd 3 x 2-warp one.
+# default tile's shape (128 work-items), widened, the odd 3 x 2-warp one, and
+# widened with split-K over 2 (with mma_split_sum).
 # ptxas here refuses more than 48 KB of static local memory, which NVIDIA's
 # OpenCL accepts (the default 4-block stages in a 3-buffer ring take 60-84 KB,
 # widened 90-114 KB), so these take 2-block stages in a 2-buffer ring.
@@ -223,6 +224,8 @@ for t in 2 3 6 7 8 12 13 14; do
     -DMMA_KB=2 -DMMA_STAGES=2
   SRC=$tmp/deq.cl build "mma-deq-type$t-odd" 192 -DWTYPE=$t -DMMA_MI=1 -DMMA_NJ=2 \
     -DMMA_WR=3 -DMMA_WN=2 -DMMA_KB=3
+  SRC=$tmp/deq.cl build "mma-deq-type$t-split" 128 -DWTYPE=$t -DMMA_NJ=8 \
+    -DMMA_KB=2 -DMMA_STAGES=2 -DMMA_SPLIT=2
 done
 # kernels/attention_mma.cl (tensor-core prefill attention): heads of 64 and 128.
 for hd in 64 128; do

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <stdexcept>
 
 #include "engine/cl/decode_plan.h"
@@ -50,14 +51,28 @@ KernelArgs matmul_args(const DeviceMatrix& w, const ClMem& x, int ld_x, int n_to
 
 // Of matmul_mma_deq (matmul_mma_deq.cl): the same product, x packed by
 // pack_x_f16 into xp (and its per-token scales into xs).
+// `part`: split-K's partial sums (MMA_SPLIT > 1), else not read (any buffer).
 KernelArgs mma_args(const DeviceMatrix& w, const ClMem& xp, const ClMem& xs, int n_tok,
-                    const ClMem& out, int ld_out, int out_off, bool accumulate) {
+                    const ClMem& out, int ld_out, int out_off, bool accumulate, const ClMem& part) {
   return {{"wq", w.q},
           {"ws", w.s},
           {"n_in", cl_int(w.n_in)},
           {"n_rows", cl_int(w.rows)},
           {"xp", xp},
           {"xs", xs},
+          {"n_tok", cl_int(n_tok)},
+          {"out", out},
+          {"ld_out", cl_int(ld_out)},
+          {"out_off", cl_int(out_off)},
+          {"accumulate", cl_int(accumulate ? 1 : 0)},
+          {"part", part}};
+}
+
+// Of mma_split_sum (matmul_mma_deq.cl): out (+)= the splits' sums in part.
+KernelArgs split_sum_args(const ClMem& part, int n_rows, int n_tok, const ClMem& out, int ld_out,
+                          int out_off, bool accumulate) {
+  return {{"part", part},
+          {"n_rows", cl_int(n_rows)},
           {"n_tok", cl_int(n_tok)},
           {"out", out},
           {"ld_out", cl_int(ld_out)},
@@ -112,6 +127,12 @@ ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeigh
   if (tuning_.tensor_cores) {
     xp_ = rt_.alloc(mma_packed_bytes(chunk_, widest));
     xps_ = rt_.alloc(mma_scale_bytes(chunk_));
+    // Split-K's partial sums, for matrices of up to max(n_embd, n_embd_q)
+    // rows (the narrow ones that split: Wo, ffn_down).
+    if (tuning_.mma_split > 1) {
+      part_floats_ = size_t(tuning_.mma_split) * n * size_t(std::max(c.n_embd, c.n_embd_q()));
+      part_ = rt_.alloc(part_floats_ * 4);
+    }
   }
   build_steps();
   if (decode_programs_) build_decode_steps();
@@ -147,22 +168,26 @@ std::string ClPrefill::attention_defines(int head_dim, const PrefillTuning& t) {
          (t.att_direct ? " -DATT_DIRECT=1" : "");
 }
 
-std::string ClPrefill::mma_defines(GgmlType type, const PrefillTuning& t) {
+std::string ClPrefill::mma_defines(GgmlType type, const PrefillTuning& t, int split) {
   return " -DWTYPE=" + std::to_string(int(type)) + " -DMMA_MI=" + std::to_string(t.mma_mi) +
          " -DMMA_NJ=" + std::to_string(t.mma_nj) + " -DMMA_WR=" + std::to_string(t.mma_wr) +
          " -DMMA_WN=" + std::to_string(t.mma_wn) + " -DMMA_KB=" + std::to_string(t.mma_kb) +
          " -DMMA_STAGES=" + std::to_string(t.mma_stages) +
+         (split > 1 ? " -DMMA_SPLIT=" + std::to_string(split) : "") +
          " -DPACK_WG=" + std::to_string(k_pack_group);
 }
 
 // A 40-row x 96 case (edge tiles on both axes, an odd block count; K-quants:
-// x 768, three super-blocks) with 9
-// tokens against a float64 product of the same dequantized weights, in the
-// work-groups of `tile`; any exception (the driver rejecting the PTX or the
-// tile's local memory included) or a mismatch says no. Each program (type
-// and tile) is tested once.
-bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile) {
-  const std::string defines = mma_defines(type, tile);
+// x 768, three super-blocks) with 9 tokens against a float64 product of the
+// same dequantized weights, in the work-groups of `tile`; split-K: a row
+// tile and 40 rows more, a token tile and 9 more, and an odd count of
+// blocks that gives each split at least two stages (K-quants: whole
+// super-blocks), through mma_split_sum. The output starts as NaN. Any
+// exception (the driver rejecting the PTX or the tile's local memory
+// included) or a mismatch says no. Each program (type, tile, split) is
+// tested once.
+bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile, int split) {
+  const std::string defines = mma_defines(type, tile, split);
   const std::string& key = defines;
   for (const auto& [k, ok] : mma_checked_) {
     if (k == key) return ok;
@@ -170,7 +195,14 @@ bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile) {
   const int tokens = tile.mma_tile_tokens();
   bool ok = false;
   try {
-    const int n_in = 3 * std::max(32, ggml_block_size(type)), rows = 40, n_tok = 9;
+    const int per_block = std::max(32, ggml_block_size(type)) / 32;  // blocks of 32 a type's block
+    int n_blocks = 3 * per_block, rows = 40, n_tok = 9;
+    if (split > 1) {
+      n_blocks = int(ceil_div(size_t(2 * split * tile.mma_kb + 1), size_t(per_block))) * per_block;
+      rows += tile.mma_tile_rows();
+      n_tok += tokens;
+    }
+    const int n_in = 32 * n_blocks;
     std::vector<float> wv(size_t(n_in) * rows), xv(size_t(n_in) * n_tok);
     uint32_t st = 12345u + uint32_t(type);
     auto rnd = [&st] {
@@ -184,8 +216,13 @@ bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile) {
     const DeviceMatrix w = upload_matrix(rt_, repack_matrix(type, bytes.data(), n_in, rows));
     ClMem x = rt_.alloc(xv.size() * 4);
     ClMem out = rt_.alloc(size_t(n_tok) * rows * 4);
+    ClMem part = rt_.alloc(size_t(split) * n_tok * rows * 4);
     cl_check(clEnqueueWriteBuffer(rt_.queue(), x.get(), CL_TRUE, 0, xv.size() * 4, xv.data(), 0,
                                   nullptr, nullptr),
+             "clEnqueueWriteBuffer(mma self-test)");
+    const std::vector<float> nans(size_t(n_tok) * rows, std::numeric_limits<float>::quiet_NaN());
+    cl_check(clEnqueueWriteBuffer(rt_.queue(), out.get(), CL_TRUE, 0, nans.size() * 4, nans.data(),
+                                  0, nullptr, nullptr),
              "clEnqueueWriteBuffer(mma self-test)");
     ClMem xp = rt_.alloc(mma_packed_bytes(n_tok, n_in));
     ClMem xs = rt_.alloc(mma_scale_bytes(n_tok));
@@ -197,14 +234,25 @@ bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile) {
                                     nullptr, nullptr),
              "clEnqueueNDRangeKernel(mma self-test pack)");
     ClKernel k = kernel(k_mma_program, defines, "matmul_mma_deq");
-    mma_args(w, xp, xs, n_tok, out, rows, 0, false).bind(k);
-    const size_t global[2] = {
-        ceil_div(size_t(rows), size_t(tile.mma_tile_rows())) * size_t(tile.mma_threads()),
-        ceil_div(size_t(n_tok), size_t(tile.mma_tile_tokens()))};
+    mma_args(w, xp, xs, n_tok, out, rows, 0, false, part).bind(k);
+    const size_t global[2] = {ceil_div(size_t(rows), size_t(tile.mma_tile_rows())) * size_t(split) *
+                                  size_t(tile.mma_threads()),
+                              ceil_div(size_t(n_tok), size_t(tile.mma_tile_tokens()))};
     const size_t local[2] = {size_t(tile.mma_threads()), 1};
     cl_check(clEnqueueNDRangeKernel(rt_.queue(), k.get(), 2, nullptr, global, local, 0, nullptr,
                                     nullptr),
              "clEnqueueNDRangeKernel(mma self-test)");
+    if (split > 1) {
+      ClKernel sum = kernel(k_mma_program, defines, "mma_split_sum");
+      split_sum_args(part, rows, n_tok, out, rows, 0, false).bind(sum);
+      const size_t sum_global[2] = {
+          ceil_div(size_t(rows), size_t(k_split_sum_group)) * size_t(k_split_sum_group),
+          size_t(n_tok)};
+      const size_t sum_local[2] = {size_t(k_split_sum_group), 1};
+      cl_check(clEnqueueNDRangeKernel(rt_.queue(), sum.get(), 2, nullptr, sum_global, sum_local, 0,
+                                      nullptr, nullptr),
+               "clEnqueueNDRangeKernel(mma self-test sum)");
+    }
     std::vector<float> got(size_t(n_tok) * rows);
     cl_check(clEnqueueReadBuffer(rt_.queue(), out.get(), CL_TRUE, 0, got.size() * 4, got.data(), 0,
                                  nullptr, nullptr),
@@ -225,19 +273,21 @@ bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile) {
     // fp16 weights and x: ~2e-4 here (each rounded by at most 2^-11)
     ok = rel <= 2e-3;
     if (ok) {
-      spdlog::info("tensor-core prefill matmul for {}, tiles of {} tokens: self-test error {:.2g}",
-                   ggml_type_name(type), tokens, rel);
+      spdlog::info(
+          "tensor-core prefill matmul for {}, tiles of {} tokens, split {}: self-test error {:.2g}",
+          ggml_type_name(type), tokens, split, rel);
     } else {
       spdlog::warn(
-          "tensor-core prefill matmul for {}, tiles of {} tokens: self-test failed (error "
-          "{:.3g})",
-          ggml_type_name(type), tokens, rel);
+          "tensor-core prefill matmul for {}, tiles of {} tokens, split {}: self-test failed "
+          "(error {:.3g})",
+          ggml_type_name(type), tokens, split, rel);
     }
   } catch (const KernelArgError&) {
     throw;  // a bug in clchat, not the device
   } catch (const std::exception& e) {
-    spdlog::info("tensor-core prefill matmul for {}, tiles of {} tokens: unavailable ({})",
-                 ggml_type_name(type), tokens, e.what());
+    spdlog::info(
+        "tensor-core prefill matmul for {}, tiles of {} tokens, split {}: unavailable ({})",
+        ggml_type_name(type), tokens, split, e.what());
   }
   mma_checked_.emplace_back(key, ok);
   return ok;
@@ -410,8 +460,9 @@ ClPrefill::Step ClPrefill::glu_pack_step(GgmlType type) {
                        {"xs", xps_}});
 }
 
-ClPrefill::Step ClPrefill::mma_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out,
-                                    int ld_out, int out_off, bool accumulate, const char* label) {
+void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, const ClMem& x,
+                              const ClMem& out, int ld_out, int out_off, bool accumulate,
+                              const char* label) {
   // Fewer work-groups than compute units at a full chunk leave SMs idle
   // (wo and ffn_down: 576 rows): halve the tile's warps along rows until
   // the grid covers the device (PrefillTuning::mma_fit).
@@ -434,21 +485,55 @@ ClPrefill::Step ClPrefill::mma_step(const DeviceMatrix& w, const ClMem& x, const
   // (Q8_0: ~115 KB with three stages; NVIDIA's OpenCL built and passed every
   // type on the H200): it is self-tested too, and a device that refuses it
   // keeps the narrower tile.
-  Step s;
   PrefillTuning wide = t;
   wide.mma_nj *= 2;
-  if (t.mma_widen && 5 * groups(wide) >= 7 * units && mma_ok(w.type, wide)) t = wide;
-  s.kernel = kernel(k_mma_program, mma_defines(w.type, t), "matmul_mma_deq");
-  s.global0 = ceil_div(size_t(w.rows), size_t(t.mma_tile_rows())) * size_t(t.mma_threads());
+  auto grid_full = [&](size_t n_groups) { return 5 * n_groups >= 7 * units; };
+  int split = 1;
+  if (t.mma_widen && grid_full(groups(wide)) && mma_ok(w.type, wide)) {
+    t = wide;
+  } else if (t.mma_widen) {
+    // Split-K (PrefillTuning::mma_split): the widened tile with each row
+    // tile's stages over the fewest work-groups that fill the grid, each at
+    // least 4 stages long, where part_ holds their sums.
+    const int n_stages = int(ceil_div(size_t(w.n_in / 32), size_t(wide.mma_kb)));
+    for (int s = 2; s <= t.mma_split && n_stages >= 4 * s; ++s) {
+      if (!grid_full(groups(wide) * size_t(s))) continue;
+      if (size_t(s) * size_t(chunk_) * size_t(w.rows) <= part_floats_ && mma_ok(w.type, wide, s)) {
+        t = wide;
+        split = s;
+      }
+      break;
+    }
+  }
+  Step s;
+  s.kernel = kernel(k_mma_program, mma_defines(w.type, t, split), "matmul_mma_deq");
+  s.global0 =
+      ceil_div(size_t(w.rows), size_t(t.mma_tile_rows())) * size_t(split) * size_t(t.mma_threads());
   s.local0 = size_t(t.mma_threads());
   s.local1 = 1;
   s.tokens_per_group = t.mma_tile_tokens();
   s.label = label;
   s.mma_input = &x;
-  const KernelArgs args = mma_args(w, xp_, xps_, 0, out, ld_out, out_off, accumulate);
+  s.product = Product::tensor_cores;
+  const ClMem& part = split > 1 ? part_ : out;  // (not read without a split)
+  const KernelArgs args = mma_args(w, xp_, xps_, 0, out, ld_out, out_off, accumulate, part);
   args.bind(s.kernel);
   s.arg_n_tok = int(args.index("n_tok"));
-  return s;
+  into.push_back(std::move(s));
+  if (split == 1) return;
+  // The splits' sums into out, under the product's label (the profile's
+  // time for the matrix includes it); xp_ still holds x packed.
+  Step sum;
+  sum.kernel = kernel(k_mma_program, mma_defines(w.type, t, split), "mma_split_sum");
+  sum.global0 = ceil_div(size_t(w.rows), size_t(k_split_sum_group)) * size_t(k_split_sum_group);
+  sum.local0 = size_t(k_split_sum_group);
+  sum.local1 = 1;
+  sum.label = label;
+  sum.mma_input = &x;
+  const KernelArgs sum_args = split_sum_args(part_, w.rows, 0, out, ld_out, out_off, accumulate);
+  sum_args.bind(sum.kernel);
+  sum.arg_n_tok = int(sum_args.index("n_tok"));
+  into.push_back(std::move(sum));
 }
 
 bool ClPrefill::x16_weights(const DeviceMatrix& w) const {
@@ -513,8 +598,7 @@ void ClPrefill::add_matmul(std::vector<Step>& into, const DeviceMatrix& w, const
     if (into.empty() || into.back().mma_input != &x) {
       into.push_back(pack_step(x, ld_x, w.n_in, w.type));
     }
-    into.push_back(mma_step(w, x, out, ld_out, out_off, accumulate, label));
-    into.back().product = Product::tensor_cores;
+    add_mma_steps(into, w, x, out, ld_out, out_off, accumulate, label);
     return;
   }
   if (!x16_weights(w)) {

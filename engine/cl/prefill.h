@@ -140,8 +140,10 @@ class ClPrefill {
   // packed form, act(g_) * u_ as g_'s (for matrices of `type`).
   Step norm_pack_step(const ClMem& g, GgmlType type, const char* label);
   Step glu_pack_step(GgmlType type);
-  Step mma_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out, int ld_out, int out_off,
-                bool accumulate, const char* label);
+  // matmul_mma_deq for w (its tile chosen by the grid it makes), appended
+  // to `into`, and where it splits over K, mma_split_sum after it.
+  void add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, const ClMem& x,
+                     const ClMem& out, int ld_out, int out_off, bool accumulate, const char* label);
   Step quantize_step(const ClMem& x, int ld_x, int n_in, GgmlType type);
   Step matmul_x16_step(const DeviceMatrix& w, const ClMem& x, const ClMem& out, int ld_out,
                        int out_off, bool accumulate, const char* label);
@@ -186,7 +188,8 @@ class ClPrefill {
     const size_t groups = (size_t(n_tok) + tile_tokens - 1) / tile_tokens * size_t(x16_tg);
     return groups * size_t(n_in / 32) * k_x16_record_bytes;
   }
-  static std::string mma_defines(GgmlType type, const PrefillTuning& t);
+  // (split: matmul_mma_deq's MMA_SPLIT, split-K over that many work-groups)
+  static std::string mma_defines(GgmlType type, const PrefillTuning& t, int split = 1);
   // The tensor-core kernel (kernels/matmul_mma_deq.cl, NVIDIA only) and its
   // packed activations for n_tok tokens of n_in values (a multiple of 32):
   // fp16 values, and per token a float (its scale's inverse). pack_x_f16
@@ -194,6 +197,7 @@ class ClPrefill {
   static constexpr const char* k_mma_program = "mma_f16+matmul_mma_deq";
   static constexpr const char* k_att_mma_program = "mma_f16+attention_mma";
   static constexpr int k_pack_group = 256;
+  static constexpr int k_split_sum_group = 256;  // mma_split_sum's work-group
   static size_t mma_packed_bytes(int n_tok, int n_in) { return size_t(n_tok) * size_t(n_in) * 2; }
   static size_t mma_scale_bytes(int n_tok) { return size_t(n_tok) * 4; }
   static std::string attention_defines(int head_dim, const PrefillTuning& t);
@@ -214,7 +218,7 @@ class ClPrefill {
   }
   // Whether the tensor-core program of `type` and `tile` builds and matches a host reference on a
   // small case (checked once per program; false on any error).
-  bool mma_ok(GgmlType type, const PrefillTuning& tile);
+  bool mma_ok(GgmlType type, const PrefillTuning& tile, int split = 1);
   // Whether the tensor-core attention (kernels/attention_mma.cl) takes this
   // model's heads: tensor cores and att_mma on, a head of 64 or 128, and its program
   // builds and matches a float64 reference on a small causal case with a
@@ -256,16 +260,18 @@ class ClPrefill {
   // Scratch, token-major, chunk_ rows each.
   // (xn_ and g_'s h are not written where norm_pack_step / glu_pack_step
   // write their packed form instead.)
-  ClMem x_;            // residual stream (chunk, n_embd)
-  ClMem xn_;           // normed input (chunk, n_embd)
-  ClMem qkv_;          // (chunk, n_embd_q + 2 n_embd_kv)
-  ClMem q_;            // roped queries (chunk, n_embd_q)
-  ClMem att_;          // attention output (chunk, n_embd_q)
-  ClMem g_, u_;        // FFN gate / up, then h = act(g) * u in g_ (chunk, n_ff)
-  ClMem xq_;           // 16-bit activations of the widest input (matmul_x16.cl), or none
-  ClMem xp_, xps_;     // packed activations and their scales (matmul_mma_deq.cl), or none
-  ClMem logits_;       // (head_rows_, n_vocab), allocated by the first run_logits
-  int head_rows_ = 0;  // positions per lm_head launch in run_logits
+  ClMem x_;                 // residual stream (chunk, n_embd)
+  ClMem xn_;                // normed input (chunk, n_embd)
+  ClMem qkv_;               // (chunk, n_embd_q + 2 n_embd_kv)
+  ClMem q_;                 // roped queries (chunk, n_embd_q)
+  ClMem att_;               // attention output (chunk, n_embd_q)
+  ClMem g_, u_;             // FFN gate / up, then h = act(g) * u in g_ (chunk, n_ff)
+  ClMem xq_;                // 16-bit activations of the widest input (matmul_x16.cl), or none
+  ClMem part_;              // split-K's partial sums (mma_split_sum), or none
+  size_t part_floats_ = 0;  // their capacity
+  ClMem xp_, xps_;          // packed activations and their scales (matmul_mma_deq.cl), or none
+  ClMem logits_;            // (head_rows_, n_vocab), allocated by the first run_logits
+  int head_rows_ = 0;       // positions per lm_head launch in run_logits
 
   std::vector<Step> steps_;              // embed, then the layers in order
   std::vector<size_t> layer_ends_;       // one past each layer's last step in steps_

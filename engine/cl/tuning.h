@@ -142,6 +142,16 @@ struct PrefillTuning {
   int mma_stages = 3;  // buffers of the copy ring (2-4; one fewer in flight)
   bool mma_fit = false;
   bool mma_widen = true;
+  // Split-K for matrices that mma_widen leaves narrow (their widened grid
+  // would have under 1.4 work-groups per compute unit): the widened tile
+  // with each row tile's stages over up to mma_split work-groups (1-4; 1:
+  // off), as few as bring the grid to 1.4 per unit, each split at least
+  // 4 stages long, the shares added by mma_split_sum. H200 pp512
+  // (2026-11-30), mma_split 1 / 2 / 3 / 4: Llama-3.2-1B shape Q4_0 67.1k /
+  // 72.0-72.5k / 72.1-72.5k / 72.5-72.8k, SmolLM2-1.7B 44.7k / 48.4-48.6k /
+  // 48.6-48.8k / 48.8k, SmolLM2-360M (split from 3) 90.6-91.6k / 91.1-91.3k
+  // / 90.7-91.4k / 88.4-88.6k, 135M (never split) unchanged.
+  int mma_split = 2;
   // Device time per prefill step, summed over each prefill, to stderr (needs
   // a profiling queue: clchat bench --profile).
   bool profile = false;

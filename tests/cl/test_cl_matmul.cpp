@@ -102,11 +102,18 @@ bool device_is_nvidia() {
   return test::cl_test_runtime().device().platform_name.find("NVIDIA") != std::string::npos;
 }
 
+// A tensor-core tiling and its split-K (matmul_mma_deq.cl's MMA_SPLIT).
+struct MmaTiling {
+  PrefillTuning tile;
+  int split = 1;
+};
+
 // The tilings of the tensor-core tests: the default, its widened form (as
 // ClPrefill's mma_widen), a 2 x 2-warp one, a small odd one (1 warp, 1
-// block per stage), a 3 x 2-warp one with 3-block stages, and copy rings
-// of 2 and 4 buffers.
-std::vector<PrefillTuning> mma_tunings() {
+// block per stage), a 3 x 2-warp one with 3-block stages, copy rings of 2
+// and 4 buffers, and split-K over 2 (widened, as ClPrefill splits), 3 and 4
+// (the small one: uneven shares of the stages) work-groups.
+std::vector<MmaTiling> mma_tunings() {
   PrefillTuning def, widened, square, small, wide, ring2, ring4;
   widened.mma_nj *= 2;
   square.mma_mi = 2;
@@ -125,13 +132,16 @@ std::vector<PrefillTuning> mma_tunings() {
   wide.mma_kb = 3;
   ring2.mma_stages = 2;
   ring4.mma_stages = 4;
-  return {def, widened, square, small, wide, ring2, ring4};
+  return {{def},   {widened}, {square},     {small},  {wide},
+          {ring2}, {ring4},   {widened, 2}, {def, 3}, {small, 4}};
 }
 
-std::string describe_mma(const PrefillTuning& t) {
+std::string describe_mma(const MmaTiling& m) {
+  const PrefillTuning& t = m.tile;
   return "mma mi " + std::to_string(t.mma_mi) + " nj " + std::to_string(t.mma_nj) + " wr " +
          std::to_string(t.mma_wr) + " wn " + std::to_string(t.mma_wn) + " kb " +
-         std::to_string(t.mma_kb) + " stages " + std::to_string(t.mma_stages);
+         std::to_string(t.mma_kb) + " stages " + std::to_string(t.mma_stages) + " split " +
+         std::to_string(m.split);
 }
 
 void run_2d(const ClKernel& k, size_t g0, size_t g1, size_t l0, size_t l1) {
@@ -383,14 +393,18 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
   if (!ClPrefill::mma_type(type)) GTEST_SKIP() << "the tensor-core kernel takes quantized types";
   if (!device_is_nvidia()) GTEST_SKIP() << "the tensor-core kernel runs on NVIDIA's OpenCL only";
   std::vector<Variant> variants;
-  for (const PrefillTuning& t : mma_tunings()) {
-    const std::string defines = ClPrefill::mma_defines(type, t);
+  for (const MmaTiling& m : mma_tunings()) {
+    const PrefillTuning& t = m.tile;
+    const int split = m.split;
+    const std::string defines = ClPrefill::mma_defines(type, t, split);
     auto pack =
         std::make_shared<ClKernel>(build_kernel(ClPrefill::k_mma_program, defines, "pack_x_f16"));
     auto k = std::make_shared<ClKernel>(
         build_kernel(ClPrefill::k_mma_program, defines, "matmul_mma_deq"));
-    RunVariant run = [pack, k, t](const TestMatrix& w, const ClMem& x, int n_tok, const ClMem& out,
-                                  int ld, int off, bool acc) {
+    auto sum = std::make_shared<ClKernel>(
+        build_kernel(ClPrefill::k_mma_program, defines, "mma_split_sum"));
+    RunVariant run = [pack, k, sum, t, split](const TestMatrix& w, const ClMem& x, int n_tok,
+                                              const ClMem& out, int ld, int off, bool acc) {
       const ClRuntime& rt = test::cl_test_runtime();
       const size_t packed = ClPrefill::mma_packed_bytes(n_tok, w.n_in);
       const size_t scales = ClPrefill::mma_scale_bytes(n_tok);
@@ -401,20 +415,28 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
       set_args(*pack, x, cl_int(w.n_in), cl_int(w.n_in), cl_int(n_tok), xp, xs);
       const size_t group = size_t(ClPrefill::k_pack_group);
       run_2d(*pack, group, size_t(n_tok), group, 1);
+      const size_t part_floats = size_t(split) * size_t(n_tok) * size_t(w.rows);
+      const ClMem part = rt.alloc(part_floats * 4);
+      cl_poison(part, part_floats);  // a share no split writes shows as NaN
       set_args(*k, w.dev.q, w.dev.s, cl_int(w.n_in), cl_int(w.rows), xp, xs, cl_int(n_tok), out,
-               cl_int(ld), cl_int(off), cl_int(acc ? 1 : 0));
+               cl_int(ld), cl_int(off), cl_int(acc ? 1 : 0), part);
       run_2d(*k,
              test::round_up(size_t(w.rows), size_t(t.mma_tile_rows())) / t.mma_tile_rows() *
-                 t.mma_threads(),
+                 size_t(split) * t.mma_threads(),
              test::round_up(size_t(n_tok), size_t(t.mma_tile_tokens())) / t.mma_tile_tokens(),
              size_t(t.mma_threads()), 1);
+      if (split > 1) {
+        set_args(*sum, part, cl_int(w.rows), cl_int(n_tok), out, cl_int(ld), cl_int(off),
+                 cl_int(acc ? 1 : 0));
+        run_2d(*sum, test::round_up(size_t(w.rows), size_t(256)), size_t(n_tok), 256, 1);
+      }
     };
     // fp16 weights and x (each rounded by at most 2^-11): ~2e-4 of the
     // exact product on these shapes; a wrong scale, code or fragment costs
     // far more. The types with float scales round them to fp16 first, so
     // only the others are checked against fp16 inputs too (1e-5: the order
     // of fp32 sums).
-    Variant v{run, describe_mma(t), 0, 1e-3};
+    Variant v{run, describe_mma(m), 0, 1e-3};
     v.fp16_inputs = true;
     const bool float_scales =
         type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K;

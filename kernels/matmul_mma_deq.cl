@@ -432,10 +432,6 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
   }
 }
 
-// What the packs store at columns c..c+3 of a token's row: PACK_PLAIN the
-// row itself; PACK_RMSNORM row * rms * g (aux = g, the norm's weights);
-// PACK_SILU / PACK_GELU act(row) * aux (aux = the token's up row: SwiGLU,
-// GeGLU with GELU's tanh form, as prefill_ops.cl's silu_mul / gelu_mul).
 // Split-K (MMA_SPLIT > 1): matmul_mma_deq wrote each split's share of the
 // product to part[split][tok][row]; this adds them in split order (the same
 // sum whatever order the work-groups ran in) and stores or accumulates
@@ -453,6 +449,10 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void mma_split_sum(
   *o = accumulate ? *o + v : v;
 }
 
+// What the packs store at columns c..c+3 of a token's row: PACK_PLAIN the
+// row itself; PACK_RMSNORM row * rms * g (aux = g, the norm's weights);
+// PACK_SILU / PACK_GELU act(row) * aux (aux = the token's up row: SwiGLU,
+// GeGLU with GELU's tanh form, as prefill_ops.cl's silu_mul / gelu_mul).
 #define PACK_PLAIN 0
 #define PACK_RMSNORM 1
 #define PACK_SILU 2

@@ -94,6 +94,7 @@ class ClForward final : public Backend {
   int prefill_products(ClPrefill::Product kind) const {
     return prefill_ ? prefill_->matrix_products(kind) : 0;
   }
+  int prefill_split_products() const { return prefill_ ? prefill_->split_products() : 0; }
 
   void set_debug(bool on) override;
   bool debug() const override { return debug_; }

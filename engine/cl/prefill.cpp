@@ -127,12 +127,10 @@ ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeigh
   if (tuning_.tensor_cores) {
     xp_ = rt_.alloc(mma_packed_bytes(chunk_, widest));
     xps_ = rt_.alloc(mma_scale_bytes(chunk_));
-    // Split-K's partial sums, for matrices of up to max(n_embd, n_embd_q)
-    // rows (the narrow ones that split: Wo, ffn_down).
-    if (tuning_.mma_split > 1) {
-      part_floats_ = size_t(tuning_.mma_split) * n * size_t(std::max(c.n_embd, c.n_embd_q()));
-      part_ = rt_.alloc(part_floats_ * 4);
-    }
+    // Split-K's partial sums (allocated by the first matrix that splits), for
+    // matrices of up to max(n_embd, n_embd_q) rows (the narrow ones: Wo,
+    // ffn_down).
+    part_floats_ = size_t(tuning_.mma_split) * n * size_t(std::max(c.n_embd, c.n_embd_q()));
   }
   build_steps();
   if (decode_programs_) build_decode_steps();
@@ -182,7 +180,8 @@ std::string ClPrefill::mma_defines(GgmlType type, const PrefillTuning& t, int sp
 // same dequantized weights, in the work-groups of `tile`; split-K: a row
 // tile and 40 rows more, a token tile and 9 more, and an odd count of
 // blocks that gives each split at least two stages (K-quants: whole
-// super-blocks), through mma_split_sum. The output starts as NaN. Any
+// super-blocks, an even count), through mma_split_sum. The output and the
+// partial sums start as NaN. Any
 // exception (the driver rejecting the PTX or the tile's local memory
 // included) or a mismatch says no. Each program (type, tile, split) is
 // tested once.
@@ -220,10 +219,14 @@ bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile, int split) {
     cl_check(clEnqueueWriteBuffer(rt_.queue(), x.get(), CL_TRUE, 0, xv.size() * 4, xv.data(), 0,
                                   nullptr, nullptr),
              "clEnqueueWriteBuffer(mma self-test)");
-    const std::vector<float> nans(size_t(n_tok) * rows, std::numeric_limits<float>::quiet_NaN());
-    cl_check(clEnqueueWriteBuffer(rt_.queue(), out.get(), CL_TRUE, 0, nans.size() * 4, nans.data(),
-                                  0, nullptr, nullptr),
-             "clEnqueueWriteBuffer(mma self-test)");
+    const std::vector<float> nans(size_t(split) * n_tok * rows,
+                                  std::numeric_limits<float>::quiet_NaN());
+    for (const ClMem* m : {&out, &part}) {
+      const size_t floats = m == &out ? size_t(n_tok) * rows : nans.size();
+      cl_check(clEnqueueWriteBuffer(rt_.queue(), m->get(), CL_TRUE, 0, floats * 4, nans.data(), 0,
+                                    nullptr, nullptr),
+               "clEnqueueWriteBuffer(mma self-test)");
+    }
     ClMem xp = rt_.alloc(mma_packed_bytes(n_tok, n_in));
     ClMem xs = rt_.alloc(mma_scale_bytes(n_tok));
     ClKernel pack = kernel(k_mma_program, defines, "pack_x_f16");
@@ -491,7 +494,7 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
   int split = 1;
   if (t.mma_widen && grid_full(groups(wide)) && mma_ok(w.type, wide)) {
     t = wide;
-  } else if (t.mma_widen) {
+  } else if (t.mma_widen && !grid_full(groups(wide))) {
     // Split-K (PrefillTuning::mma_split): the widened tile with each row
     // tile's stages over the fewest work-groups that fill the grid, each at
     // least 4 stages long, where part_ holds their sums.
@@ -515,6 +518,7 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
   s.label = label;
   s.mma_input = &x;
   s.product = Product::tensor_cores;
+  if (split > 1 && !part_) part_ = rt_.alloc(part_floats_ * 4);
   const ClMem& part = split > 1 ? part_ : out;  // (not read without a split)
   const KernelArgs args = mma_args(w, xp_, xps_, 0, out, ld_out, out_off, accumulate, part);
   args.bind(s.kernel);
@@ -530,6 +534,7 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
   sum.local1 = 1;
   sum.label = label;
   sum.mma_input = &x;
+  sum.split_sum = true;
   const KernelArgs sum_args = split_sum_args(part_, w.rows, 0, out, ld_out, out_off, accumulate);
   sum_args.bind(sum.kernel);
   sum.arg_n_tok = int(sum_args.index("n_tok"));
@@ -611,6 +616,11 @@ void ClPrefill::add_matmul(std::vector<Step>& into, const DeviceMatrix& w, const
   }
   into.push_back(matmul_x16_step(w, x, out, ld_out, out_off, accumulate, label));
   into.back().product = Product::x16;
+}
+
+int ClPrefill::split_products() const {
+  return int(
+      std::count_if(steps_.begin(), steps_.end(), [](const Step& s) { return s.split_sum; }));
 }
 
 int ClPrefill::matrix_products(Product kind) const {

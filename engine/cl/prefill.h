@@ -73,6 +73,9 @@ class ClPrefill {
   // matmul_x16 with 16-bit activations, or the portable matmul.
   enum class Product { none, tensor_cores, x16, portable };
   int matrix_products(Product kind) const;
+  // Of those on tensor cores, the ones split over K (each followed by an
+  // mma_split_sum).
+  int split_products() const;
 
   // Runs the token ids ids[0..n_tokens) at positions pos.. (the caller wrote
   // them and checked the range), filling the KV cache; then copies the last
@@ -114,6 +117,7 @@ class ClPrefill {
     const ClMem* x16_input = nullptr;
     const ClMem* mma_input = nullptr;
     Product product = Product::none;  // a matrix product: its kernel
+    bool split_sum = false;           // mma_split_sum (after a split product)
   };
 
   void build_steps();
@@ -267,8 +271,8 @@ class ClPrefill {
   ClMem att_;               // attention output (chunk, n_embd_q)
   ClMem g_, u_;             // FFN gate / up, then h = act(g) * u in g_ (chunk, n_ff)
   ClMem xq_;                // 16-bit activations of the widest input (matmul_x16.cl), or none
-  ClMem part_;              // split-K's partial sums (mma_split_sum), or none
-  size_t part_floats_ = 0;  // their capacity
+  ClMem part_;              // split-K's partial sums (mma_split_sum), or none until a matrix splits
+  size_t part_floats_ = 0;  // their capacity, allocated or not
   ClMem xp_, xps_;          // packed activations and their scales (matmul_mma_deq.cl), or none
   ClMem logits_;            // (head_rows_, n_vocab), allocated by the first run_logits
   int head_rows_ = 0;       // positions per lm_head launch in run_logits

@@ -457,6 +457,40 @@ TEST(ClPrefill, NvidiaRunsEveryLayerMatrixOnTensorCores) {
   EXPECT_EQ(cl.prefill_products(P::x16) + cl.prefill_products(P::portable), 0);
 }
 
+// Split-K on NVIDIA (ClPrefill::add_mma_steps): a model whose Wo and
+// ffn_down rows make a widened grid of under 1.4 work-groups per compute unit
+// at chunks of 512, and over 0.7 (so two splits fill it): 128-row tiles, 8
+// token tiles, n_embd = 128 R with the least R for which 16 R work-groups
+// reach 1.4 per unit; n_ff = 2 n_embd, so gate, up and Q/K/V fill the grid
+// widened and do not split. Wo's rows have R stages of 4 blocks, and a split
+// needs 4 each: R >= 8 (GPUs of 80 compute units or more). Against the CPU
+// reference (both split products add into the residual), over chunks of 100,
+// 420, 512 and 8 tokens (partial token tiles).
+TEST(ClPrefill, SplitKMatchesCpu) {
+  const DeviceInfo& dev = test::cl_test_runtime().device();
+  if (dev.platform_name.find("NVIDIA") == std::string::npos) {
+    GTEST_SKIP() << "tensor-core prefill runs on NVIDIA only";
+  }
+  const int units = int(dev.compute_units);
+  const int r = (7 * units + 79) / 80;  // 5 * 16 R >= 7 units
+  ASSERT_LT(5 * 8 * r, 7 * units) << "the widened grid would be full: no split";
+  if (r < 8) GTEST_SKIP() << "rows too short to split on " << units << " compute units";
+  SyntheticSpec s = small_spec(GgmlType::Q4_0, GgmlType::Q8_0, true);
+  s.n_embd = 128 * r;
+  s.n_ff = 256 * r;
+  s.n_layer = 1;
+  s.n_head = 2 * r;
+  s.n_head_kv = r;
+  TempModel m(write_synthetic_model_tmp(s));
+  {
+    ClForwardOptions opt;
+    opt.n_ctx = 520;
+    ClForward cl(m.model, test::cl_test_runtime(), opt);
+    ASSERT_EQ(cl.prefill_split_products(), 2);  // Wo and ffn_down
+  }
+  expect_prefill_matches(m.model, 520, {512}, 100);
+}
+
 // A prompt longer than one 512-token chunk (Q4_1 layers, Q8_0 embedding).
 TEST(ClPrefill, CrossesChunkOf512) {
   TempModel m(write_synthetic_model_tmp(small_spec(GgmlType::Q4_1, GgmlType::Q8_0, true)));

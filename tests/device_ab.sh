@@ -27,14 +27,20 @@
 # runs test_cl_persistent under each (GTEST_FILTER, GTEST_REPEAT); trace logs
 # each one's per-stage times and NVIDIA's register count.
 #
-# ab: BASE is another source tree inside this one, built into BASE/build:
-# e.g. the commit to compare against, unpacked into the git-ignored .device
-# (rm -rf .device/base && mkdir .device/base && git archive COMMIT | tar -x
-# -C .device/base) and named in the device call's carry (".device"). Each
+# ab: BASE is another source tree inside this one, built into BASE_BUILD
+# (default /tmp/clchat-base-build: outside .device, which each call's carry
+# replaces, so a warm machine keeps the build between calls): e.g. the
+# commit to compare against, unpacked into the git-ignored .device (rm -rf
+# .device/base && mkdir .device/base && git archive COMMIT | tar -x -C
+# .device/base) and named in the device call's carry (".device"). Each
 # of ROUNDS (3) rounds runs every case with `base` and `new` (this tree)
 # back to back, the order swapped every other round: CASES (default
 # "q4_0:0:tg q4_1:0:tg q4_0:512:tg q4_0:0:pp"), each QUANT:DEPTH:TEST, TEST
-# tg (tg128) or pp (pp512), all on the synthetic SmolLM2-135M shape, -r 5.
+# tg (tg128) or pp (pp512), -r 5; QUANT is a `clchat synth --quant` name on
+# the SmolLM2-135M shape, or PRESET/NAME for another `--preset` (e.g.
+# llama-3.2-1b/q4_k_m:0:pp). QUANT (bench, trace) takes the same forms. Each
+# model is written once per machine by this tree's `clchat synth` into
+# /tmp/clchat-synth (kept while the machine stays warm).
 # Only default settings: no variants, no environment.
 #
 # Results go to $OUT/ab.txt (and the terminal).
@@ -51,44 +57,45 @@ start=$SECONDS
 # sources keeps their modification times, which can be older than objects
 # that another state of the tree built there: the build then links stale
 # objects (2026-11-27: a prefill.cpp.o from a helper's run of a mid-edit
-# tree, so tensor cores looked broken). fresh_sources TREE touches every
-# source whose content differs from what TREE/build last saw (all of them if
+# tree, so tensor cores looked broken). fresh_sources TREE BUILD touches
+# every source whose content differs from what BUILD last saw (all of them if
 # it has no record), so the build recompiles exactly those.
 fresh_sources() {
-  local tree=$1 record="$1/build/.source-sums" sums
+  local tree=$1 dir=$2 record="$2/.source-sums" sums
   sums=$(cd "$tree" && find CMakeLists.txt cmake app common config engine fuzz kernels tests ui \
     -type f -print0 2>/dev/null | sort -z | xargs -0 sha1sum)
-  if [ -d "$tree/build" ]; then
+  if [ -d "$dir" ]; then
     if [ -f "$record" ]; then
       diff <(echo "$sums") "$record" | sed -n 's/^< [0-9a-f]*  //p'
     else
       echo "$sums" | cut -c43-
     fi | (cd "$tree" && xargs -r -d '\n' touch)
   fi
-  mkdir -p "$tree/build"
+  mkdir -p "$dir"
   echo "$sums" >"$record"
 }
 
-# build LABEL TREE TARGET...: configures and builds TREE into TREE/build.
+# build LABEL TREE BUILD TARGET...: configures and builds TREE into BUILD.
 build() {
-  local label=$1 tree=$2
-  shift 2
-  fresh_sources "$tree"
-  cmake -S "$tree" -B "$tree/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$out/cmake_$label.log" 2>&1 &&
-    cmake --build "$tree/build" -j"$(nproc)" --target "$@" >"$out/build_$label.log" 2>&1 && return 0
+  local label=$1 tree=$2 dir=$3
+  shift 3
+  fresh_sources "$tree" "$dir"
+  cmake -S "$tree" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$out/cmake_$label.log" 2>&1 &&
+    cmake --build "$dir" -j"$(nproc)" --target "$@" >"$out/build_$label.log" 2>&1 && return 0
   echo "build of $tree failed:"
   tail -40 "$out/build_$label.log"
   exit 1
 }
 targets=(clchat test_cl_persistent)
 has_mode gpucheck && targets+=(test_cl_forward test_fault_opencl test_cl_object_counts)
-build new . "${targets[@]}"
+build new . build "${targets[@]}"
 if has_mode ab; then
   if [ -z "${BASE:-}" ] || [ ! -f "$BASE/CMakeLists.txt" ]; then
     echo "ab: BASE must name another source tree (BASE=${BASE:-})"
     exit 1
   fi
-  build base "$BASE" clchat
+  base_build=${BASE_BUILD:-/tmp/clchat-base-build}
+  build base "$BASE" "$base_build" clchat
 fi
 echo "build: $((SECONDS - start)) s"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
@@ -133,13 +140,35 @@ parse_variant() {
   done
 }
 
+# synth_model QUANT: the file of QUANT's model (QUANT or PRESET/QUANT, see
+# ab above), written by this tree's clchat the first time.
+synth_model() {
+  local preset=smollm2-135m quant=$1
+  if [[ $quant == */* ]]; then
+    preset=${quant%%/*}
+    quant=${quant#*/}
+  fi
+  local file=/tmp/clchat-synth/$preset-$quant.gguf
+  if [ ! -s "$file" ]; then
+    mkdir -p /tmp/clchat-synth
+    if build/clchat synth --preset "$preset" --quant "$quant" -o "$file.part" >"$out/synth.log" 2>&1; then
+      mv "$file.part" "$file"
+    else
+      echo "synth $preset $quant failed:" >&2
+      tail -5 "$out/synth.log" >&2
+    fi
+  fi
+  echo "$file"
+}
+
 # run_bench BIN QUANT DEPTH TEST ARG...: one `clchat bench` of TEST (tg:
 # tg128, pp: pp512) with the variables in env_kv, printed as "TEST | t/s".
 run_bench() {
-  local bin=$1 quant=$2 depth=$3 test=$4 counts
+  local bin=$1 quant=$2 depth=$3 test=$4 counts model
   shift 4
   if [ "$test" = pp ]; then counts=(-p 512 -n 0); else counts=(-p 0 -n 128); fi
-  env "${env_kv[@]}" "$bin" bench --synthetic smollm2-135m --quant "$quant" "${counts[@]}" \
+  model=$(synth_model "$quant")
+  env "${env_kv[@]}" "$bin" bench -m "$model" "${counts[@]}" \
     -d "$depth" -r 5 --device gpu "$@" 2>&1 |
     awk -F'|' 'NF > 3 && $(NF-2) ~ /(pp|tg)[0-9]+/ {
       t = $(NF-2) "|" $(NF-1); gsub(/^ +| +$/, "", t); printf "%s", t }'
@@ -170,7 +199,7 @@ if has_mode trace; then
     for a in "${args[@]}"; do
       if [[ $a == --tune=persist_defines=* ]]; then defs="${a#--tune=persist_defines=} $defs"; else rest+=("$a"); fi
     done
-    env "${env_kv[@]}" build/clchat bench --synthetic smollm2-135m --quant q4_0 -p 0 -n 128 -r 2 \
+    env "${env_kv[@]}" build/clchat bench -m "$(synth_model "${QUANT:-q4_0}")" -p 0 -n 128 -r 2 \
       --device gpu --tune trace=1 "--tune=persist_defines=$defs" "${rest[@]}" >"$out/trace_$label.log" 2>&1
     log "$label trace: $(grep -o 'per token):.*' "$out/trace_$label.log" | head -1)"
     log "$label $(grep -o 'Used [0-9]* registers.*' "$out/trace_$label.log" | head -1)"
@@ -199,7 +228,7 @@ if has_mode ab; then
       IFS=: read -r quant depth test <<<"$c"
       for tree in "${order[@]}"; do
         bin=build/clchat
-        [ "$tree" = base ] && bin=$BASE/build/clchat
+        [ "$tree" = base ] && bin=$base_build/clchat
         log "round $round $tree $quant d$depth $test: $(XDG_STATE_HOME=$(state_dir "$tree") run_bench "$bin" "$quant" "$depth" "$test")"
       done
     done

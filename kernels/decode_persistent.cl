@@ -1852,16 +1852,6 @@ INLINE void ffn_early_loads(const Weights* w, const __global ulong* lo, const Pl
 // P4: x' = rmsnorm(x) * ffn_norm (POST_NORMS: x += rmsnorm(o) *
 // post_attn_norm first); h = silu(Wg x') * (Wu x') (FFN_GELU: gelu). The
 // warp's first gate and up rows are in ra, rb.
-// GU_AHEAD (experiment, unmeasured): a warp with more than one gate/up row
-// (N_FF above the grid's warps: 4 a warp at 1B) loads its next row's gate
-// and up blocks into two more RowRegs before dotting the current ones, so
-// that the L2 round trip of each iteration after the first overlaps the
-// dots instead of following them (the 1B trace: gate/up 7.3 us a layer
-// where a one-row stage takes ~3.7). Session 18's GU_PAIRS (two pairs an
-// iteration) spilled at 128 registers; the held rows now take fewer.
-#ifndef GU_AHEAD
-#define GU_AHEAD 1
-#endif
 INLINE void ffn_gate_up(const Weights* w, const State* s, const Local* lm, const Place* at,
                         const __global ulong* lo, const float4* gw, RowRegs* ra, RowRegs* rb) {
 #if POST_NORMS
@@ -1872,30 +1862,13 @@ INLINE void ffn_gate_up(const Weights* w, const State* s, const Local* lm, const
 #endif
   const __global uchar* a = w->arena;
   const bool alt = USES_ALT(lo, FFN);
-#if GU_AHEAD
-  RowRegs rc, rd;  // the warp's next gate and up rows, loading during this row's dots
-#endif
   for (int row = at->gwarp; row < N_FF; row += at->n_gwarps) {
-#if GU_AHEAD
-    if (row != at->gwarp) {
-      *ra = rc;
-      *rb = rd;
-    }
-    const int next = row + at->n_gwarps;
-    if (next < N_FF) {
-      row_load_alt(WT_FFN, WT_FFN_ALT, alt, a + lo[LO_GATE_Q], a + lo[LO_GATE_S], N_EMBD, next,
-                   at->lane, &rc);
-      row_load_alt(WT_FFN, WT_FFN_ALT, alt, a + lo[LO_UP_Q], a + lo[LO_UP_S], N_EMBD, next,
-                   at->lane, &rd);
-    }
-#else
     if (row != at->gwarp) {
       row_load_alt(WT_FFN, WT_FFN_ALT, alt, a + lo[LO_GATE_Q], a + lo[LO_GATE_S], N_EMBD, row,
                    at->lane, ra);
       row_load_alt(WT_FFN, WT_FFN_ALT, alt, a + lo[LO_UP_Q], a + lo[LO_UP_S], N_EMBD, row, at->lane,
                    rb);
     }
-#endif
     float g = row_dot_regs_alt(WT_FFN, WT_FFN_ALT, alt, a + lo[LO_GATE_Q], a + lo[LO_GATE_S],
                                N_EMBD, row, lm->xl, at->lane, ra, XI_FFN);
     float u = row_dot_regs_alt(WT_FFN, WT_FFN_ALT, alt, a + lo[LO_UP_Q], a + lo[LO_UP_S], N_EMBD,

@@ -1039,7 +1039,6 @@ typedef struct {
   __local int* flag;       // arrive_last's answer
   __local float* xr;       // (N_EMBD) POST_NORMS: this work-group's copy of x
   __local float* qn;       // (HEAD_DIM) QK_NORM: the attention unit's q head, normed
-  __local uint4* gu;       // GU_ROWS: the warps' staged gate/up rows (gu_stage)
 } Local;
 
 // ---- work-group helpers -------------------------------------------------------
@@ -1838,116 +1837,6 @@ INLINE void matvec_residual(int type, int type_alt, bool alt, const __global uch
 
 // P4's loads that need nothing from the other work-groups: this warp's first
 // gate and up rows and ffn_norm.
-// GU_CP (experiment, unmeasured): a warp's gate/up rows after its first,
-// up to GU_ROWS of them, copied into local memory by cp.async between its
-// work-group's arrival at the barrier before P4 and its wait (gu_stage), as
-// the first row is loaded into registers there; P4 then reads them from
-// local memory (gu_load) instead of waiting an L2 round trip per row (1B:
-// 4 rows a warp, gate/up 7.3 us a layer where a one-row stage takes ~3.7).
-// Only where the FFN's type is one (no ALT) of Q4_0, Q4_1, Q8_0 and the held
-// scales are words (WORD_SCALES); warp 0 (the poller) stages nothing. A
-// lane's record per row: its GRB blocks' codes (GU_CH uint4 each), then
-// their scale words (Q4_0, Q8_0: the aligned word holding the block's half).
-#ifndef GU_CP
-#define GU_CP 3
-#endif
-#define GU_CH (WT_FFN == 8 ? 2 : 1)
-#define GRB ((N_EMBD / 32 + 31) / 32)
-#define GU_REC (GRB * GU_CH + (GRB + 3) / 4)
-#define GU_ROW_BYTES (WARPS * 2 * 32 * GU_REC * 16)
-#define GU_OK \
-  (WORD_SCALES && WT_FFN_ALT == WT_FFN && (WT_FFN == 2 || WT_FFN == 3 || WT_FFN == 8))
-#define GU_FIT (160000 / GU_ROW_BYTES)  // rows whose records fit ~160 KB
-#define GU_ROWS (GU_OK ? (GU_CP < GU_FIT ? GU_CP : GU_FIT) : 0)
-#define GU_LOCAL (WARPS * (GU_ROWS > 0 ? GU_ROWS : 1) * 2 * 32 * GU_REC)
-
-// The shared-window address of a local pointer (cp.async's destination).
-INLINE uint gu_smem(__local const void* p) {
-  uint a;
-  asm("{\n\t.reg .pred s;\n\t.reg .u64 g;\n\t"
-      "isspacep.shared s, %1;\n\t"
-      "@s cvta.to.shared.u64 g, %1;\n\t"
-      "@!s mov.u64 g, %1;\n\t"
-      "cvt.u32.u64 %0, g;\n\t}"
-      : "=r"(a)
-      : "l"((ulong)(size_t)p));
-  return a;
-}
-INLINE void gu_cp16(__local const void* dst, const __global void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(gu_smem(dst)), "l"(src),
-               "r"(bytes)
-               : "memory");
-}
-INLINE void gu_cp4(__local const void* dst, const __global void* src, int bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(gu_smem(dst)), "l"(src),
-               "r"(bytes)
-               : "memory");
-}
-// This lane's record of its warp's gate (which 0) or up (1) row j (1..).
-INLINE __local uint4* gu_record(const Local* lm, const Place* at, int j, int which) {
-  return lm->gu + (((at->warp * GU_ROWS + (j - 1)) * 2 + which) * 32 + at->lane) * GU_REC;
-}
-INLINE void gu_stage(const Weights* w, const __global ulong* lo, const Place* at,
-                     const Local* lm) {
-#if GU_ROWS
-  if (at->warp == 0) return;
-  const int nb = N_EMBD / 32;
-  for (int j = 1; j <= GU_ROWS; ++j) {
-    const int row = at->gwarp + j * at->n_gwarps;
-    if (row >= N_FF) break;
-#pragma unroll
-    for (int which = 0; which < 2; ++which) {
-      const __global uchar* wq = w->arena + lo[which ? LO_UP_Q : LO_GATE_Q];
-      const __global uint* ws = (const __global uint*)(w->arena + lo[which ? LO_UP_S : LO_GATE_S]);
-      __local uint4* rec = gu_record(lm, at, j, which);
-      __local uint* words = (__local uint*)(rec + GRB * GU_CH);
-#pragma unroll
-      for (int k = 0; k < GRB; ++k) {
-        const int b = at->lane + 32 * k;
-        const bool ok = b < nb;
-        const size_t blk = ok ? (size_t)row * nb + b : 0;
-#pragma unroll
-        for (int c = 0; c < GU_CH; ++c) {
-          gu_cp16(rec + k * GU_CH + c, (const __global uint4*)wq + GU_CH * blk + c, ok ? 16 : 0);
-        }
-        gu_cp4(words + k, ws + (WT_FFN == 3 ? blk : blk >> 1), ok ? 4 : 0);
-      }
-    }
-  }
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#else
-  (void)w;
-  (void)lo;
-  (void)at;
-  (void)lm;
-#endif
-}
-// Row `row`, the warp's j-th, of gate (which 0) or up from local memory into r.
-INLINE void gu_load(const Local* lm, const Place* at, int j, int which, int row, RowRegs* r) {
-#if GU_ROWS
-  const int nb = N_EMBD / 32;
-  const __local uint4* rec = gu_record(lm, at, j, which);
-  const __local uint* words = (const __local uint*)(rec + GRB * GU_CH);
-#pragma unroll
-  for (int k = 0; k < GRB; ++k) {
-    const int b = at->lane + 32 * k;
-    if (b < nb) {
-#pragma unroll
-      for (int c = 0; c < GU_CH; ++c) r->q[GU_CH * k + c] = rec[k * GU_CH + c];
-      const uint wd = words[k];
-      r->sw[k] = WT_FFN == 3 ? wd : (wd >> (16 * (((size_t)row * nb + b) & 1))) & 0xffffu;
-    }
-  }
-#else
-  (void)lm;
-  (void)at;
-  (void)j;
-  (void)which;
-  (void)row;
-  (void)r;
-#endif
-}
-
 INLINE void ffn_early_loads(const Weights* w, const __global ulong* lo, const Place* at,
                             RowRegs* ra, RowRegs* rb, float4* gw) {
   if (at->gwarp < N_FF) {
@@ -1973,13 +1862,8 @@ INLINE void ffn_gate_up(const Weights* w, const State* s, const Local* lm, const
 #endif
   const __global uchar* a = w->arena;
   const bool alt = USES_ALT(lo, FFN);
-  int j = 0;  // the warp's rows so far
-  for (int row = at->gwarp; row < N_FF; row += at->n_gwarps, ++j) {
-    if (GU_ROWS && row != at->gwarp && j <= GU_ROWS && at->warp != 0) {
-      if (j == 1) asm volatile("cp.async.wait_all;" ::: "memory");
-      gu_load(lm, at, j, 0, row, ra);
-      gu_load(lm, at, j, 1, row, rb);
-    } else if (row != at->gwarp) {
+  for (int row = at->gwarp; row < N_FF; row += at->n_gwarps) {
+    if (row != at->gwarp) {
       row_load_alt(WT_FFN, WT_FFN_ALT, alt, a + lo[LO_GATE_Q], a + lo[LO_GATE_S], N_EMBD, row,
                    at->lane, ra);
       row_load_alt(WT_FFN, WT_FFN_ALT, alt, a + lo[LO_UP_Q], a + lo[LO_UP_S], N_EMBD, row, at->lane,
@@ -2276,12 +2160,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   __local double s_sum;
   __local ulong s_ul;
   __local int s_state[4];
-#if GU_ROWS
-  __local uint4 gu[GU_LOCAL];
-#else
-  __local uint4* gu = 0;
-#endif
-  const Local lm = {xl, red, att_acc, aw_m, aw_l, red_v, red_i, sp_m, sp_l, &flag, xr, qn, gu};
+  const Local lm = {xl, red, att_acc, aw_m, aw_l, red_v, red_i, sp_m, sp_l, &flag, xr, qn};
   const Weights w = {arena,  layer_off, embd_q,  embd_s,     head_q,
                      head_s, out_norm,  rope_cs, rope_cs_swa};
   const State s = {x,      q,        k_cache,  v_cache,  att,       h,
@@ -2403,7 +2282,6 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
                     att, POST_NORMS ? o : x, xl, &at, &ra, XI_WO);
     grid_arrive(&gb);
     ffn_early_loads(&w, lo, &at, &ra, &rb, gw);
-    gu_stage(&w, lo, &at, &lm);
     grid_wait(&gb, &at);
 
     // P4: h = silu(Wg rmsnorm(x)) * (Wu rmsnorm(x))

@@ -219,14 +219,14 @@ bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile, int split) {
     cl_check(clEnqueueWriteBuffer(rt_.queue(), x.get(), CL_TRUE, 0, xv.size() * 4, xv.data(), 0,
                                   nullptr, nullptr),
              "clEnqueueWriteBuffer(mma self-test)");
-    const std::vector<float> nans(size_t(split) * n_tok * rows,
-                                  std::numeric_limits<float>::quiet_NaN());
-    for (const ClMem* m : {&out, &part}) {
-      const size_t floats = m == &out ? size_t(n_tok) * rows : nans.size();
-      cl_check(clEnqueueWriteBuffer(rt_.queue(), m->get(), CL_TRUE, 0, floats * 4, nans.data(), 0,
-                                    nullptr, nullptr),
-               "clEnqueueWriteBuffer(mma self-test)");
-    }
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    auto poison = [&](const ClMem& m, size_t floats) {
+      cl_check(
+          clEnqueueFillBuffer(rt_.queue(), m.get(), &nan, 4, 0, floats * 4, 0, nullptr, nullptr),
+          "clEnqueueFillBuffer(mma self-test)");
+    };
+    poison(out, size_t(n_tok) * rows);
+    poison(part, size_t(split) * n_tok * rows);
     ClMem xp = rt_.alloc(mma_packed_bytes(n_tok, n_in));
     ClMem xs = rt_.alloc(mma_scale_bytes(n_tok));
     ClKernel pack = kernel(k_mma_program, defines, "pack_x_f16");
@@ -508,8 +508,9 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
       break;
     }
   }
+  const std::string defines = mma_defines(w.type, t, split);
   Step s;
-  s.kernel = kernel(k_mma_program, mma_defines(w.type, t, split), "matmul_mma_deq");
+  s.kernel = kernel(k_mma_program, defines, "matmul_mma_deq");
   s.global0 =
       ceil_div(size_t(w.rows), size_t(t.mma_tile_rows())) * size_t(split) * size_t(t.mma_threads());
   s.local0 = size_t(t.mma_threads());
@@ -528,7 +529,7 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
   // The splits' sums into out, under the product's label (the profile's
   // time for the matrix includes it); xp_ still holds x packed.
   Step sum;
-  sum.kernel = kernel(k_mma_program, mma_defines(w.type, t, split), "mma_split_sum");
+  sum.kernel = kernel(k_mma_program, defines, "mma_split_sum");
   sum.global0 = ceil_div(size_t(w.rows), size_t(k_split_sum_group)) * size_t(k_split_sum_group);
   sum.local0 = size_t(k_split_sum_group);
   sum.local1 = 1;

@@ -428,7 +428,8 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
       if (split > 1) {
         set_args(*sum, part, cl_int(w.rows), cl_int(n_tok), out, cl_int(ld), cl_int(off),
                  cl_int(acc ? 1 : 0));
-        run_2d(*sum, test::round_up(size_t(w.rows), size_t(256)), size_t(n_tok), 256, 1);
+        const size_t sum_group = size_t(ClPrefill::k_split_sum_group);
+        run_2d(*sum, test::round_up(size_t(w.rows), sum_group), size_t(n_tok), sum_group, 1);
       }
     };
     // fp16 weights and x (each rounded by at most 2^-11): ~2e-4 of the

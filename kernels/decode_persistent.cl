@@ -1306,16 +1306,28 @@ INLINE float2 pair_cs(const __global float2* rope_cs, int pos, int r0, int lane)
 // lo: the matrix (payloads, scales), the pair's rows there (`rows`: in
 // [Q; K; V]), and the matrix's type in this layer. `alt`: the layer's
 // LO_ALT word.
+// V_SINGLE (separate Q, K and V only): V's rows, which RoPE does not pair,
+// go one to a warp (units QK_PAIRS.. of P1, after the Q/K pairs), so the
+// slowest warps of a layer whose V is Q6_K (the K-quant mixes) dot one row
+// instead of two; the 1B shape's 2,112 warps have 1,792 units instead of
+// 1,536 pairs. H200 tg128, three rounds against pairs for V: Llama-3.2-1B
+// Q4_K_M 1,862 / 1,859 / 1,855 tok/s against 1,851 / 1,851 / 1,848,
+// SmolLM2-1.7B Q4_K_M 1,298 / 1,295 / 1,299 against 1,287 / 1,289 / 1,286.
+#define V_SINGLE (!QKV_STACKED)
+#define QK_PAIRS ((N_EMBD_Q + N_EMBD_KV) / 2)
+#define N_QKV_UNITS (V_SINGLE ? QK_PAIRS + N_EMBD_KV : N_QKV / 2)
 typedef struct {
   const __global uchar* wq;
   const __global uchar* ws;
   int row, row_b;
   int2 rows;
   int type;
+  bool single;  // a V row alone (V_SINGLE): rows.x == rows.y, row == row_b
 } QkvPair;
 INLINE QkvPair qkv_pair(const __global uchar* arena, const __global ulong* lo, int pair, uint alt) {
   QkvPair p;
-  p.rows = pair_rows(pair);
+  p.single = V_SINGLE && pair >= QK_PAIRS;
+  p.rows = p.single ? (int2)(N_EMBD_Q + N_EMBD_KV + pair - QK_PAIRS) : pair_rows(pair);
 #if QKV_STACKED
   p.wq = arena + lo[LO_Q_Q];
   p.ws = arena + lo[LO_Q_S];
@@ -1323,7 +1335,7 @@ INLINE QkvPair qkv_pair(const __global uchar* arena, const __global ulong* lo, i
   p.row_b = p.rows.y;
   p.type = WT_Q;
 #else
-  const int r0 = 2 * pair;
+  const int r0 = p.single ? p.rows.x : 2 * pair;
   const int m = r0 < N_EMBD_Q ? 0 : r0 < N_EMBD_Q + N_EMBD_KV ? 1 : 2;  // Q, K, V
   const int slot = m == 0 ? LO_Q_Q : m == 1 ? LO_K_Q : LO_V_Q;          // its _S follows
   p.wq = arena + lo[slot];
@@ -1370,7 +1382,7 @@ INLINE float qkv_row_dot(int type, const __global uchar* wq, const __global ucha
 // The pair's two rows into ra, rb.
 INLINE void qkv_load_pair(const QkvPair* p, int lane, RowRegs* ra, RowRegs* rb) {
   qkv_row_load(p->type, p->wq, p->ws, p->row, lane, ra);
-  qkv_row_load(p->type, p->wq, p->ws, p->row_b, lane, rb);
+  if (!p->single) qkv_row_load(p->type, p->wq, p->ws, p->row_b, lane, rb);
 }
 
 // P1's loads that need nothing from the other work-groups, issued before the
@@ -1379,7 +1391,7 @@ INLINE void qkv_load_pair(const QkvPair* p, int lane, RowRegs* ra, RowRegs* rb) 
 INLINE void qkv_early_loads(const Weights* w, int il, const Place* at, RowRegs* ra, RowRegs* rb,
                             float4* gw) {
   const __global ulong* lo = w->layer_off + il * LO_N;
-  if (il < N_LAYER && at->gwarp < N_QKV / 2) {
+  if (il < N_LAYER && at->gwarp < N_QKV_UNITS) {
     const QkvPair p = qkv_pair(w->arena, lo, at->gwarp, (uint)lo[LO_ALT]);
     qkv_load_pair(&p, at->lane, ra, rb);
   }
@@ -1405,8 +1417,9 @@ INLINE void qkv_rope_append(const Weights* w, const State* s, const Local* lm, c
   const float scale = stage_norm(lm->xl, x_in, gw, lm->red, XI_QKV);
 #endif
   const uint alt = QKV_STACKED ? 0u : (uint)lo[LO_ALT];
-  for (int pair = at->gwarp; pair < N_QKV / 2; pair += at->n_gwarps) {
-    const int r0 = 2 * pair;
+  for (int pair = at->gwarp; pair < N_QKV_UNITS; pair += at->n_gwarps) {
+    const QkvPair p = qkv_pair(w->arena, lo, pair, alt);
+    const int r0 = p.single ? p.rows.x : 2 * pair;  // (NEOX: the pair's rows are not r0, r0 + 1)
 #if QK_NORM
     const bool rotate = false;  // the attention units turn q and k
 #else
@@ -1414,13 +1427,12 @@ INLINE void qkv_rope_append(const Weights* w, const State* s, const Local* lm, c
 #endif
     // The rotation's cos/sin load goes out with the rows' loads.
     const float2 cs = pair == at->gwarp ? cs_first : pair_cs(rope_cs, pos, r0, at->lane);
-    const QkvPair p = qkv_pair(w->arena, lo, pair, alt);
     if (pair != at->gwarp) qkv_load_pair(&p, at->lane, ra, rb);
     // Both rows' loads are issued before the shuffles (asm) of either sum.
     float a = qkv_row_dot(p.type, p.wq, p.ws, p.row, lm->xl, at->lane, ra);
-    float b = qkv_row_dot(p.type, p.wq, p.ws, p.row_b, lm->xl, at->lane, rb);
+    float b = p.single ? 0.0f : qkv_row_dot(p.type, p.wq, p.ws, p.row_b, lm->xl, at->lane, rb);
     a = warp_sum(a) * scale;
-    b = warp_sum(b) * scale;
+    b = p.single ? 0.0f : warp_sum(b) * scale;
     if (at->lane == 0) {
 #if QKV_BIAS
       const __global float* bias = (const __global float*)(w->arena + lo[LO_QKV_BIAS]);
@@ -1446,7 +1458,7 @@ INLINE void qkv_rope_append(const Weights* w, const State* s, const Local* lm, c
         first = N_EMBD_Q + N_EMBD_KV;
       }
       dst[p.rows.x - first] = a;
-      dst[p.rows.y - first] = b;
+      if (!p.single) dst[p.rows.y - first] = b;
     }
   }
 }
@@ -1527,7 +1539,8 @@ INLINE void prefetch_qkv(const __global uchar* arena, const __global ulong* lo, 
   prefetch_rows(WT_Q, arena, lo + LO_Q_Q, lo + LO_Q_S, N_EMBD, N_QKV, first, stride, lane);
 #else
   for (int r = first; r < N_QKV; r += stride) {
-    const QkvPair p = qkv_pair(arena, lo, r / 2, (uint)lo[LO_ALT]);
+    const int unit = V_SINGLE && r >= 2 * QK_PAIRS ? QK_PAIRS + r - 2 * QK_PAIRS : r / 2;
+    const QkvPair p = qkv_pair(arena, lo, unit, (uint)lo[LO_ALT]);
     prefetch_row(p.wq, p.ws, row_q_bytes(p.type, N_EMBD), row_s_bytes(p.type, N_EMBD),
                  r % 2 ? p.row_b : p.row, lane);
   }

@@ -1080,48 +1080,18 @@ INLINE void xi_store4(__local float* xl, int i, float4 v, bool act) {
 // layout (XI); volatile: written by other work-groups. 16-byte loads: one or
 // two per work-item instead of 3-6 scalar ones in a row (n % 4 == 0; groups
 // of 4 never straddle a padded block).
-// STAGE_AHEAD (experiment, unmeasured): a work-item's loads (up to
-// STAGE_ITEMS float4: 4 of h at 1B and 1.7B) all issued before its first
-// store, one L2 round trip instead of one an item (as the prefill
-// attention's tiles, session 33: 614 -> 444 us a chunk at 1B).
-#ifndef STAGE_AHEAD
-#define STAGE_AHEAD 1
-#endif
-#define STAGE_ITEMS ((MAX2(N_FF, N_EMBD_Q) / 4 + PWG - 1) / PWG)
 INLINE void stage_padded(__local float* xl, volatile const __global float* src, int n, bool xi) {
-  volatile const __global float4* src4 = (volatile const __global float4*)src;
-#if STAGE_AHEAD
-  const int lid = get_local_id(0);
-  float4 v[STAGE_ITEMS];
-#pragma unroll
-  for (int k = 0; k < STAGE_ITEMS; ++k) {
-    const int i = lid + k * PWG;
-    v[k] = i < n / 4 ? src4[i] : (float4)(0.0f);
-  }
-#pragma unroll
-  for (int k = 0; k < STAGE_ITEMS; ++k) {
-    const int i = lid + k * PWG;
-    if (k * PWG < n / 4) {  // the whole work-group alike (xi_store4's shuffles)
-      if (xi) {
-        xi_store4(xl, i, v[k], i < n / 4);
-      } else if (i < n / 4) {
-        vstore4(v[k], 0, xl + XP(4 * i));
-      }
-    }
-  }
-#else
   if (xi) {
     for (int base = 0; base < n / 4; base += PWG) {
       const int i = base + get_local_id(0);
       const bool act = i < n / 4;
-      xi_store4(xl, i, act ? src4[i] : (float4)(0.0f), act);
+      xi_store4(xl, i, act ? ((volatile const __global float4*)src)[i] : (float4)(0.0f), act);
     }
   } else {
     for (int i = get_local_id(0); i < n / 4; i += PWG) {
-      vstore4(src4[i], 0, xl + XP(4 * i));
+      vstore4(((volatile const __global float4*)src)[i], 0, xl + XP(4 * i));
     }
   }
-#endif
   barrier(CLK_LOCAL_MEM_FENCE);
 }
 

@@ -12,8 +12,9 @@
 // head, each warp 16 of them, and walks the keys in tiles of 64 (up to the last key its
 // last query needs):
 //   1. the tile's K rows (key-major) and V rows (transposed, dimension-major)
-//      are converted to fp16 into local memory, from loads that were all
-//      issued at once (heads of 64: during the previous tile's steps 2-4);
+//      are converted to fp16 into local memory, from loads issued in
+//      batches (heads of 64: the whole tile in one, during the previous
+//      tile's steps 2-4; heads of 128: four batches in turn);
 //   2. each warp computes S = Q K^T for its 16 queries x 64 keys (Q's A
 //      fragments built once, times log2(e) / sqrt(HEAD_DIM));
 //   3. masks S (causal, window, keys past the chunk), updates its rows'
@@ -52,7 +53,9 @@
 #define DT (HEAD_DIM / 8)         // n8 tiles of O (dimensions)
 #define QK (HEAD_DIM / 16)        // k16 steps of S
 #define LOAD_ITEMS (BK / 2 * HEAD_DIM / 4 / WG)  // a work-item's key pairs x dimension quads a tile
-#define LOAD_BATCH (HEAD_DIM == 64 ? 4 : 2)       // of them loaded at once (16 or 8 float4)
+// LOAD_BATCH of them are loaded at once (16 or 8 float4; fewer where a tile has fewer)
+#define LOAD_BATCH_MAX (HEAD_DIM == 64 ? 4 : 2)
+#define LOAD_BATCH (LOAD_ITEMS < LOAD_BATCH_MAX ? LOAD_ITEMS : LOAD_BATCH_MAX)
 #if LOAD_ITEMS % LOAD_BATCH != 0 || BK / 2 * HEAD_DIM / 4 % WG != 0
 #error "attention_mma: a tile's loads must divide into batches"
 #endif
@@ -182,7 +185,7 @@ __kernel __attribute__((reqd_work_group_size(1, WG, 1))) void attention_mma(
 
   // 1. K and V rows kt..kt + BK - 1 as fp16 (zeros past n_keys): a
   // work-item takes keys 2 jp and 2 jp + 1 at dimensions 4 d4..4 d4 + 3
-  // (half a warp covers a row's 64 dimensions: coalesced), LOAD_BATCH such
+  // (consecutive work-items cover a row's dimensions: coalesced), LOAD_BATCH such
   // items at once, every load of a batch issued before the first store.
   // Where one batch is the whole tile (heads of 64), the next tile's loads
   // are issued before this tile's products and stored after them. H200,

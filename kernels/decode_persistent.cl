@@ -1386,8 +1386,8 @@ INLINE void qkv_load_pair(const QkvPair* p, int lane, RowRegs* ra, RowRegs* rb) 
 }
 
 // P1's loads that need nothing from the other work-groups, issued before the
-// barrier wait that precedes P1 of layer il: this warp's first Q/K/V row pair
-// and attn_norm; past the last layer (il == N_LAYER), output_norm.
+// barrier wait that precedes P1 of layer il: this warp's first Q/K/V unit
+// (a pair of rows, or one V row: V_SINGLE) and attn_norm; past the last layer (il == N_LAYER), output_norm.
 INLINE void qkv_early_loads(const Weights* w, int il, const Place* at, RowRegs* ra, RowRegs* rb,
                             float4* gw) {
   const __global ulong* lo = w->layer_off + il * LO_N;
@@ -1401,10 +1401,11 @@ INLINE void qkv_early_loads(const Weights* w, int il, const Place* at, RowRegs* 
 
 // P1: x' = rmsnorm(x) * attn_norm (x_in null: x' is made from xl, the
 // embedding; POST_NORMS: from xr, after adding the previous layer's normed
-// FFN output, post_ffn its weights); the Q/K/V rows in pairs, so that a pair
+// FFN output, post_ffn its weights); the Q/K rows in pairs, so that a pair
 // of q or k dimensions is turned by RoPE in one lane (QKV_BIAS: biases
-// added first; QK_NORM: not turned here); q -> q, k and v -> the cache at
-// pos (QK_NORM: k -> h). The warp's first pair is in ra, rb and its (cos, sin) in cs_first
+// added first; QK_NORM: not turned here), V's in pairs too or one to a unit
+// (V_SINGLE); q -> q, k and v -> the cache at pos (QK_NORM: k -> h). The
+// warp's first unit is in ra (and rb) and its (cos, sin) in cs_first
 // (qkv_early_loads).
 INLINE void qkv_rope_append(const Weights* w, const State* s, const Local* lm, const Place* at,
                             const __global ulong* lo, size_t cache_base, int pos, int slot,

@@ -82,7 +82,7 @@ class ClAttentionPrefill : public testing::TestWithParam<HeadShape> {};
 TEST_P(ClAttentionPrefill, MatchesCausalReference) {
   const HeadShape s = GetParam();
   const int d = s.head_dim, n_embd = s.n_head * d, n_kv = s.n_head_kv * d;
-  const int n_ctx = 128, n_layers = 2, layer = 1;
+  const int n_ctx = 320, n_layers = 2, layer = 1;
   const size_t layer_off = size_t(layer) * n_ctx * n_kv;
   const PrefillTuning device = PrefillTuning::for_device(test::cl_test_runtime().device());
   PrefillTuning odd = device, tiled = device, odd_direct = device;
@@ -160,7 +160,13 @@ TEST_P(ClAttentionPrefill, MatchesCausalReference) {
                                                 {0, 5, false},
                                                 {37, 20, false},
                                                 {37, 20, true},
-                                                {70, 9, true}}) {
+                                                {70, 9, true},
+                                                // a work-group over 3-5 key tiles
+                                                // (attention_mma: tiles loaded one
+                                                // ahead), windows wrapping a ring
+                                                {200, 0, false},
+                                                {200, 130, false},
+                                                {200, 130, true}}) {
       for (int n_tok : {1, 7, 50, 70}) {
         if (pos0 + n_tok > n_ctx) continue;
         const int ring = ring_of_window ? window + n_tok : n_ctx;

@@ -1387,7 +1387,8 @@ INLINE void qkv_load_pair(const QkvPair* p, int lane, RowRegs* ra, RowRegs* rb) 
 
 // P1's loads that need nothing from the other work-groups, issued before the
 // barrier wait that precedes P1 of layer il: this warp's first Q/K/V unit
-// (a pair of rows, or one V row: V_SINGLE) and attn_norm; past the last layer (il == N_LAYER), output_norm.
+// (a pair of rows, or one V row: V_SINGLE) and attn_norm; past the last
+// layer (il == N_LAYER), output_norm.
 INLINE void qkv_early_loads(const Weights* w, int il, const Place* at, RowRegs* ra, RowRegs* rb,
                             float4* gw) {
   const __global ulong* lo = w->layer_off + il * LO_N;

@@ -82,6 +82,9 @@
 #ifndef PACK_WG
 #define PACK_WG 256  // the host passes ClPrefill::k_pack_group
 #endif
+#ifndef SPLIT_SUM_WG
+#define SPLIT_SUM_WG 256  // the host passes ClPrefill::k_split_sum_group
+#endif
 
 #if WTYPE != 2 && WTYPE != 3 && WTYPE != 6 && WTYPE != 7 && WTYPE != 8 && WTYPE != 12 && \
     WTYPE != 13 && WTYPE != 14
@@ -435,9 +438,9 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
 // Split-K (MMA_SPLIT > 1): matmul_mma_deq wrote each split's share of the
 // product to part[split][tok][row]; this adds them in split order (the same
 // sum whatever order the work-groups ran in) and stores or accumulates
-// them as matmul_mma_deq would have. Global (ceil(n_rows / 256) * 256,
-// n_tok), local (256, 1) (ClPrefill::k_split_sum_group).
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void mma_split_sum(
+// them as matmul_mma_deq would have. Global (ceil(n_rows / SPLIT_SUM_WG) *
+// SPLIT_SUM_WG, n_tok), local (SPLIT_SUM_WG, 1).
+__kernel __attribute__((reqd_work_group_size(SPLIT_SUM_WG, 1, 1))) void mma_split_sum(
     const __global float* part, int n_rows, int n_tok, __global float* out, int ld_out,
     int out_off, int accumulate) {
   const int row = get_global_id(0), tok = get_global_id(1);

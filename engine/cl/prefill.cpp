@@ -172,7 +172,8 @@ std::string ClPrefill::mma_defines(GgmlType type, const PrefillTuning& t, int sp
          " -DMMA_WN=" + std::to_string(t.mma_wn) + " -DMMA_KB=" + std::to_string(t.mma_kb) +
          " -DMMA_STAGES=" + std::to_string(t.mma_stages) +
          (split > 1 ? " -DMMA_SPLIT=" + std::to_string(split) : "") +
-         " -DPACK_WG=" + std::to_string(k_pack_group);
+         " -DPACK_WG=" + std::to_string(k_pack_group) +
+         " -DSPLIT_SUM_WG=" + std::to_string(k_split_sum_group);
 }
 
 // A 40-row x 96 case (edge tiles on both axes, an odd block count; K-quants:
@@ -238,8 +239,7 @@ bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile, int split) {
              "clEnqueueNDRangeKernel(mma self-test pack)");
     ClKernel k = kernel(k_mma_program, defines, "matmul_mma_deq");
     mma_args(w, xp, xs, n_tok, out, rows, 0, false, part).bind(k);
-    const size_t global[2] = {ceil_div(size_t(rows), size_t(tile.mma_tile_rows())) * size_t(split) *
-                                  size_t(tile.mma_threads()),
+    const size_t global[2] = {mma_rows_global(rows, tile, split),
                               ceil_div(size_t(n_tok), size_t(tile.mma_tile_tokens()))};
     const size_t local[2] = {size_t(tile.mma_threads()), 1};
     cl_check(clEnqueueNDRangeKernel(rt_.queue(), k.get(), 2, nullptr, global, local, 0, nullptr,
@@ -248,9 +248,7 @@ bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile, int split) {
     if (split > 1) {
       ClKernel sum = kernel(k_mma_program, defines, "mma_split_sum");
       split_sum_args(part, rows, n_tok, out, rows, 0, false).bind(sum);
-      const size_t sum_global[2] = {
-          ceil_div(size_t(rows), size_t(k_split_sum_group)) * size_t(k_split_sum_group),
-          size_t(n_tok)};
+      const size_t sum_global[2] = {split_sum_rows_global(rows), size_t(n_tok)};
       const size_t sum_local[2] = {size_t(k_split_sum_group), 1};
       cl_check(clEnqueueNDRangeKernel(rt_.queue(), sum.get(), 2, nullptr, sum_global, sum_local, 0,
                                       nullptr, nullptr),
@@ -511,8 +509,7 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
   const std::string defines = mma_defines(w.type, t, split);
   Step s;
   s.kernel = kernel(k_mma_program, defines, "matmul_mma_deq");
-  s.global0 =
-      ceil_div(size_t(w.rows), size_t(t.mma_tile_rows())) * size_t(split) * size_t(t.mma_threads());
+  s.global0 = mma_rows_global(w.rows, t, split);
   s.local0 = size_t(t.mma_threads());
   s.local1 = 1;
   s.tokens_per_group = t.mma_tile_tokens();
@@ -530,7 +527,7 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
   // time for the matrix includes it); xp_ still holds x packed.
   Step sum;
   sum.kernel = kernel(k_mma_program, defines, "mma_split_sum");
-  sum.global0 = ceil_div(size_t(w.rows), size_t(k_split_sum_group)) * size_t(k_split_sum_group);
+  sum.global0 = split_sum_rows_global(w.rows);
   sum.local0 = size_t(k_split_sum_group);
   sum.local1 = 1;
   sum.label = label;
@@ -540,6 +537,15 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
   sum_args.bind(sum.kernel);
   sum.arg_n_tok = int(sum_args.index("n_tok"));
   into.push_back(std::move(sum));
+}
+
+size_t ClPrefill::mma_rows_global(int rows, const PrefillTuning& t, int split) {
+  return ceil_div(size_t(rows), size_t(t.mma_tile_rows())) * size_t(split) *
+         size_t(t.mma_threads());
+}
+
+size_t ClPrefill::split_sum_rows_global(int rows) {
+  return ceil_div(size_t(rows), size_t(k_split_sum_group)) * size_t(k_split_sum_group);
 }
 
 bool ClPrefill::x16_weights(const DeviceMatrix& w) const {

@@ -202,6 +202,11 @@ class ClPrefill {
   static constexpr const char* k_att_mma_program = "mma_f16+attention_mma";
   static constexpr int k_pack_group = 256;
   static constexpr int k_split_sum_group = 256;  // mma_split_sum's work-group
+  // Global sizes along rows: matmul_mma_deq's (a work-group of `t`'s
+  // threads per row tile and split) and mma_split_sum's (a work-item a row,
+  // in work-groups of k_split_sum_group), for a matrix of `rows` rows.
+  static size_t mma_rows_global(int rows, const PrefillTuning& t, int split);
+  static size_t split_sum_rows_global(int rows);
   static size_t mma_packed_bytes(int n_tok, int n_in) { return size_t(n_tok) * size_t(n_in) * 2; }
   static size_t mma_scale_bytes(int n_tok) { return size_t(n_tok) * 4; }
   static std::string attention_defines(int head_dim, const PrefillTuning& t);

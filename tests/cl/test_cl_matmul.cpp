@@ -420,16 +420,14 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
       cl_poison(part, part_floats);  // a share no split writes shows as NaN
       set_args(*k, w.dev.q, w.dev.s, cl_int(w.n_in), cl_int(w.rows), xp, xs, cl_int(n_tok), out,
                cl_int(ld), cl_int(off), cl_int(acc ? 1 : 0), part);
-      run_2d(*k,
-             test::round_up(size_t(w.rows), size_t(t.mma_tile_rows())) / t.mma_tile_rows() *
-                 size_t(split) * t.mma_threads(),
+      run_2d(*k, ClPrefill::mma_rows_global(w.rows, t, split),
              test::round_up(size_t(n_tok), size_t(t.mma_tile_tokens())) / t.mma_tile_tokens(),
              size_t(t.mma_threads()), 1);
       if (split > 1) {
         set_args(*sum, part, cl_int(w.rows), cl_int(n_tok), out, cl_int(ld), cl_int(off),
                  cl_int(acc ? 1 : 0));
-        const size_t sum_group = size_t(ClPrefill::k_split_sum_group);
-        run_2d(*sum, test::round_up(size_t(w.rows), sum_group), size_t(n_tok), sum_group, 1);
+        run_2d(*sum, ClPrefill::split_sum_rows_global(w.rows), size_t(n_tok),
+               size_t(ClPrefill::k_split_sum_group), 1);
       }
     };
     // fp16 weights and x (each rounded by at most 2^-11): ~2e-4 of the

@@ -79,15 +79,6 @@
 #ifndef MMA_SPLIT
 #define MMA_SPLIT 1
 #endif
-#ifndef MMA_SHARE_A
-#define MMA_SHARE_A 0
-#endif
-#ifndef MMA_FIXUP
-#define MMA_FIXUP 0
-#endif
-#if MMA_FIXUP && MMA_SPLIT != 2
-#error "matmul_mma_deq: MMA_FIXUP with two splits only"
-#endif
 #ifndef PACK_WG
 #define PACK_WG 256  // the host passes ClPrefill::k_pack_group
 #endif
@@ -336,16 +327,11 @@ inline void cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"
 __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma_deq(
     const __global uint4* wq, const __global void* ws, int n_in, int n_rows,
     const __global uint4* xp, const __global float* xs, int n_tok, __global float* out,
-    int ld_out, int out_off, int accumulate, __global float* part, __global uint* counts) {
+    int ld_out, int out_off, int accumulate, __global float* part) {
   __local uint4 wql[MMA_STAGES * MMA_KB * TILE_R * QV];
   __local uint4 wsl4[(MMA_STAGES * MMA_KB * TILE_R * SWORDS + 3) / 4];  // 16-byte aligned
   __local uint* const wsl = (__local uint*)wsl4;
   __local uint4 xl[MMA_STAGES * TILE_T * LDQ];
-#if MMA_SHARE_A
-  // A fragments of the stage in use, built once for all warps:
-  // al[((kb * (TILE_R / 16) + i) * 2 + h) * 32 + lane]
-  __local uint4 al[MMA_KB * (TILE_R / 16) * 2 * 32];
-#endif
   const uint wql_s = smem_addr(wql), wsl_s = smem_addr(wsl4), xl_s = smem_addr(xl);
   const int lid = get_local_id(0);
   const int lane = lid & 31;
@@ -382,55 +368,11 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
     barrier(CLK_LOCAL_MEM_FENCE);  // everyone's; and stage s - 1's buffer is free
     ISSUE(s + MMA_STAGES - 1);
     const int buf = s % MMA_STAGES;
-#if MMA_SHARE_A
-    // Build the stage's A fragments once: an item is (block kb, m16 tile i,
-    // lane), both k-steps of rows 16 i + g and 16 i + g + 8.
-#pragma unroll
-    for (int it = 0; it < (MMA_KB * TILE_R * 2 + WG_THREADS - 1) / WG_THREADS; ++it) {
-      const int e = lid + it * WG_THREADS;
-      if (e < MMA_KB * TILE_R * 2) {
-        const int el = e & 31, ei = (e >> 5) % (TILE_R / 16), ekb = (e >> 5) / (TILE_R / 16);
-        const int eg = el >> 2, et = el & 3;
-        uint f[2][4];
-#pragma unroll
-        for (int rh = 0; rh < 2; ++rh) {
-          const int r = 16 * ei + eg + 8 * rh;
-          const int slot = (buf * MMA_KB + ekb) * TILE_R + r;
-          const __local uint* q = (const __local uint*)(wql + slot * QV);
-          const __local uint* rec = wsl + slot * SWORDS;
-#if WTYPE == 2 || WTYPE == 8
-          const int par = ((row0 + r) * n_blocks + s * MMA_KB + ekb) & 1;
-#else
-          const int par = 0;
-#endif
-          const Scales sc = block_scales(rec, par);
-          step_values(step_codes(q, rec, 0, et), sc.sc0, sc.mn, &f[0][rh], &f[0][2 + rh]);
-          step_values(step_codes(q, rec, 1, et), sc.sc1, sc.mn, &f[1][rh], &f[1][2 + rh]);
-        }
-        al[((ekb * (TILE_R / 16) + ei) * 2) * 32 + el] = (uint4)(f[0][0], f[0][1], f[0][2], f[0][3]);
-        al[((ekb * (TILE_R / 16) + ei) * 2 + 1) * 32 + el] = (uint4)(f[1][0], f[1][1], f[1][2], f[1][3]);
-      }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-#endif
 #pragma unroll
     for (int kb = 0; kb < MMA_KB; ++kb) {
+      const int sk = buf * MMA_KB + kb;
       // a[i][h]: A of m16 tile i for k-step h
       uint a[MMA_MI][2][4];
-#if MMA_SHARE_A
-#pragma unroll
-      for (int i = 0; i < MMA_MI; ++i) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint4 v = al[((kb * (TILE_R / 16) + wr0 / 16 + i) * 2 + h) * 32 + lane];
-          a[i][h][0] = v.x;
-          a[i][h][1] = v.y;
-          a[i][h][2] = v.z;
-          a[i][h][3] = v.w;
-        }
-      }
-#else
-      const int sk = buf * MMA_KB + kb;
 #pragma unroll
       for (int i = 0; i < MMA_MI; ++i) {
         const int r = wr0 + 16 * i + g;
@@ -451,7 +393,6 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
                       &a[i][1][2 + rh]);
         }
       }
-#endif
 #pragma unroll
       for (int j = 0; j < MMA_NJ; ++j) {
         const uint4 b = xl[buf * (TILE_T * LDQ) + (wn0 + 8 * j + g) * LDQ + kb * 4 + tig];
@@ -492,44 +433,6 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
       }
     }
   }
-#if MMA_FIXUP
-  // The second split of a row and token tile to finish adds both shares
-  // into out: its own (still in acc) and the other's from part; a + b is
-  // b + a, so the sum is mma_split_sum's whichever finishes last.
-  __local int last[1];
-  const uint tile = (get_group_id(0) / MMA_SPLIT) * get_num_groups(1) + get_group_id(1);
-  barrier(CLK_LOCAL_MEM_FENCE);
-  if (lid == 0) {
-    uint old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(counts + tile) : "memory");
-    last[0] = old == MMA_SPLIT - 1;
-    if (last[0]) counts[tile] = 0u;  // for the next launch
-  }
-  barrier(CLK_LOCAL_MEM_FENCE);
-  if (!last[0]) return;
-#pragma unroll
-  for (int j = 0; j < MMA_NJ; ++j) {
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int tok = tok0 + wn0 + 8 * j + 2 * tig + (c & 1);
-      if (tok >= n_tok) continue;
-      const float unscale = xs[tok];
-#pragma unroll
-      for (int i = 0; i < MMA_MI; ++i) {
-        const int row = row0 + wr0 + 16 * i + g + (c >> 1) * 8;
-        if (row < n_rows) {
-          float own;  // as stored to part: the product alone, not fused into the add
-          asm("mul.rn.f32 %0, %1, %2;" : "=f"(own) : "f"(acc[i][j][c]), "f"(unscale));
-          const float v = own + part[((size_t)(1 - split) * n_tok + tok) * n_rows + row];
-          __global float* o = out + (size_t)tok * ld_out + out_off + row;
-          *o = accumulate ? *o + v : v;
-        }
-      }
-    }
-  }
-#else
-  (void)counts;
-#endif
 }
 
 // Split-K (MMA_SPLIT > 1): matmul_mma_deq wrote each split's share of the

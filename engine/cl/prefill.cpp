@@ -53,8 +53,7 @@ KernelArgs matmul_args(const DeviceMatrix& w, const ClMem& x, int ld_x, int n_to
 // pack_x_f16 into xp (and its per-token scales into xs).
 // `part`: split-K's partial sums (MMA_SPLIT > 1), else not read (any buffer).
 KernelArgs mma_args(const DeviceMatrix& w, const ClMem& xp, const ClMem& xs, int n_tok,
-                    const ClMem& out, int ld_out, int out_off, bool accumulate, const ClMem& part,
-                    const ClMem& counts) {
+                    const ClMem& out, int ld_out, int out_off, bool accumulate, const ClMem& part) {
   return {{"wq", w.q},
           {"ws", w.s},
           {"n_in", cl_int(w.n_in)},
@@ -66,8 +65,7 @@ KernelArgs mma_args(const DeviceMatrix& w, const ClMem& xp, const ClMem& xs, int
           {"ld_out", cl_int(ld_out)},
           {"out_off", cl_int(out_off)},
           {"accumulate", cl_int(accumulate ? 1 : 0)},
-          {"part", part},
-          {"counts", counts}};
+          {"part", part}};
 }
 
 // Of mma_split_sum (matmul_mma_deq.cl): out (+)= the splits' sums in part.
@@ -174,8 +172,6 @@ std::string ClPrefill::mma_defines(GgmlType type, const PrefillTuning& t, int sp
          " -DMMA_WN=" + std::to_string(t.mma_wn) + " -DMMA_KB=" + std::to_string(t.mma_kb) +
          " -DMMA_STAGES=" + std::to_string(t.mma_stages) +
          (split > 1 ? " -DMMA_SPLIT=" + std::to_string(split) : "") +
-         (t.mma_share ? " -DMMA_SHARE_A=1" : "") +
-         (t.mma_fixup && split == 2 ? " -DMMA_FIXUP=1" : "") +
          " -DPACK_WG=" + std::to_string(k_pack_group) +
          " -DSPLIT_SUM_WG=" + std::to_string(k_split_sum_group);
 }
@@ -242,19 +238,14 @@ bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile, int split) {
                                     nullptr, nullptr),
              "clEnqueueNDRangeKernel(mma self-test pack)");
     ClKernel k = kernel(k_mma_program, defines, "matmul_mma_deq");
-    ClMem counts = rt_.alloc(4 * mma_count_slots(rows, n_tok));
-    const cl_uint zero = 0;
-    cl_check(clEnqueueFillBuffer(rt_.queue(), counts.get(), &zero, 4, 0,
-                                 4 * mma_count_slots(rows, n_tok), 0, nullptr, nullptr),
-             "clEnqueueFillBuffer(mma self-test)");
-    mma_args(w, xp, xs, n_tok, out, rows, 0, false, part, counts).bind(k);
+    mma_args(w, xp, xs, n_tok, out, rows, 0, false, part).bind(k);
     const size_t global[2] = {mma_rows_global(rows, tile, split),
                               ceil_div(size_t(n_tok), size_t(tile.mma_tile_tokens()))};
     const size_t local[2] = {size_t(tile.mma_threads()), 1};
     cl_check(clEnqueueNDRangeKernel(rt_.queue(), k.get(), 2, nullptr, global, local, 0, nullptr,
                                     nullptr),
              "clEnqueueNDRangeKernel(mma self-test)");
-    if (split > 1 && !(tile.mma_fixup && split == 2)) {
+    if (split > 1) {
       ClKernel sum = kernel(k_mma_program, defines, "mma_split_sum");
       split_sum_args(part, rows, n_tok, out, rows, 0, false).bind(sum);
       const size_t sum_global[2] = {split_sum_rows_global(rows), size_t(n_tok)};
@@ -526,22 +517,12 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
   s.mma_input = &x;
   s.product = Product::tensor_cores;
   if (split > 1 && !part_) part_ = rt_.alloc(part_floats_ * 4);
-  const bool fixup = t.mma_fixup && split == 2;
-  if (fixup && !counts_) {
-    const size_t slots = mma_count_slots(int(part_floats_ / size_t(t.mma_split) / chunk_), chunk_);
-    counts_ = rt_.alloc(4 * slots);
-    const cl_uint zero = 0;
-    cl_check(clEnqueueFillBuffer(rt_.queue(), counts_.get(), &zero, 4, 0, 4 * slots, 0, nullptr,
-                                 nullptr),
-             "clEnqueueFillBuffer(split-K counts)");
-  }
   const ClMem& part = split > 1 ? part_ : out;  // (not read without a split)
-  const ClMem& counts = fixup ? counts_ : out;  // (not read without the fixup)
-  const KernelArgs args = mma_args(w, xp_, xps_, 0, out, ld_out, out_off, accumulate, part, counts);
+  const KernelArgs args = mma_args(w, xp_, xps_, 0, out, ld_out, out_off, accumulate, part);
   args.bind(s.kernel);
   s.arg_n_tok = int(args.index("n_tok"));
   into.push_back(std::move(s));
-  if (split == 1 || fixup) return;
+  if (split == 1) return;
   // The splits' sums into out, under the product's label (the profile's
   // time for the matrix includes it); xp_ still holds x packed.
   Step sum;

@@ -206,10 +206,6 @@ class ClPrefill {
   // threads per row tile and split) and mma_split_sum's (a work-item a row,
   // in work-groups of k_split_sum_group), for a matrix of `rows` rows.
   static size_t mma_rows_global(int rows, const PrefillTuning& t, int split);
-  // Split-K fixup counts: one per row and token tile of any tile shape.
-  static size_t mma_count_slots(int rows, int n_tok) {
-    return (size_t(rows) + 15) / 16 * ((size_t(n_tok) + 7) / 8);
-  }
   static size_t split_sum_rows_global(int rows);
   static size_t mma_packed_bytes(int n_tok, int n_in) { return size_t(n_tok) * size_t(n_in) * 2; }
   static size_t mma_scale_bytes(int n_tok) { return size_t(n_tok) * 4; }
@@ -280,7 +276,6 @@ class ClPrefill {
   ClMem att_;               // attention output (chunk, n_embd_q)
   ClMem g_, u_;             // FFN gate / up, then h = act(g) * u in g_ (chunk, n_ff)
   ClMem xq_;                // 16-bit activations of the widest input (matmul_x16.cl), or none
-  ClMem counts_;            // split-K fixup's arrival counts (MMA_FIXUP), zeroed once
   ClMem part_;              // split-K's partial sums (mma_split_sum), or none until a matrix splits
   size_t part_floats_ = 0;  // their capacity, allocated or not
   ClMem xp_, xps_;          // packed activations and their scales (matmul_mma_deq.cl), or none

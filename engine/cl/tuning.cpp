@@ -303,10 +303,6 @@ const std::vector<TuningKey>& tuning_keys() {
                 [](T& t) -> bool& { return t.prefill.mma_widen; }),
       key<int>("mma_split", "tensor cores: most work-groups a row tile's stages split over (1-4)",
                [](T& t) -> int& { return t.prefill.mma_split; }),
-      key<bool>("mma_share", "tensor cores: A fragments built once per work-group (experiment)",
-                [](T& t) -> bool& { return t.prefill.mma_share; }),
-      key<bool>("mma_fixup", "tensor cores: two splits summed by the last to finish (experiment)",
-                [](T& t) -> bool& { return t.prefill.mma_fixup; }),
       key<bool>("profile", "prefill: per-step device times to stderr (needs --profile)",
                 [](T& t) -> bool& { return t.prefill.profile; }),
   };

@@ -152,12 +152,6 @@ struct PrefillTuning {
   // 48.6-48.8k / 48.8k, SmolLM2-360M (split from 3) 90.6-91.6k / 91.1-91.3k
   // / 90.7-91.4k / 88.4-88.6k, 135M (never split) unchanged.
   int mma_split = 2;
-  // Experiment: a stage's A fragments built once per work-group into local
-  // memory (MMA_SHARE_A) instead of by each warp for its own tokens.
-  bool mma_share = false;
-  // Experiment: with two splits, the second to finish adds both shares
-  // (MMA_FIXUP) instead of an mma_split_sum launch.
-  bool mma_fixup = false;
   // Device time per prefill step, summed over each prefill, to stderr (needs
   // a profiling queue: clchat bench --profile).
   bool profile = false;

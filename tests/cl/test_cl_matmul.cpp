@@ -132,10 +132,8 @@ std::vector<MmaTiling> mma_tunings() {
   wide.mma_kb = 3;
   ring2.mma_stages = 2;
   ring4.mma_stages = 4;
-  PrefillTuning fixup = widened;
-  fixup.mma_fixup = true;
-  return {{def},   {widened},    {square},   {small},  {wide},    {ring2},
-          {ring4}, {widened, 2}, {fixup, 2}, {def, 3}, {small, 4}};
+  return {{def},   {widened}, {square},     {small},  {wide},
+          {ring2}, {ring4},   {widened, 2}, {def, 3}, {small, 4}};
 }
 
 std::string describe_mma(const MmaTiling& m) {
@@ -143,7 +141,7 @@ std::string describe_mma(const MmaTiling& m) {
   return "mma mi " + std::to_string(t.mma_mi) + " nj " + std::to_string(t.mma_nj) + " wr " +
          std::to_string(t.mma_wr) + " wn " + std::to_string(t.mma_wn) + " kb " +
          std::to_string(t.mma_kb) + " stages " + std::to_string(t.mma_stages) + " split " +
-         std::to_string(m.split) + (t.mma_fixup ? " fixup" : "");
+         std::to_string(m.split);
 }
 
 void run_2d(const ClKernel& k, size_t g0, size_t g1, size_t l0, size_t l1) {
@@ -420,18 +418,12 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
       const size_t part_floats = size_t(split) * size_t(n_tok) * size_t(w.rows);
       const ClMem part = rt.alloc(part_floats * 4);
       cl_poison(part, part_floats);  // a share no split writes shows as NaN
-      const size_t slots = ClPrefill::mma_count_slots(w.rows, n_tok);
-      const ClMem counts = rt.alloc(slots * 4);
-      const cl_uint zero = 0;
-      cl_check(clEnqueueFillBuffer(rt.queue(), counts.get(), &zero, 4, 0, slots * 4, 0, nullptr,
-                                   nullptr),
-               "clEnqueueFillBuffer(counts)");
       set_args(*k, w.dev.q, w.dev.s, cl_int(w.n_in), cl_int(w.rows), xp, xs, cl_int(n_tok), out,
-               cl_int(ld), cl_int(off), cl_int(acc ? 1 : 0), part, counts);
+               cl_int(ld), cl_int(off), cl_int(acc ? 1 : 0), part);
       run_2d(*k, ClPrefill::mma_rows_global(w.rows, t, split),
              test::round_up(size_t(n_tok), size_t(t.mma_tile_tokens())) / t.mma_tile_tokens(),
              size_t(t.mma_threads()), 1);
-      if (split > 1 && !(t.mma_fixup && split == 2)) {
+      if (split > 1) {
         set_args(*sum, part, cl_int(w.rows), cl_int(n_tok), out, cl_int(ld), cl_int(off),
                  cl_int(acc ? 1 : 0));
         run_2d(*sum, ClPrefill::split_sum_rows_global(w.rows), size_t(n_tok),

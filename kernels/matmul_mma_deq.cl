@@ -453,7 +453,8 @@ __kernel __attribute__((reqd_work_group_size(SPLIT_SUM_WG, 1, 1))) void mma_spli
 }
 
 // What the packs store at columns c..c+3 of a token's row: PACK_PLAIN the
-// row itself; PACK_RMSNORM row * rms * g (aux = g, the norm's weights);
+// row itself; PACK_RMSNORM row * g * rms (aux = g, the norm's weights; rms
+// applied at the store, once the row's sum of squares is known);
 // PACK_SILU / PACK_GELU act(row) * aux (aux = the token's up row: SwiGLU,
 // GeGLU with GELU's tanh form, as prefill_ops.cl's silu_mul / gelu_mul).
 #define PACK_PLAIN 0
@@ -464,10 +465,15 @@ __kernel __attribute__((reqd_work_group_size(SPLIT_SUM_WG, 1, 1))) void mma_spli
 // C99 inline left as a call has no out-of-line definition to link.
 #define PACK_INLINE inline __attribute__((always_inline))
 
+// Columns c..c+3 as pack_row scales them (PACK_RMSNORM: row * g, rms not
+// yet applied); *ss += the sum of the row's squares there.
 PACK_INLINE float4 pack_value4(const __global float* row, const __global float* aux, int c,
-                               float rms, int mode) {
+                               int mode, float* ss) {
   const float4 v = vload4(0, row + c);
-  if (mode == PACK_RMSNORM) return v * rms * vload4(0, aux + c);
+  if (mode == PACK_RMSNORM) {
+    *ss += dot(v, v);
+    return v * vload4(0, aux + c);
+  }
   if (mode == PACK_SILU) return v / (1.0f + exp(-v)) * vload4(0, aux + c);
   if (mode == PACK_GELU) {
     return 0.5f * v * (1.0f + tanh(0.7978845608f * (v + 0.044715f * v * v * v))) *
@@ -476,61 +482,74 @@ PACK_INLINE float4 pack_value4(const __global float* row, const __global float* 
   return v;
 }
 
-// The largest of v (take_max) or its sum over the work-group (PACK_WG
-// items), through `slots`.
-PACK_INLINE float group_reduce(float v, int take_max, __local float* slots) {
+// The largest of m and the sum of ss over the work-group (PACK_WG items),
+// through `slots` (2 PACK_WG / 32 floats), in one round.
+PACK_INLINE void group_reduce(float* m, float* ss, __local float* slots) {
   const int lid = get_local_id(0);
+  float a = *m, b = *ss;
   for (int mask = 16; mask > 0; mask >>= 1) {
-    const float r = shfl_bfly(v, mask);
-    v = take_max ? fmax(v, r) : v + r;
+    a = fmax(a, shfl_bfly(a, mask));
+    b += shfl_bfly(b, mask);
   }
-  if ((lid & 31) == 0) slots[lid >> 5] = v;
+  if ((lid & 31) == 0) {
+    slots[lid >> 5] = a;
+    slots[PACK_WG / 32 + (lid >> 5)] = b;
+  }
   barrier(CLK_LOCAL_MEM_FENCE);
-  v = slots[0];
-  for (int w = 1; w < PACK_WG / 32; ++w) v = take_max ? fmax(v, slots[w]) : v + slots[w];
-  barrier(CLK_LOCAL_MEM_FENCE);  // slots free for the next reduction
-  return v;
+  a = slots[0];
+  b = slots[PACK_WG / 32];
+  for (int w = 1; w < PACK_WG / 32; ++w) {
+    a = fmax(a, slots[w]);
+    b += slots[PACK_WG / 32 + w];
+  }
+  *m = a;
+  *ss = b;
 }
 
 #ifndef PACK_CACHE
 #define PACK_CACHE 4  // items a work-item keeps in registers between the two passes
 #endif
 
-// One token's row (n_in values, mode as pack_value4) -> its packed uint4 and
-// xs: the power of two 2^k that brings the largest |value| to [2^14, 2^15)
-// (k clamped to -126..126; 0 for a zero row), xs = 2^-k, and per block and
-// tig one uint4 of fp16 value * 2^k, rounded to nearest. A work-item's first
-// PACK_CACHE items (rows of up to 8 PACK_WG PACK_CACHE values: 8192) stay
-// in registers from the max to the store; the rest are computed twice.
-PACK_INLINE void pack_row(const __global float* row, const __global float* aux, int n_in, float rms,
-                          int mode, __global uint4* xp_row, __global float* xs_tok,
+// One token's row (n_in values, mode as pack_value4; PACK_RMSNORM: times
+// rms = 1 / sqrt(mean(row^2) + eps)) -> its packed uint4 and xs: the power
+// of two 2^k that brings the largest |value| to [2^14, 2^15) (k clamped to
+// -126..126; 0 for a zero row), xs = 2^-k, and per block and tig one uint4
+// of fp16 value * 2^k, rounded to nearest. A work-item's first PACK_CACHE
+// items (rows of up to 8 PACK_WG PACK_CACHE values: 8192) stay in
+// registers from the load to the store, so the row is read once; the rest
+// are computed twice. The largest value and the sum of squares meet in one
+// reduction (max |row * g| * rms is the largest |row * g * rms|).
+PACK_INLINE void pack_row(const __global float* row, const __global float* aux, int n_in,
+                          float eps, int mode, __global uint4* xp_row, __global float* xs_tok,
                           __local float* slots) {
   const int lid = get_local_id(0);
   const int n_items = n_in / 8;
   float4 lo[PACK_CACHE], hi[PACK_CACHE];  // item e: values 4 tig .. and 16 + 4 tig ..
-  float m = 0.0f;
+  float m = 0.0f, ss = 0.0f;
 #pragma unroll
   for (int it = 0; it < PACK_CACHE; ++it) {
     const int e = lid + it * PACK_WG;
     lo[it] = hi[it] = (float4)(0.0f);
     if (e < n_items) {
       const int c = 32 * (e >> 2) + 4 * (e & 3);
-      lo[it] = pack_value4(row, aux, c, rms, mode);
-      hi[it] = pack_value4(row, aux, c + 16, rms, mode);
+      lo[it] = pack_value4(row, aux, c, mode, &ss);
+      hi[it] = pack_value4(row, aux, c + 16, mode, &ss);
     }
     const float4 v = fmax(fabs(lo[it]), fabs(hi[it]));
     m = fmax(m, fmax(fmax(v.x, v.y), fmax(v.z, v.w)));
   }
   for (int e = lid + PACK_CACHE * PACK_WG; e < n_items; e += PACK_WG) {
     const int c = 32 * (e >> 2) + 4 * (e & 3);
-    const float4 v = fmax(fabs(pack_value4(row, aux, c, rms, mode)),
-                          fabs(pack_value4(row, aux, c + 16, rms, mode)));
+    const float4 v = fmax(fabs(pack_value4(row, aux, c, mode, &ss)),
+                          fabs(pack_value4(row, aux, c + 16, mode, &ss)));
     m = fmax(m, fmax(fmax(v.x, v.y), fmax(v.z, v.w)));
   }
-  m = group_reduce(m, 1, slots);
+  group_reduce(&m, &ss, slots);
+  const float rms = mode == PACK_RMSNORM ? rsqrt(ss / n_in + eps) : 1.0f;
+  m *= rms;
   const int e2 = (int)((as_uint(m) >> 23) & 0xffu) - 127;  // floor(log2 m) for normal m
   const int k = m > 0.0f ? clamp(14 - e2, -126, 126) : 0;
-  const float scale = as_float((uint)(k + 127) << 23);
+  const float scale = rms * as_float((uint)(k + 127) << 23);
 #pragma unroll
   for (int it = 0; it < PACK_CACHE; ++it) {
     const int e = lid + it * PACK_WG;
@@ -543,8 +562,9 @@ PACK_INLINE void pack_row(const __global float* row, const __global float* aux, 
   for (int e = lid + PACK_CACHE * PACK_WG; e < n_items; e += PACK_WG) {
     const int c = 32 * (e >> 2) + 4 * (e & 3);
     __global half* dst = (__global half*)(xp_row + e);
-    vstore_half4_rte(pack_value4(row, aux, c, rms, mode) * scale, 0, dst);
-    vstore_half4_rte(pack_value4(row, aux, c + 16, rms, mode) * scale, 1, dst);
+    float unused = 0.0f;
+    vstore_half4_rte(pack_value4(row, aux, c, mode, &unused) * scale, 0, dst);
+    vstore_half4_rte(pack_value4(row, aux, c + 16, mode, &unused) * scale, 1, dst);
   }
   if (lid == 0) *xs_tok = as_float((uint)(127 - k) << 23);
 }
@@ -554,10 +574,10 @@ PACK_INLINE void pack_row(const __global float* row, const __global float* aux, 
 __kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1))) void pack_x_f16(
     const __global float* x, int ld_x, int n_in, int n_tok, __global uint4* xp,
     __global float* xs) {
-  __local float slots[PACK_WG / 32];
+  __local float slots[2 * (PACK_WG / 32)];
   const int tok = get_group_id(1);
   if (tok >= n_tok) return;  // the whole work-group
-  pack_row(x + (size_t)tok * ld_x, 0, n_in, 1.0f, PACK_PLAIN, xp + (size_t)tok * (n_in / 8),
+  pack_row(x + (size_t)tok * ld_x, 0, n_in, 0.0f, PACK_PLAIN, xp + (size_t)tok * (n_in / 8),
            xs + tok, slots);
 }
 
@@ -566,17 +586,11 @@ __kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1))) void pack_x_f16(
 __kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1))) void rmsnorm_pack_f16(
     const __global float* x, int n_in, int n_tok, const __global float* g, float eps,
     __global uint4* xp, __global float* xs) {
-  __local float slots[PACK_WG / 32];
+  __local float slots[2 * (PACK_WG / 32)];
   const int tok = get_group_id(1);
   if (tok >= n_tok) return;
-  const __global float* row = x + (size_t)tok * n_in;
-  float ss = 0.0f;
-  for (int c = 4 * get_local_id(0); c < n_in; c += 4 * PACK_WG) {
-    const float4 v = vload4(0, row + c);
-    ss += dot(v, v);
-  }
-  const float rms = rsqrt(group_reduce(ss, 0, slots) / n_in + eps);
-  pack_row(row, g, n_in, rms, PACK_RMSNORM, xp + (size_t)tok * (n_in / 8), xs + tok, slots);
+  pack_row(x + (size_t)tok * n_in, g, n_in, eps, PACK_RMSNORM, xp + (size_t)tok * (n_in / 8),
+           xs + tok, slots);
 }
 
 // silu_mul (gelu != 0: gelu_mul) and pack_x_f16 in one pass: the packed
@@ -584,10 +598,10 @@ __kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1))) void rmsnorm_pack_
 __kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1))) void glu_pack_f16(
     const __global float* gate, const __global float* up, int n_in, int n_tok, int gelu,
     __global uint4* xp, __global float* xs) {
-  __local float slots[PACK_WG / 32];
+  __local float slots[2 * (PACK_WG / 32)];
   const int tok = get_group_id(1);
   if (tok >= n_tok) return;
   const size_t off = (size_t)tok * n_in;
-  pack_row(gate + off, up + off, n_in, 1.0f, gelu ? PACK_GELU : PACK_SILU,
+  pack_row(gate + off, up + off, n_in, 0.0f, gelu ? PACK_GELU : PACK_SILU,
            xp + (size_t)tok * (n_in / 8), xs + tok, slots);
 }

@@ -79,9 +79,6 @@
 #ifndef MMA_SPLIT
 #define MMA_SPLIT 1
 #endif
-#ifndef MMA_BULK
-#define MMA_BULK 0
-#endif
 #ifndef PACK_WG
 #define PACK_WG 256  // the host passes ClPrefill::k_pack_group
 #endif
@@ -301,7 +298,7 @@ inline void cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"
 // One commit group per stage.
 #define ISSUE(s_)                                                                           \
   do {                                                                                      \
-    const int b0_ = (s_)*MMA_KB, buf_ = ((s_)-s_begin) % MMA_STAGES;                        \
+    const int b0_ = (s_)*MMA_KB, buf_ = (s_) % MMA_STAGES;                                  \
     _Pragma("unroll") for (int it = 0; it < W_ITEMS; ++it) {                                \
       const int e = lid + it * WG_THREADS;                                                  \
       if (e < TILE_R * MMA_KB) {                                                            \
@@ -327,88 +324,11 @@ inline void cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"
     cp_commit();                                                                            \
   } while (0)
 
-#if MMA_BULK
-// Codes staged a row at a time: a row's MMA_KB blocks and 16 bytes of
-// padding (rows 16 bytes apart in the banks).
-#define CROW (MMA_KB * QV + 1)
-// Hopper's bulk copies (sm_90): mbarrier wait for phase `parity`.
-inline void mbar_wait(uint bar, uint parity) {
-  asm volatile(
-      "{\n\t.reg .pred p;\n\tMBAR_WAIT_%=:\n\t"
-      "mbarrier.try_wait.parity.shared.b64 p, [%0], %1;\n\t"
-      "@!p bra MBAR_WAIT_%=;\n\t}" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-inline void bulk_copy(uint dst, const __global void* src, int bytes, uint bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-          dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
-// Stage s_ by bulk copies: warp 0 copies each valid row's blocks and each
-// valid token's packed x (one copy each, completing on the buffer's
-// mbarrier); the scale records go by cp.async as in ISSUE (zeros past the
-// matrix or the blocks, so those weights are 0); packed x past the blocks
-// is zeroed here. Rows and tokens past the matrix are left as they were
-// (they reach only outputs that are not stored).
-#define ISSUE_BULK(s_)                                                                      \
-  do {                                                                                      \
-    const int b0_ = (s_)*MMA_KB, buf_ = ((s_)-s_begin) % MMA_STAGES;                        \
-    _Pragma("unroll") for (int it = 0; it < W_ITEMS; ++it) {                                \
-      const int e = lid + it * WG_THREADS;                                                  \
-      if (e < TILE_R * MMA_KB) {                                                            \
-        const int kb = e % MMA_KB, r = e / MMA_KB, row = row0 + r, b = b0_ + kb;            \
-        const bool ok = row < n_rows && b < b_end;                                          \
-        const size_t blk = ok ? (size_t)row * (size_t)n_blocks + (size_t)b : 0;             \
-        CP_SCALE(wsl_s + ((buf_ * MMA_KB + kb) * TILE_R + r) * SWORDS * 4, blk, ok);        \
-      }                                                                                     \
-    }                                                                                       \
-    cp_commit();                                                                            \
-    const int nb_ = min(MMA_KB, b_end - b0_);                                               \
-    if (nb_ > 0) {                                                                          \
-      for (int e = lid; e < TILE_T * (MMA_KB - nb_) * 4; e += WG_THREADS) {                 \
-        const int t = e / ((MMA_KB - nb_) * 4), w = e % ((MMA_KB - nb_) * 4);               \
-        xl[buf_ * (TILE_T * LDQ) + t * LDQ + nb_ * 4 + w] = (uint4)(0u);                    \
-      }                                                                                     \
-      if (warp == 0) {                                                                      \
-        const int rows_ = clamp(n_rows - row0, 0, TILE_R);                                  \
-        const int toks_ = clamp(n_tok - tok0, 0, TILE_T);                                   \
-        const uint bar_ = mbar_s + buf_ * 8;                                                \
-        if (lane == 0) {                                                                    \
-          asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(bar_),     \
-                       "r"((rows_ * QV + toks_ * 4) * nb_ * 16)                             \
-                       : "memory");                                                         \
-        }                                                                                   \
-        asm volatile("bar.warp.sync 0xffffffff;" ::: "memory");                             \
-        for (int r = lane; r < rows_; r += 32) {                                            \
-          bulk_copy(wql_s + (buf_ * TILE_R + r) * CROW * 16,                                \
-                    wq + ((size_t)(row0 + r) * (size_t)n_blocks + (size_t)b0_) * QV,        \
-                    nb_ * QV * 16, bar_);                                                   \
-        }                                                                                   \
-        for (int t = lane; t < toks_; t += 32) {                                            \
-          bulk_copy(xl_s + (buf_ * (TILE_T * LDQ) + t * LDQ) * 16,                          \
-                    xp + (size_t)(tok0 + t) * (size_t)(n_blocks * 4) + (size_t)b0_ * 4,     \
-                    nb_ * 64, bar_);                                                        \
-        }                                                                                   \
-      }                                                                                     \
-    }                                                                                       \
-  } while (0)
-#define WQL_UINT4 (MMA_STAGES * TILE_R * CROW)
-#define CODES_AT(buf, kb, r) (wql + ((buf)*TILE_R + (r)) * CROW + (kb)*QV)
-#undef ISSUE
-#define ISSUE(s_) ISSUE_BULK(s_)
-#else
-#define WQL_UINT4 (MMA_STAGES * MMA_KB * TILE_R * QV)
-#define CODES_AT(buf, kb, r) (wql + (((buf)*MMA_KB + (kb)) * TILE_R + (r)) * QV)
-#endif
-
 __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma_deq(
     const __global uint4* wq, const __global void* ws, int n_in, int n_rows,
     const __global uint4* xp, const __global float* xs, int n_tok, __global float* out,
     int ld_out, int out_off, int accumulate, __global float* part) {
-  __local uint4 wql[WQL_UINT4];
+  __local uint4 wql[MMA_STAGES * MMA_KB * TILE_R * QV];
   __local uint4 wsl4[(MMA_STAGES * MMA_KB * TILE_R * SWORDS + 3) / 4];  // 16-byte aligned
   __local uint* const wsl = (__local uint*)wsl4;
   __local uint4 xl[MMA_STAGES * TILE_T * LDQ];
@@ -429,17 +349,6 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
   const int s_begin = n_stages * split / MMA_SPLIT;
   const int s_end = n_stages * (split + 1) / MMA_SPLIT;
   const int b_end = min(n_blocks, s_end * MMA_KB);
-#if MMA_BULK
-  __local ulong mbar[MMA_STAGES];  // a buffer's copies complete on its mbarrier
-  const uint mbar_s = smem_addr(mbar);
-  if (lid == 0) {
-    for (int b = 0; b < MMA_STAGES; ++b) {
-      asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(mbar_s + b * 8) : "memory");
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  barrier(CLK_LOCAL_MEM_FENCE);
-#endif
 
   float acc[MMA_MI][MMA_NJ][4];
 #pragma unroll
@@ -455,13 +364,10 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
   for (int s = s_begin; s < s_begin + MMA_STAGES - 1; ++s) ISSUE(s);
 
   for (int s = s_begin; s < s_end; ++s) {
-    CP_WAIT();  // this work-item's copies of stage s arrived
-#if MMA_BULK
-    mbar_wait(mbar_s + ((s - s_begin) % MMA_STAGES) * 8, ((s - s_begin) / MMA_STAGES) & 1);
-#endif
+    CP_WAIT();                     // this work-item's copies of stage s arrived
     barrier(CLK_LOCAL_MEM_FENCE);  // everyone's; and stage s - 1's buffer is free
     ISSUE(s + MMA_STAGES - 1);
-    const int buf = (s - s_begin) % MMA_STAGES;
+    const int buf = s % MMA_STAGES;
 #pragma unroll
     for (int kb = 0; kb < MMA_KB; ++kb) {
       const int sk = buf * MMA_KB + kb;
@@ -473,7 +379,7 @@ __kernel __attribute__((reqd_work_group_size(WG_THREADS, 1, 1))) void matmul_mma
 #pragma unroll
         for (int rh = 0; rh < 2; ++rh) {  // rows r and r + 8
           const int slot = sk * TILE_R + r + 8 * rh;
-          const __local uint* q = (const __local uint*)CODES_AT(buf, kb, r + 8 * rh);
+          const __local uint* q = (const __local uint*)(wql + slot * QV);
           const __local uint* rec = wsl + slot * SWORDS;
 #if WTYPE == 2 || WTYPE == 8
           const int par = ((row0 + r + 8 * rh) * n_blocks + s * MMA_KB + kb) & 1;

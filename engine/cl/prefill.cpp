@@ -172,7 +172,7 @@ std::string ClPrefill::mma_defines(GgmlType type, const PrefillTuning& t, int sp
          " -DMMA_WN=" + std::to_string(t.mma_wn) + " -DMMA_KB=" + std::to_string(t.mma_kb) +
          " -DMMA_STAGES=" + std::to_string(t.mma_stages) +
          (split > 1 ? " -DMMA_SPLIT=" + std::to_string(split) : "") +
-         (t.mma_bulk ? " -DMMA_BULK=1" : "") + " -DPACK_WG=" + std::to_string(k_pack_group) +
+         " -DPACK_WG=" + std::to_string(k_pack_group) +
          " -DSPLIT_SUM_WG=" + std::to_string(k_split_sum_group);
 }
 

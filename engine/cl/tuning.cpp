@@ -303,8 +303,6 @@ const std::vector<TuningKey>& tuning_keys() {
                 [](T& t) -> bool& { return t.prefill.mma_widen; }),
       key<int>("mma_split", "tensor cores: most work-groups a row tile's stages split over (1-4)",
                [](T& t) -> int& { return t.prefill.mma_split; }),
-      key<bool>("mma_bulk", "tensor cores: codes and x staged by bulk copies (experiment)",
-                [](T& t) -> bool& { return t.prefill.mma_bulk; }),
       key<bool>("profile", "prefill: per-step device times to stderr (needs --profile)",
                 [](T& t) -> bool& { return t.prefill.profile; }),
   };

@@ -152,9 +152,6 @@ struct PrefillTuning {
   // 48.6-48.8k / 48.8k, SmolLM2-360M (split from 3) 90.6-91.6k / 91.1-91.3k
   // / 90.7-91.4k / 88.4-88.6k, 135M (never split) unchanged.
   int mma_split = 2;
-  // Experiment: codes and packed x staged by Hopper's bulk copies
-  // (cp.async.bulk with an mbarrier a buffer) instead of cp.async a 16 bytes.
-  bool mma_bulk = false;
   // Device time per prefill step, summed over each prefill, to stderr (needs
   // a profiling queue: clchat bench --profile).
   bool profile = false;

@@ -513,7 +513,7 @@ PACK_INLINE void group_reduce(float* m, float* ss, __local float* slots) {
 // One token's row (n_in values, mode as pack_value4; PACK_RMSNORM: times
 // rms = 1 / sqrt(mean(row^2) + eps)) -> its packed uint4 and xs: the power
 // of two 2^k that brings the largest |value| to [2^14, 2^15) (k clamped to
-// -126..126; 0 for a zero row), xs = 2^-k, and per block and tig one uint4
+// -126..126 and so that rms 2^k is finite; 0 for a zero row), xs = 2^-k, and per block and tig one uint4
 // of fp16 value * 2^k, rounded to nearest. A work-item's first PACK_CACHE
 // items (rows of up to 8 PACK_WG PACK_CACHE values: 8192) stay in
 // registers from the load to the store, so the row is read once; the rest
@@ -548,7 +548,10 @@ PACK_INLINE void pack_row(const __global float* row, const __global float* aux, 
   const float rms = mode == PACK_RMSNORM ? rsqrt(ss / n_in + eps) : 1.0f;
   m *= rms;
   const int e2 = (int)((as_uint(m) >> 23) & 0xffu) - 127;  // floor(log2 m) for normal m
-  const int k = m > 0.0f ? clamp(14 - e2, -126, 126) : 0;
+  // k also no larger than keeps rms * 2^k finite (a row with max |x * g|
+  // under ~2^-113 would otherwise store inf)
+  const int er = (int)((as_uint(rms) >> 23) & 0xffu) - 127;  // floor(log2 rms)
+  const int k = m > 0.0f ? clamp(14 - e2, -126, min(126, 126 - er)) : 0;
   const float scale = rms * as_float((uint)(k + 127) << 23);
 #pragma unroll
   for (int it = 0; it < PACK_CACHE; ++it) {

@@ -513,8 +513,8 @@ PACK_INLINE void group_reduce(float* m, float* ss, __local float* slots) {
 // One token's row (n_in values, mode as pack_value4; PACK_RMSNORM: times
 // rms = 1 / sqrt(mean(row^2) + eps)) -> its packed uint4 and xs: the power
 // of two 2^k that brings the largest |value| to [2^14, 2^15) (k clamped to
-// -126..126 and so that rms 2^k is finite; 0 for a zero row), xs = 2^-k, and per block and tig one uint4
-// of fp16 value * 2^k, rounded to nearest. A work-item's first PACK_CACHE
+// -126..126 and so that rms 2^k is finite; 0 for a zero row), xs = 2^-k,
+// and per block and tig one uint4 of fp16 value * 2^k, rounded to nearest. A work-item's first PACK_CACHE
 // items (rows of up to 8 PACK_WG PACK_CACHE values: 8192) stay in
 // registers from the load to the store, so the row is read once; the rest
 // are computed twice. The largest value and the sum of squares meet in one

@@ -130,7 +130,8 @@ ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeigh
     // Split-K's partial sums (allocated by the first matrix that splits), for
     // matrices of up to max(n_embd, n_embd_q) rows (the narrow ones: Wo,
     // ffn_down).
-    part_floats_ = size_t(tuning_.mma_split) * n * size_t(std::max(c.n_embd, c.n_embd_q()));
+    part_floats_ = size_t(std::max(tuning_.mma_split, tuning_.mma_large)) * n *
+                   size_t(std::max(c.n_embd, c.n_embd_q()));
   }
   build_steps();
   if (decode_programs_) build_decode_steps();
@@ -490,7 +491,23 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
   wide.mma_nj *= 2;
   auto grid_full = [&](size_t n_groups) { return 5 * n_groups >= 7 * units; };
   int split = 1;
-  if (t.mma_widen && grid_full(groups(wide)) && mma_ok(w.type, wide)) {
+  // Each split at least 4 stages long, within part_ (split-K's sums).
+  auto split_fits = [&](const PrefillTuning& u, int s) {
+    const size_t n_stages = ceil_div(size_t(w.n_in / 32), size_t(u.mma_kb));
+    return n_stages >= size_t(4 * s) && size_t(s) * size_t(chunk_) * size_t(w.rows) <= part_floats_;
+  };
+  const PrefillTuning large = t.large_tile();
+  int large_split = 0;
+  const bool large_fits = mma_local_bytes(w.type, large) <= k_mma_local_limit;
+  for (int s = 1; large_fits && s <= t.mma_large; ++s) {
+    if (100 * groups(large) * size_t(s) < 95 * units) continue;
+    if ((s == 1 || split_fits(large, s)) && mma_ok(w.type, large, s)) large_split = s;
+    break;
+  }
+  if (large_split > 0) {
+    t = large;
+    split = large_split;
+  } else if (t.mma_widen && grid_full(groups(wide)) && mma_ok(w.type, wide)) {
     t = wide;
   } else if (t.mma_widen && !grid_full(groups(wide))) {
     // Split-K (PrefillTuning::mma_split): the widened tile with each row
@@ -542,6 +559,21 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
 size_t ClPrefill::mma_rows_global(int rows, const PrefillTuning& t, int split) {
   return ceil_div(size_t(rows), size_t(t.mma_tile_rows())) * size_t(split) *
          size_t(t.mma_threads());
+}
+
+size_t ClPrefill::mma_local_bytes(GgmlType type, const PrefillTuning& t) {
+  const size_t code_words = type == GgmlType::Q8_0 ? 2 : 1;  // QV: uint4 of codes a block
+  size_t record_words = 4;                                   // SWORDS: scale-record words a block
+  if (type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0) {
+    record_words = 1;
+  } else if (type == GgmlType::Q5_0 || type == GgmlType::Q5_1 || type == GgmlType::Q4_K) {
+    record_words = 2;
+  }
+  const size_t xq = size_t(t.mma_kb) * 4;        // packed uint4 a token a stage
+  const size_t ldq = xq % 8 == 4 ? xq : xq + 4;  // their row stride
+  const size_t blocks = size_t(t.mma_stages) * size_t(t.mma_kb) * size_t(t.mma_tile_rows());
+  return blocks * code_words * 16 + ceil_div(blocks * record_words, size_t(4)) * 16 +
+         size_t(t.mma_stages) * size_t(t.mma_tile_tokens()) * ldq * 16;
 }
 
 size_t ClPrefill::split_sum_rows_global(int rows) {

@@ -209,6 +209,14 @@ class ClPrefill {
   static size_t split_sum_rows_global(int rows);
   static size_t mma_packed_bytes(int n_tok, int n_in) { return size_t(n_tok) * size_t(n_in) * 2; }
   static size_t mma_scale_bytes(int n_tok) { return size_t(n_tok) * 4; }
+  // matmul_mma_deq's local memory for a weight type and tile, as the kernel
+  // declares it (its copy ring: codes, scale records, packed x), and the
+  // most NVIDIA's compiler gives a work-group on sm_90 (ptxas: 0x38c00;
+  // NVIDIA's OpenCL reports 48 KB for every GPU, so the device query cannot
+  // say). A tile over it is not tried there; other GPUs' limits show as the
+  // self-test's failed build.
+  static size_t mma_local_bytes(GgmlType type, const PrefillTuning& t);
+  static constexpr size_t k_mma_local_limit = 0x38c00;
   static std::string attention_defines(int head_dim, const PrefillTuning& t);
   static bool mma_type(GgmlType type) {
     switch (type) {

@@ -109,13 +109,14 @@ PrefillTuning PrefillTuning::for_device(const DeviceInfo& device) {
 
 void PrefillTuning::check(const DeviceInfo& device) const {
   if (mma_mi < 1 || mma_nj < 1 || mma_wr < 1 || mma_wn < 1 || mma_kb < 1 || mma_stages < 2 ||
-      mma_stages > 4 || mma_split < 1 || mma_split > 4 ||
+      mma_stages > 4 || mma_split < 1 || mma_split > 4 || mma_large < 0 || mma_large > 4 ||
       size_t(mma_threads()) > device.max_work_group_size) {
     throw std::invalid_argument(
         "invalid MMA prefill tuning (mma_mi " + std::to_string(mma_mi) + ", mma_nj " +
         std::to_string(mma_nj) + ", mma_wr " + std::to_string(mma_wr) + ", mma_wn " +
         std::to_string(mma_wn) + ", mma_kb " + std::to_string(mma_kb) + ", mma_stages " +
-        std::to_string(mma_stages) + ", mma_split " + std::to_string(mma_split) + ")");
+        std::to_string(mma_stages) + ", mma_split " + std::to_string(mma_split) + ", mma_large " +
+        std::to_string(mma_large) + ")");
   }
   const bool vr_ok = (mm_direct && mm_vr >= 1 && mm_vr <= 16) || mm_vr == 1 || mm_vr == 2 ||
                      mm_vr == 4 || mm_vr == 8 || mm_vr == 16;
@@ -303,6 +304,8 @@ const std::vector<TuningKey>& tuning_keys() {
                 [](T& t) -> bool& { return t.prefill.mma_widen; }),
       key<int>("mma_split", "tensor cores: most work-groups a row tile's stages split over (1-4)",
                [](T& t) -> int& { return t.prefill.mma_split; }),
+      key<int>("mma_large", "tensor cores: 256 x 128 tile where split-K up to this fills (0: off)",
+               [](T& t) -> int& { return t.prefill.mma_large; }),
       key<bool>("profile", "prefill: per-step device times to stderr (needs --profile)",
                 [](T& t) -> bool& { return t.prefill.profile; }),
   };

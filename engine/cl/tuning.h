@@ -152,6 +152,11 @@ struct PrefillTuning {
   // 48.6-48.8k / 48.8k, SmolLM2-360M (split from 3) 90.6-91.6k / 91.1-91.3k
   // / 90.7-91.4k / 88.4-88.6k, 135M (never split) unchanged.
   int mma_split = 2;
+  // The large tile (4 x 2 warps, each 64 rows x 64 tokens: 256 x 128, twice
+  // the default warp's reuse of each fragment it loads) for matrices whose
+  // grid, split over K into up to mma_large work-groups, covers 95% of the
+  // compute units (0: never).
+  int mma_large = 4;
   // Device time per prefill step, summed over each prefill, to stderr (needs
   // a profiling queue: clchat bench --profile).
   bool profile = false;
@@ -161,6 +166,15 @@ struct PrefillTuning {
   int mma_tile_rows() const { return mma_wr * mma_mi * 16; }
   int mma_tile_tokens() const { return mma_wn * mma_nj * 8; }
   int mma_threads() const { return mma_wr * mma_wn * 32; }
+  // This tuning with mma_large's tile (the same stages).
+  PrefillTuning large_tile() const {
+    PrefillTuning t = *this;
+    t.mma_mi = 4;
+    t.mma_nj = 8;
+    t.mma_wr = 4;
+    t.mma_wn = 2;
+    return t;
+  }
   // GPUs: 16 x 16 work-items with 4 x 4 register tiles (64 x 64 outputs per
   // work-group). CPUs: the direct variant, 1 row x 12 tokens per work-item.
   static PrefillTuning for_device(const DeviceInfo& device);

@@ -111,8 +111,9 @@ struct MmaTiling {
 // The tilings of the tensor-core tests: the default, its widened form (as
 // ClPrefill's mma_widen), a 2 x 2-warp one, a small odd one (1 warp, 1
 // block per stage), a 3 x 2-warp one with 3-block stages, copy rings of 2
-// and 4 buffers, and split-K over 2 (widened, as ClPrefill splits), 3 and 4
-// (the small one: uneven shares of the stages) work-groups.
+// and 4 buffers, split-K over 2 (widened, as ClPrefill splits), 3 and 4
+// (the small one: uneven shares of the stages) work-groups, and the large
+// tile (mma_large) alone and split over 4.
 std::vector<MmaTiling> mma_tunings() {
   PrefillTuning def, widened, square, small, wide, ring2, ring4;
   widened.mma_nj *= 2;
@@ -132,8 +133,18 @@ std::vector<MmaTiling> mma_tunings() {
   wide.mma_kb = 3;
   ring2.mma_stages = 2;
   ring4.mma_stages = 4;
-  return {{def},   {widened}, {square},     {small},  {wide},
-          {ring2}, {ring4},   {widened, 2}, {def, 3}, {small, 4}};
+  return {{def},
+          {widened},
+          {square},
+          {small},
+          {wide},
+          {ring2},
+          {ring4},
+          {widened, 2},
+          {def, 3},
+          {small, 4},
+          {def.large_tile()},
+          {def.large_tile(), 4}};
 }
 
 std::string describe_mma(const MmaTiling& m) {
@@ -396,6 +407,9 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
   for (const MmaTiling& m : mma_tunings()) {
     const PrefillTuning& t = m.tile;
     const int split = m.split;
+    // (Q8_0 in the large tile: over what ptxas gives a work-group, so
+    // ClPrefill never tries it; MmaLocalBytesMatchKernel checks the count.)
+    if (ClPrefill::mma_local_bytes(type, t) > ClPrefill::k_mma_local_limit) continue;
     const std::string defines = ClPrefill::mma_defines(type, t, split);
     auto pack =
         std::make_shared<ClKernel>(build_kernel(ClPrefill::k_mma_program, defines, "pack_x_f16"));
@@ -443,6 +457,35 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
     variants.push_back(v);
   }
   check_matmul(shape, type, variants);
+}
+
+// ClPrefill::mma_local_bytes against the local memory NVIDIA's compiler
+// gives the kernel (CL_KERNEL_LOCAL_MEM_SIZE), for every tensor-core type
+// and each tiling of the tests that fits; and the large tile in Q8_0 (the
+// case the count keeps ClPrefill from building) over the limit.
+TEST(ClMma, LocalBytesMatchKernel) {
+  if (!device_is_nvidia()) GTEST_SKIP() << "the tensor-core kernel runs on NVIDIA's OpenCL only";
+  const ClRuntime& rt = test::cl_test_runtime();
+  for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                              GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    for (const MmaTiling& m : mma_tunings()) {
+      const size_t counted = ClPrefill::mma_local_bytes(type, m.tile);
+      SCOPED_TRACE(std::string(ggml_type_name(type)) + " " + describe_mma(m));
+      if (counted > ClPrefill::k_mma_local_limit) continue;
+      const ClKernel k =
+          build_kernel(ClPrefill::k_mma_program, ClPrefill::mma_defines(type, m.tile, m.split),
+                       "matmul_mma_deq");
+      cl_ulong used = 0;
+      ASSERT_EQ(clGetKernelWorkGroupInfo(k.get(), rt.device().device, CL_KERNEL_LOCAL_MEM_SIZE,
+                                         sizeof used, &used, nullptr),
+                CL_SUCCESS);
+      // (the compiler may align the arrays' end: at most 64 bytes more)
+      EXPECT_GE(used, counted);
+      EXPECT_LE(used, counted + 64);
+    }
+  }
+  EXPECT_GT(ClPrefill::mma_local_bytes(GgmlType::Q8_0, PrefillTuning{}.large_tile()),
+            ClPrefill::k_mma_local_limit);
 }
 
 // ---- the packs that compute their input (matmul_mma_deq.cl, NVIDIA only) ----

@@ -153,9 +153,11 @@ struct PrefillTuning {
   // / 90.7-91.4k / 88.4-88.6k, 135M (never split) unchanged.
   int mma_split = 2;
   // The large tile (4 x 2 warps, each 64 rows x 64 tokens: 256 x 128, twice
-  // the default warp's reuse of each fragment it loads) for matrices whose
-  // grid, split over K into up to mma_large work-groups, covers 95% of the
-  // compute units (0: never).
+  // the default warp's reuse of each fragment it loads; large_tile) for
+  // matrices whose grid, split over K into up to mma_large work-groups,
+  // covers 95% of the compute units (0: never). H200 pp512, mma_large 1 /
+  // 2 / 4 (before large_tile's unsplit stages): 1B 77.8-78.2k /
+  // 77.7-78.2k / 78.0-78.4k, 1.7B 52.1k / 52.2-52.4k / 52.7-53.1k.
   int mma_large = 4;
   // Device time per prefill step, summed over each prefill, to stderr (needs
   // a profiling queue: clchat bench --profile).
@@ -166,13 +168,22 @@ struct PrefillTuning {
   int mma_tile_rows() const { return mma_wr * mma_mi * 16; }
   int mma_tile_tokens() const { return mma_wn * mma_nj * 8; }
   int mma_threads() const { return mma_wr * mma_wn * 32; }
-  // This tuning with mma_large's tile (the same stages).
-  PrefillTuning large_tile() const {
+  // This tuning with mma_large's tile, for a product split over K into
+  // `split` work-groups: unsplit, stages of 2 blocks in a ring of 4 (H200,
+  // 1B gate and up: 1,163 / 1,138 us a chunk against 1,254 / 1,187 with
+  // this tuning's 4 in a ring of 3; a ring of 3: pp512 1B 80.6k / 80.6k
+  // against 81.4k / 80.4k, 1.7B 54.3k / 54.2k against 54.4k / 54.4k);
+  // split, this tuning's stages.
+  PrefillTuning large_tile(int split) const {
     PrefillTuning t = *this;
     t.mma_mi = 4;
     t.mma_nj = 8;
     t.mma_wr = 4;
     t.mma_wn = 2;
+    if (split == 1) {
+      t.mma_kb = 2;
+      t.mma_stages = 4;
+    }
     return t;
   }
   // GPUs: 16 x 16 work-items with 4 x 4 register tiles (64 x 64 outputs per

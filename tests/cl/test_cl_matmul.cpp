@@ -113,7 +113,7 @@ struct MmaTiling {
 // block per stage), a 3 x 2-warp one with 3-block stages, copy rings of 2
 // and 4 buffers, split-K over 2 (widened, as ClPrefill splits), 3 and 4
 // (the small one: uneven shares of the stages) work-groups, and the large
-// tile (mma_large) alone and split over 4.
+// tile (mma_large) unsplit and split over 4, as ClPrefill runs them.
 std::vector<MmaTiling> mma_tunings() {
   PrefillTuning def, widened, square, small, wide, ring2, ring4;
   widened.mma_nj *= 2;
@@ -143,8 +143,8 @@ std::vector<MmaTiling> mma_tunings() {
           {widened, 2},
           {def, 3},
           {small, 4},
-          {def.large_tile()},
-          {def.large_tile(), 4}};
+          {def.large_tile(1)},
+          {def.large_tile(4), 4}};
 }
 
 std::string describe_mma(const MmaTiling& m) {
@@ -407,8 +407,8 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
   for (const MmaTiling& m : mma_tunings()) {
     const PrefillTuning& t = m.tile;
     const int split = m.split;
-    // (Q8_0 in the large tile: over what ptxas gives a work-group, so
-    // ClPrefill never tries it; MmaLocalBytesMatchKernel checks the count.)
+    // (Q8_0 in the large split tile: over what ptxas gives a work-group, so
+    // ClPrefill never tries it; ClMma.LocalBytesMatchKernel checks the count.)
     if (ClPrefill::mma_local_bytes(type, t) > ClPrefill::k_mma_local_limit) continue;
     const std::string defines = ClPrefill::mma_defines(type, t, split);
     auto pack =
@@ -461,8 +461,8 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
 
 // ClPrefill::mma_local_bytes against the local memory NVIDIA's compiler
 // gives the kernel (CL_KERNEL_LOCAL_MEM_SIZE), for every tensor-core type
-// and each tiling of the tests that fits; and the large tile in Q8_0 (the
-// case the count keeps ClPrefill from building) over the limit.
+// and each tiling of the tests that fits; and the large split tile in Q8_0
+// (the case the count keeps ClPrefill from building) over the limit.
 TEST(ClMma, LocalBytesMatchKernel) {
   if (!device_is_nvidia()) GTEST_SKIP() << "the tensor-core kernel runs on NVIDIA's OpenCL only";
   const ClRuntime& rt = test::cl_test_runtime();
@@ -484,7 +484,7 @@ TEST(ClMma, LocalBytesMatchKernel) {
       EXPECT_LE(used, counted + 64);
     }
   }
-  EXPECT_GT(ClPrefill::mma_local_bytes(GgmlType::Q8_0, PrefillTuning{}.large_tile()),
+  EXPECT_GT(ClPrefill::mma_local_bytes(GgmlType::Q8_0, PrefillTuning{}.large_tile(4)),
             ClPrefill::k_mma_local_limit);
 }
 

@@ -95,6 +95,7 @@ class ClForward final : public Backend {
     return prefill_ ? prefill_->matrix_products(kind) : 0;
   }
   int prefill_split_products() const { return prefill_ ? prefill_->split_products() : 0; }
+  int prefill_large_tile_products() const { return prefill_ ? prefill_->large_tile_products() : 0; }
 
   void set_debug(bool on) override;
   bool debug() const override { return debug_; }

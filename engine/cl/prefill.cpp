@@ -177,14 +177,13 @@ std::string ClPrefill::mma_defines(GgmlType type, const PrefillTuning& t, int sp
          " -DSPLIT_SUM_WG=" + std::to_string(k_split_sum_group);
 }
 
-// A 40-row x 96 case (edge tiles on both axes, an odd block count; K-quants:
-// x 768, three super-blocks) with 9 tokens against a float64 product of the
-// same dequantized weights, in the work-groups of `tile`; split-K: a row
-// tile and 40 rows more, a token tile and 9 more, and an odd count of
-// blocks that gives each split at least two stages (K-quants: whole
-// super-blocks, an even count), through mma_split_sum. The output and the
-// partial sums start as NaN. Any
-// exception (the driver rejecting the PTX or the tile's local memory
+// A case of a row tile and 40 rows more by a token tile and 9 tokens more
+// (edge tiles on both axes), with stages enough that each split has two
+// and the copy ring wraps, the last one partly filled (one block more;
+// K-quants: whole super-blocks), against a float64 product of the same
+// dequantized weights, in the work-groups of `tile`, through mma_split_sum
+// where it splits over K. The output and the partial sums start as NaN.
+// Any exception (the driver rejecting the PTX or the tile's local memory
 // included) or a mismatch says no. Each program (type, tile, split) is
 // tested once.
 bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile, int split) {
@@ -197,12 +196,11 @@ bool ClPrefill::mma_ok(GgmlType type, const PrefillTuning& tile, int split) {
   bool ok = false;
   try {
     const int per_block = std::max(32, ggml_block_size(type)) / 32;  // blocks of 32 a type's block
-    int n_blocks = 3 * per_block, rows = 40, n_tok = 9;
-    if (split > 1) {
-      n_blocks = int(ceil_div(size_t(2 * split * tile.mma_kb + 1), size_t(per_block))) * per_block;
-      rows += tile.mma_tile_rows();
-      n_tok += tokens;
-    }
+    const int n_stages = std::max(2 * split, tile.mma_stages + 1);
+    const int n_blocks =
+        int(ceil_div(size_t(n_stages * tile.mma_kb + 1), size_t(per_block))) * per_block;
+    const int rows = 40 + tile.mma_tile_rows();
+    const int n_tok = 9 + tokens;
     const int n_in = 32 * n_blocks;
     std::vector<float> wv(size_t(n_in) * rows), xv(size_t(n_in) * n_tok);
     uint32_t st = 12345u + uint32_t(type);
@@ -500,9 +498,10 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
   // split over K into the fewest work-groups that do, covers 95% of the
   // units and the kernel fits the local memory. H200 pp512 (2026-11-30),
   // against the tiles below: Llama-3.2-1B shape Q4_0 78.7-79.3k against
-  // 74.7-75.1k (gate and up unsplit, ffn_down split over 4), SmolLM2-1.7B
-  // 53.0-53.2k against 50.3-50.5k; unsplit with stages of 2 blocks in a
-  // ring of 4 rather than 4 in a ring of 3: 80.7-81.3k / 54.4-54.7k.
+  // 74.7-75.1k (gate and up unsplit, Wo and ffn_down split over 4; the
+  // stacked Q/K/V's split does not fit part_), SmolLM2-1.7B 53.0-53.2k
+  // against 50.3-50.5k; unsplit with stages of 2 blocks in a ring of 4
+  // rather than 4 in a ring of 3: 80.7-81.3k / 54.4-54.7k.
   bool large = false;
   for (int s = 1; s <= t.mma_large; ++s) {
     const PrefillTuning u = t.large_tile(s);
@@ -543,6 +542,7 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
   s.label = label;
   s.mma_input = &x;
   s.product = Product::tensor_cores;
+  s.large_tile = large;
   if (split > 1 && !part_) part_ = rt_.alloc(part_floats_ * 4);
   const ClMem& part = split > 1 ? part_ : out;  // (not read without a split)
   const KernelArgs args = mma_args(w, xp_, xps_, 0, out, ld_out, out_off, accumulate, part);
@@ -670,6 +670,11 @@ void ClPrefill::add_matmul(std::vector<Step>& into, const DeviceMatrix& w, const
 int ClPrefill::split_products() const {
   return int(
       std::count_if(steps_.begin(), steps_.end(), [](const Step& s) { return s.split_sum; }));
+}
+
+int ClPrefill::large_tile_products() const {
+  return int(
+      std::count_if(steps_.begin(), steps_.end(), [](const Step& s) { return s.large_tile; }));
 }
 
 int ClPrefill::matrix_products(Product kind) const {

@@ -76,6 +76,8 @@ class ClPrefill {
   // Of those on tensor cores, the ones split over K (each followed by an
   // mma_split_sum).
   int split_products() const;
+  // Of those on tensor cores, the ones on the large tile (mma_large).
+  int large_tile_products() const;
 
   // Runs the token ids ids[0..n_tokens) at positions pos.. (the caller wrote
   // them and checked the range), filling the KV cache; then copies the last
@@ -118,6 +120,7 @@ class ClPrefill {
     const ClMem* mma_input = nullptr;
     Product product = Product::none;  // a matrix product: its kernel
     bool split_sum = false;           // mma_split_sum (after a split product)
+    bool large_tile = false;          // matmul_mma_deq in PrefillTuning::large_tile
   };
 
   void build_steps();

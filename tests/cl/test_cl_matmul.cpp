@@ -19,7 +19,8 @@
 //     kernel kernels/matmul_mma_deq.cl for the quantized types, same cases,
 //     after pack_x_f16, with the default tile, its widened form, a 2 x
 //     2-warp one, a small odd one (1 warp, 1 block per stage), a 3 x 2-warp
-//     one with 3-block stages and copy rings of 2 and 4 buffers: against the
+//     one with 3-block stages, copy rings of 2 and 4 buffers, split-K over
+//     2, 3 and 4 work-groups and the large tile unsplit and split: against the
 //     product of the weights and x rounded to fp16 as the kernel defines
 //     them (1e-5; types with integer or fp16 scales) and the exact product
 //     (1e-3); and the packs that compute their input (rmsnorm_pack_f16,
@@ -408,7 +409,8 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
     const PrefillTuning& t = m.tile;
     const int split = m.split;
     // (Q8_0 in the large split tile: over what ptxas gives a work-group, so
-    // ClPrefill never tries it; ClMma.LocalBytesMatchKernel checks the count.)
+    // ClPrefill never tries it; ClMma.LocalBytesMatchKernel checks that it
+    // is the only such tiling and that it does not build.)
     if (ClPrefill::mma_local_bytes(type, t) > ClPrefill::k_mma_local_limit) continue;
     const std::string defines = ClPrefill::mma_defines(type, t, split);
     auto pack =
@@ -460,21 +462,28 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
 }
 
 // ClPrefill::mma_local_bytes against the local memory NVIDIA's compiler
-// gives the kernel (CL_KERNEL_LOCAL_MEM_SIZE), for every tensor-core type
-// and each tiling of the tests that fits; and the large split tile in Q8_0
-// (the case the count keeps ClPrefill from building) over the limit.
+// gives the kernel (CL_KERNEL_LOCAL_MEM_SIZE), for every tensor-core type and
+// each tiling of the tests; a count over k_mma_local_limit must be the one
+// case known to be (Q8_0's split large tile) and must fail to build, which
+// ties the limit to the compiler.
 TEST(ClMma, LocalBytesMatchKernel) {
   if (!device_is_nvidia()) GTEST_SKIP() << "the tensor-core kernel runs on NVIDIA's OpenCL only";
   const ClRuntime& rt = test::cl_test_runtime();
+  int over_limit = 0;
   for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                               GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     for (const MmaTiling& m : mma_tunings()) {
       const size_t counted = ClPrefill::mma_local_bytes(type, m.tile);
       SCOPED_TRACE(std::string(ggml_type_name(type)) + " " + describe_mma(m));
-      if (counted > ClPrefill::k_mma_local_limit) continue;
-      const ClKernel k =
-          build_kernel(ClPrefill::k_mma_program, ClPrefill::mma_defines(type, m.tile, m.split),
-                       "matmul_mma_deq");
+      const std::string defines = ClPrefill::mma_defines(type, m.tile, m.split);
+      if (counted > ClPrefill::k_mma_local_limit) {
+        ++over_limit;
+        EXPECT_EQ(type, GgmlType::Q8_0);
+        EXPECT_EQ(m.tile.mma_tile_rows(), PrefillTuning{}.large_tile(4).mma_tile_rows());
+        EXPECT_ANY_THROW(build_kernel(ClPrefill::k_mma_program, defines, "matmul_mma_deq"));
+        continue;
+      }
+      const ClKernel k = build_kernel(ClPrefill::k_mma_program, defines, "matmul_mma_deq");
       cl_ulong used = 0;
       ASSERT_EQ(clGetKernelWorkGroupInfo(k.get(), rt.device().device, CL_KERNEL_LOCAL_MEM_SIZE,
                                          sizeof used, &used, nullptr),
@@ -484,8 +493,7 @@ TEST(ClMma, LocalBytesMatchKernel) {
       EXPECT_LE(used, counted + 64);
     }
   }
-  EXPECT_GT(ClPrefill::mma_local_bytes(GgmlType::Q8_0, PrefillTuning{}.large_tile(4)),
-            ClPrefill::k_mma_local_limit);
+  EXPECT_EQ(over_limit, 1);
 }
 
 // ---- the packs that compute their input (matmul_mma_deq.cl, NVIDIA only) ----

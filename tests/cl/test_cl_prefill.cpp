@@ -497,6 +497,41 @@ TEST(ClPrefill, SplitKMatchesCpu) {
   expect_prefill_matches(m.model, 520, {512}, 100);
 }
 
+// The large tile on NVIDIA (ClPrefill::add_mma_steps, PrefillTuning::
+// mma_large): a one-layer model at chunks of 2,048 tokens (16 token tiles of
+// 128) whose gate and up (n_ff rows, 256 a tile) fill 95% of the compute
+// units unsplit and whose ffn_down (n_embd rows) fills them split over K
+// into 4 (n_ff >= 2,048: 16 stages of 4 blocks, 4 a split). Wo (n_embd / 128
+// stages) and the stacked Q/K/V are too short to split over 4 and keep their
+// tiles. Against the CPU reference (down's split adds into the residual),
+// over a first chunk of 100 tokens and one of 1,948.
+TEST(ClPrefill, LargeTileMatchesCpu) {
+  const DeviceInfo& dev = test::cl_test_runtime().device();
+  if (dev.platform_name.find("NVIDIA") == std::string::npos) {
+    GTEST_SKIP() << "tensor-core prefill runs on NVIDIA only";
+  }
+  const int units = int(dev.compute_units);
+  const int ff_tiles = std::max(8, (95 * units + 1599) / 1600);  // 16 ff_tiles >= 0.95 units
+  const int embd_tiles = (95 * units + 6399) / 6400;             // 64 embd_tiles >= 0.95 units
+  SyntheticSpec s = small_spec(GgmlType::Q4_0, GgmlType::Q8_0, true);
+  s.n_embd = 256 * embd_tiles;
+  s.n_ff = 256 * ff_tiles;
+  s.n_layer = 1;
+  s.n_head = s.n_embd / 64;
+  s.n_head_kv = s.n_head / 2;
+  s.n_ctx = 2048;
+  TempModel m(write_synthetic_model_tmp(s));
+  {
+    ClForwardOptions opt;
+    opt.n_ctx = 2048;
+    opt.prefill_chunk = 2048;
+    ClForward cl(m.model, test::cl_test_runtime(), opt);
+    ASSERT_EQ(cl.prefill_large_tile_products(), 3);  // gate, up, ffn_down
+    ASSERT_EQ(cl.prefill_split_products(), 1);       // ffn_down
+  }
+  expect_prefill_matches(m.model, 2048, {2048}, 100);
+}
+
 // A prompt longer than one 512-token chunk (Q4_1 layers, Q8_0 embedding).
 TEST(ClPrefill, CrossesChunkOf512) {
   TempModel m(write_synthetic_model_tmp(small_spec(GgmlType::Q4_1, GgmlType::Q8_0, true)));

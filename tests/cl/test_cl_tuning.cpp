@@ -116,6 +116,8 @@ TEST(Tuning, CheckAcceptsDefaultsAndNamesBadValues) {
   EXPECT_NE(error_with("mma_stages=5").find("mma_stages 5"), std::string::npos);
   EXPECT_NE(error_with("mma_split=0").find("mma_split 0"), std::string::npos);
   EXPECT_NE(error_with("mma_split=5").find("mma_split 5"), std::string::npos);
+  EXPECT_NE(error_with("mma_large=-1").find("mma_large -1"), std::string::npos);
+  EXPECT_NE(error_with("mma_large=5").find("mma_large 5"), std::string::npos);
   EXPECT_NE(error_with("mma_kb=0").find("mma_kb 0"), std::string::npos);
   EXPECT_NE(error_with("norm_wg=48").find("48"), std::string::npos);
   // the CPU attention kernel's private arrays

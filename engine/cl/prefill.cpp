@@ -488,11 +488,23 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
   PrefillTuning wide = t;
   wide.mma_nj *= 2;
   auto grid_full = [&](size_t n_groups) { return 5 * n_groups >= 7 * units; };
-  int split = 1;
   // Each split at least 4 stages long, within part_ (split-K's sums).
   auto split_fits = [&](const PrefillTuning& u, int s) {
     const size_t n_stages = ceil_div(size_t(w.n_in / 32), size_t(u.mma_kb));
     return n_stages >= size_t(4 * s) && size_t(s) * size_t(chunk_) * size_t(w.rows) <= part_floats_;
+  };
+  // The fewest splits from `from` to `most` whose grid `covers` the device,
+  // if tile_for(s) fits the local memory (and, split, split_fits) and
+  // passes its self-test; 0: none (the first count that covers decides).
+  auto fewest_splits = [&](int from, int most, auto tile_for, auto covers) {
+    for (int s = from; s <= most; ++s) {
+      const PrefillTuning u = tile_for(s);
+      if (!covers(groups(u) * size_t(s))) continue;
+      const bool fits =
+          mma_local_bytes(w.type, u) <= k_mma_local_limit && (s == 1 || split_fits(u, s));
+      return fits && mma_ok(w.type, u, s) ? s : 0;
+    }
+    return 0;
   };
   // The large tile (PrefillTuning::mma_large, large_tile) where its grid,
   // split over K into the fewest work-groups that do, covers 95% of the
@@ -502,34 +514,24 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
   // stacked Q/K/V's split does not fit part_), SmolLM2-1.7B 53.0-53.2k
   // against 50.3-50.5k; unsplit with stages of 2 blocks in a ring of 4
   // rather than 4 in a ring of 3: 80.7-81.3k / 54.4-54.7k.
-  bool large = false;
-  for (int s = 1; s <= t.mma_large; ++s) {
-    const PrefillTuning u = t.large_tile(s);
-    if (100 * groups(u) * size_t(s) < 95 * units) continue;
-    if (mma_local_bytes(w.type, u) <= k_mma_local_limit && (s == 1 || split_fits(u, s)) &&
-        mma_ok(w.type, u, s)) {
-      t = u;
-      split = s;
-      large = true;
-    }
-    break;
-  }
-  if (large) {
-    // (the tile and split chosen)
+  const int large_splits = fewest_splits(
+      1, t.mma_large, [&](int s) { return t.large_tile(s); },
+      [&](size_t n_groups) { return 100 * n_groups >= 95 * units; });
+  int split = 1;
+  if (large_splits > 0) {
+    t = t.large_tile(large_splits);
+    split = large_splits;
   } else if (t.mma_widen && grid_full(groups(wide)) && mma_ok(w.type, wide)) {
     t = wide;
   } else if (t.mma_widen && !grid_full(groups(wide))) {
     // Split-K (PrefillTuning::mma_split): the widened tile with each row
     // tile's stages over the fewest work-groups that fill the grid, each at
     // least 4 stages long, where part_ holds their sums.
-    const int n_stages = int(ceil_div(size_t(w.n_in / 32), size_t(wide.mma_kb)));
-    for (int s = 2; s <= t.mma_split && n_stages >= 4 * s; ++s) {
-      if (!grid_full(groups(wide) * size_t(s))) continue;
-      if (size_t(s) * size_t(chunk_) * size_t(w.rows) <= part_floats_ && mma_ok(w.type, wide, s)) {
-        t = wide;
-        split = s;
-      }
-      break;
+    const int s = fewest_splits(
+        2, t.mma_split, [&](int) { return wide; }, grid_full);
+    if (s > 0) {
+      t = wide;
+      split = s;
     }
   }
   const std::string defines = mma_defines(w.type, t, split);
@@ -542,7 +544,7 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
   s.label = label;
   s.mma_input = &x;
   s.product = Product::tensor_cores;
-  s.large_tile = large;
+  s.large_tile = large_splits > 0;
   if (split > 1 && !part_) part_ = rt_.alloc(part_floats_ * 4);
   const ClMem& part = split > 1 ? part_ : out;  // (not read without a split)
   const KernelArgs args = mma_args(w, xp_, xps_, 0, out, ld_out, out_off, accumulate, part);

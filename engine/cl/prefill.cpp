@@ -507,19 +507,35 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
     return 0;
   };
   // The large tile (PrefillTuning::mma_large, large_tile) where its grid,
-  // split over K into the fewest work-groups that do, covers 95% of the
-  // units and the kernel fits the local memory. H200 pp512 (2026-11-30),
-  // against the tiles below: Llama-3.2-1B shape Q4_0 78.7-79.3k against
-  // 74.7-75.1k (gate and up unsplit, Wo and ffn_down split over 4; the
-  // stacked Q/K/V's split does not fit part_), SmolLM2-1.7B 53.0-53.2k
-  // against 50.3-50.5k; unsplit with stages of 2 blocks in a ring of 4
-  // rather than 4 in a ring of 3: 80.7-81.3k / 54.4-54.7k.
-  const int large_splits = fewest_splits(
-      1, t.mma_large, [&](int s) { return t.large_tile(s); },
-      [&](size_t n_groups) { return 100 * n_groups >= 95 * units; });
+  // split over K into the fewest work-groups that do, fills its waves of
+  // compute units to 95% and the kernel fits the local memory; 256 rows
+  // first, then 192. H200 pp512 (2026-11-30), against the tiles below:
+  // Llama-3.2-1B shape Q4_0 78.7-79.3k against 74.7-75.1k (gate and up
+  // unsplit, Wo and ffn_down split over 4), SmolLM2-1.7B 53.0-53.2k against
+  // 50.3-50.5k; unsplit with stages of 2 blocks in a ring of 4 rather than 4
+  // in a ring of 3: 80.7-81.3k / 54.4-54.7k. Full waves rather than 95% of
+  // one (the 1B's stacked Q/K/V split over 3 into 144 groups on 132 units:
+  // 1,074 us a chunk against 726 with its widened tile). The 192-row tile
+  // (the 1B's Q/K/V split over 2, the 1.7B's unsplit; Q8_0's Wo and
+  // ffn_down, whose 256-row split tile exceeds the local memory, split over
+  // 3): 1B 81.3-81.9k against 80.7-80.8k (Q/K/V 678 us against 726), 1.7B
+  // 55.6-55.8k against 54.1k (1,392 us against 1,605), 1B Q8_0 72.3k
+  // against 64.3-64.5k.
+  auto full_waves = [&](size_t n_groups) {
+    return 100 * n_groups >= 95 * ceil_div(n_groups, units) * units;
+  };
+  int large_splits = 0, large_m16 = 0;
+  for (const int m16 : {4, 3}) {
+    large_splits = fewest_splits(
+        1, t.mma_large, [&](int s) { return t.large_tile(s, m16); }, full_waves);
+    if (large_splits > 0) {
+      large_m16 = m16;
+      break;
+    }
+  }
   int split = 1;
   if (large_splits > 0) {
-    t = t.large_tile(large_splits);
+    t = t.large_tile(large_splits, large_m16);
     split = large_splits;
   } else if (t.mma_widen && grid_full(groups(wide)) && mma_ok(w.type, wide)) {
     t = wide;

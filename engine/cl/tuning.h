@@ -153,9 +153,11 @@ struct PrefillTuning {
   // / 90.7-91.4k / 88.4-88.6k, 135M (never split) unchanged.
   int mma_split = 2;
   // The large tile (4 x 2 warps, each 64 rows x 64 tokens: 256 x 128, twice
-  // the default warp's reuse of each fragment it loads; large_tile) for
-  // matrices whose grid, split over K into up to mma_large work-groups,
-  // covers 95% of the compute units (0: never). H200 pp512, mma_large 1 /
+  // the default warp's reuse of each fragment it loads; or of 48 rows: 192 x
+  // 128; large_tile) for matrices whose grid, split over K into up to
+  // mma_large work-groups, fills its waves of compute units to 95% (0:
+  // never); it sets its own mma_mi, mma_nj, mma_wr, mma_wn (and, unsplit,
+  // mma_kb and mma_stages). H200 pp512, mma_large 1 /
   // 2 / 4 (before large_tile's unsplit stages): 1B 77.8-78.2k /
   // 77.7-78.2k / 78.0-78.4k, 1.7B 52.1k / 52.2-52.4k / 52.7-53.1k.
   int mma_large = 4;
@@ -174,9 +176,11 @@ struct PrefillTuning {
   // this tuning's 4 in a ring of 3; a ring of 3: pp512 1B 80.6k / 80.6k
   // against 81.4k / 80.4k, 1.7B 54.3k / 54.2k against 54.4k / 54.4k);
   // split, this tuning's stages.
-  PrefillTuning large_tile(int split) const {
+  // warp_m16: m16 tiles a warp along rows (4: 256 rows; 3: 192, for
+  // matrices whose row count fills the device with it and not with 256).
+  PrefillTuning large_tile(int split, int warp_m16 = 4) const {
     PrefillTuning t = *this;
-    t.mma_mi = 4;
+    t.mma_mi = warp_m16;
     t.mma_nj = 8;
     t.mma_wr = 4;
     t.mma_wn = 2;

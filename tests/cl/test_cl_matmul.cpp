@@ -145,7 +145,9 @@ std::vector<MmaTiling> mma_tunings() {
           {def, 3},
           {small, 4},
           {def.large_tile(1)},
-          {def.large_tile(4), 4}};
+          {def.large_tile(4), 4},
+          {def.large_tile(1, 3)},
+          {def.large_tile(2, 3), 2}};
 }
 
 std::string describe_mma(const MmaTiling& m) {

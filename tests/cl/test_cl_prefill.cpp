@@ -497,39 +497,53 @@ TEST(ClPrefill, SplitKMatchesCpu) {
   expect_prefill_matches(m.model, 520, {512}, 100);
 }
 
-// The large tile on NVIDIA (ClPrefill::add_mma_steps, PrefillTuning::
-// mma_large): a one-layer model at chunks of 2,048 tokens (16 token tiles of
-// 128) whose gate and up (n_ff rows, 256 a tile) fill 95% of the compute
-// units unsplit and whose ffn_down (n_embd rows) fills them split over K
-// into 4 (n_ff >= 2,048: 16 stages of 4 blocks, 4 a split). Wo (n_embd / 128
-// stages) and the stacked Q/K/V are too short to split over 4 and keep their
-// tiles. Against the CPU reference (down's split adds into the residual),
-// over a first chunk of 100 tokens and one of 1,948.
+// The large tiles on NVIDIA (ClPrefill::add_mma_steps, PrefillTuning::
+// mma_large): a one-layer MHA model at a chunk of 128 t tokens (t token
+// tiles) whose gate and up (256 f rows, 256 a tile) fill one wave of the
+// compute units (95% or more) unsplit, whose ffn_down (n_embd = 256 e rows)
+// fills it split over K into 4 (16 stages of 4 blocks, 4 a split), and
+// whose stacked Q/K/V (3 n_embd rows) fills it unsplit with the 192-row
+// tile (4 e t groups; with 256 rows it fills three waves only split over 4,
+// whose splits would be too short). Wo (n_embd / 128 stages) is too short to
+// split. Against the CPU reference (down's split adds into the residual),
+// over a first chunk of 100 tokens and a second of the rest.
 TEST(ClPrefill, LargeTileMatchesCpu) {
   const DeviceInfo& dev = test::cl_test_runtime().device();
   if (dev.platform_name.find("NVIDIA") == std::string::npos) {
     GTEST_SKIP() << "tensor-core prefill runs on NVIDIA only";
   }
   const int units = int(dev.compute_units);
-  const int ff_tiles = std::max(8, (95 * units + 1599) / 1600);  // 16 ff_tiles >= 0.95 units
-  const int embd_tiles = (95 * units + 6399) / 6400;             // 64 embd_tiles >= 0.95 units
+  auto one_wave = [&](int groups) { return 100 * groups >= 95 * units && groups <= units; };
+  int t = 0, e = 0, f = 0;
+  for (int tt = 16; tt >= 4 && f == 0; --tt) {
+    for (int ee = 1; ee <= 4 && f == 0; ++ee) {
+      for (int ff = 8; ff <= 32 && f == 0; ++ff) {
+        if (one_wave(4 * ee * tt) && one_wave(ff * tt)) {
+          t = tt;
+          e = ee;
+          f = ff;
+        }
+      }
+    }
+  }
+  if (f == 0) GTEST_SKIP() << "no shape fills one wave of " << units << " compute units";
   SyntheticSpec s = small_spec(GgmlType::Q4_0, GgmlType::Q8_0, true);
-  s.n_embd = 256 * embd_tiles;
-  s.n_ff = 256 * ff_tiles;
+  s.n_embd = 256 * e;
+  s.n_ff = 256 * f;
   s.n_layer = 1;
   s.n_head = s.n_embd / 64;
-  s.n_head_kv = s.n_head / 2;
-  s.n_ctx = 2048;
+  s.n_head_kv = s.n_head;
+  s.n_ctx = 128 * t;
   TempModel m(write_synthetic_model_tmp(s));
   {
     ClForwardOptions opt;
-    opt.n_ctx = 2048;
-    opt.prefill_chunk = 2048;
+    opt.n_ctx = 128 * t;
+    opt.prefill_chunk = 128 * t;
     ClForward cl(m.model, test::cl_test_runtime(), opt);
-    ASSERT_EQ(cl.prefill_large_tile_products(), 3);  // gate, up, ffn_down
+    ASSERT_EQ(cl.prefill_large_tile_products(), 4);  // Q/K/V, gate, up, ffn_down
     ASSERT_EQ(cl.prefill_split_products(), 1);       // ffn_down
   }
-  expect_prefill_matches(m.model, 2048, {2048}, 100);
+  expect_prefill_matches(m.model, 128 * t, {128 * t}, 100);
 }
 
 // A prompt longer than one 512-token chunk (Q4_1 layers, Q8_0 embedding).

@@ -96,6 +96,9 @@ class ClForward final : public Backend {
   }
   int prefill_split_products() const { return prefill_ ? prefill_->split_products() : 0; }
   int prefill_large_tile_products() const { return prefill_ ? prefill_->large_tile_products() : 0; }
+  std::vector<int> prefill_short_plan_tokens() const {
+    return prefill_ ? prefill_->short_plan_tokens() : std::vector<int>{};
+  }
 
   void set_debug(bool on) override;
   bool debug() const override { return debug_; }

@@ -78,6 +78,10 @@ class ClPrefill {
   int split_products() const;
   // Of those on tensor cores, the ones on the large tile (mma_large).
   int large_tile_products() const;
+  // The token counts of the shorter plans (chunks of at most that many run
+  // on steps chosen for them), longest first; none where every plan would
+  // launch as the full chunk's does.
+  std::vector<int> short_plan_tokens() const;
 
   // Runs the token ids ids[0..n_tokens) at positions pos.. (the caller wrote
   // them and checked the range), filling the KV cache; then copies the last
@@ -123,7 +127,12 @@ class ClPrefill {
     bool large_tile = false;          // matmul_mma_deq in PrefillTuning::large_tile
   };
 
+  // steps_ and the short plans (build_plan for each token count).
   void build_steps();
+  // steps_, layer_ends_ and head_steps_ for plan_tokens_.
+  void build_plan();
+  // Whether two plans launch the same kernels over the same grids.
+  static bool same_launches(const std::vector<Step>& a, const std::vector<Step>& b);
   void add_layer_steps(int il, const PrefillTuning& att_tuning);
   PrefillTuning attention_tuning() const;
   Step embed_step();
@@ -293,8 +302,23 @@ class ClPrefill {
   ClMem logits_;            // (head_rows_, n_vocab), allocated by the first run_logits
   int head_rows_ = 0;       // positions per lm_head launch in run_logits
 
-  std::vector<Step> steps_;              // embed, then the layers in order
-  std::vector<size_t> layer_ends_;       // one past each layer's last step in steps_
+  std::vector<Step> steps_;         // embed, then the layers in order
+  std::vector<size_t> layer_ends_;  // one past each layer's last step in steps_
+  // The tokens the matrix products' tiles are chosen for (add_mma_steps):
+  // chunk_ for steps_, a shorter plan's own while it is built.
+  int plan_tokens_ = 0;
+  // Chunks of at most `tokens` (halving from chunk_ / 2 to
+  // k_short_plan_tokens, in that order) run on steps chosen for that many
+  // tokens, where the choice differs from the next longer plan's (the tile
+  // chosen for a full chunk leaves most of the device idle on a short one:
+  // a chat turn's few tokens, a long prompt's last chunk).
+  struct ShortPlan {
+    int tokens = 0;
+    std::vector<Step> steps;
+    std::vector<size_t> layer_ends;
+  };
+  std::vector<ShortPlan> short_plans_;
+  static constexpr int k_short_plan_tokens = 32;
   std::vector<Step> decode_steps_;       // the same for one token, matrix-vector kernels
   ClMem qkv1_;                           // one token's q, k, v (decode steps)
   std::array<ClMem, 3> qkv1_parts_;      // sub-buffers of qkv1_ for separate Wq, Wk, Wv

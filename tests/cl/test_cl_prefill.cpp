@@ -551,6 +551,12 @@ TEST(ClPrefill, LargeTileMatchesCpu) {
     ClForward cl(m.model, test::cl_test_runtime(), opt);
     ASSERT_EQ(cl.prefill_large_tile_products(), 4);  // Q/K/V, gate, up, ffn_down
     ASSERT_EQ(cl.prefill_split_products(), 1);       // ffn_down
+    // The first chunk (100 tokens) runs on a shorter plan: with half the
+    // token tiles or fewer no matrix fills a wave with the large tiles.
+    const std::vector<int> plans = cl.prefill_short_plan_tokens();
+    ASSERT_FALSE(plans.empty());
+    EXPECT_GE(plans.front(), 100);
+    EXPECT_GE(plans.back(), 32);
   }
   expect_prefill_matches(m.model, 128 * t, {128 * t}, 100);
 }

@@ -797,27 +797,21 @@ ClPrefill::Step ClPrefill::embed_step() {
 // 12.1-12.3.
 void ClPrefill::build_steps() {
   short_plans_.clear();
-  std::vector<Step> full;
-  std::vector<size_t> full_ends;
+  plan_tokens_ = chunk_;
+  build_plan();
+  // Only the tensor-core products choose their tiles by the token count.
+  if (matrix_products(Product::tensor_cores) == 0) return;
+  std::vector<Step> full = std::move(steps_);
+  std::vector<size_t> full_ends = std::move(layer_ends_);
   for (int tokens = chunk_ / 2; tokens >= k_short_plan_tokens; tokens /= 2) {
-    if (full.empty()) {
-      plan_tokens_ = chunk_;
-      build_plan();
-      full = std::move(steps_);
-      full_ends = std::move(layer_ends_);
-    }
     plan_tokens_ = tokens;
     build_plan();
     if (same_launches(steps_, short_plans_.empty() ? full : short_plans_.back().steps)) continue;
     short_plans_.push_back({tokens, std::move(steps_), std::move(layer_ends_)});
   }
   plan_tokens_ = chunk_;
-  if (full.empty()) {
-    build_plan();
-  } else {
-    steps_ = std::move(full);
-    layer_ends_ = std::move(full_ends);
-  }
+  steps_ = std::move(full);
+  layer_ends_ = std::move(full_ends);
 }
 
 bool ClPrefill::same_launches(const std::vector<Step>& a, const std::vector<Step>& b) {

@@ -127,9 +127,10 @@ ClPrefill::ClPrefill(const ModelConfig& config, ClRuntime& rt, const DeviceWeigh
   if (tuning_.tensor_cores) {
     xp_ = rt_.alloc(mma_packed_bytes(chunk_, widest));
     xps_ = rt_.alloc(mma_scale_bytes(chunk_));
-    // Split-K's partial sums (allocated by the first matrix that splits), for
-    // matrices of up to max(n_embd, n_embd_q) rows (the narrow ones: Wo,
-    // ffn_down).
+    // Split-K's partial sums (allocated by the first matrix that splits): a
+    // matrix splits over s only where s x its plan's tokens x its rows fit
+    // (split_fits), e.g. Wo and ffn_down over 4 at a full chunk, the 1B's
+    // stacked Q/K/V over 2.
     part_floats_ = size_t(std::max(tuning_.mma_split, tuning_.mma_large)) * n *
                    size_t(std::max(c.n_embd, c.n_embd_q()));
   }
@@ -515,8 +516,9 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
   // unsplit, Wo and ffn_down split over 4), SmolLM2-1.7B 53.0-53.2k against
   // 50.3-50.5k; unsplit with stages of 2 blocks in a ring of 4 rather than 4
   // in a ring of 3: 80.7-81.3k / 54.4-54.7k. Full waves rather than 95% of
-  // one (the 1B's stacked Q/K/V split over 3 into 144 groups on 132 units:
-  // 1,074 us a chunk against 726 with its widened tile). The 192-row tile
+  // one (the 1B's stacked Q/K/V split over 3 into 144 groups on 132 units,
+  // with part_ sized for it, not kept: 1,074 us a chunk against 726 with its
+  // widened tile). The 192-row tile
   // (the 1B's Q/K/V split over 2, the 1.7B's unsplit; Q8_0's Wo and
   // ffn_down, whose 256-row split tile exceeds the local memory, split over
   // 3): 1B 81.3-81.9k against 80.7-80.8k (Q/K/V 678 us against 726), 1.7B
@@ -562,6 +564,7 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
   s.mma_input = &x;
   s.product = Product::tensor_cores;
   s.large_tile = large_splits > 0;
+  s.tile_defines = defines;
   if (split > 1 && !part_) part_ = rt_.alloc(part_floats_ * 4);
   const ClMem& part = split > 1 ? part_ : out;  // (not read without a split)
   const KernelArgs args = mma_args(w, xp_, xps_, 0, out, ld_out, out_off, accumulate, part);
@@ -800,7 +803,7 @@ void ClPrefill::build_steps() {
   plan_tokens_ = chunk_;
   build_plan();
   // Only the tensor-core products choose their tiles by the token count.
-  if (matrix_products(Product::tensor_cores) == 0) return;
+  if (!tuning_.short_plans || matrix_products(Product::tensor_cores) == 0) return;
   std::vector<Step> full = std::move(steps_);
   std::vector<size_t> full_ends = std::move(layer_ends_);
   for (int tokens = chunk_ / 2; tokens >= k_short_plan_tokens; tokens /= 2) {
@@ -817,7 +820,7 @@ void ClPrefill::build_steps() {
 bool ClPrefill::same_launches(const std::vector<Step>& a, const std::vector<Step>& b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const Step& x, const Step& y) {
     return x.global0 == y.global0 && x.local0 == y.local0 && x.local1 == y.local1 &&
-           x.tokens_per_group == y.tokens_per_group && x.large_tile == y.large_tile &&
+           x.tokens_per_group == y.tokens_per_group && x.tile_defines == y.tile_defines &&
            x.split_sum == y.split_sum && x.product == y.product;
   });
 }
@@ -1291,7 +1294,10 @@ void ClPrefill::run_logits(int n_tokens, int pos, int first_out, std::vector<flo
     const size_t cap = std::min<size_t>(128u << 20, rt_.device().max_alloc_bytes);
     head_rows_ = int(std::clamp<size_t>(cap / row_bytes, 1, size_t(chunk_)));
     logits_ = rt_.alloc(size_t(head_rows_) * row_bytes);
+    // (its tiles chosen for the rows it launches at most)
+    plan_tokens_ = head_rows_;
     add_matmul(head_steps_, w_.head(), xn_, c.n_embd, logits_, c.n_vocab, 0, false, "lm_head");
+    plan_tokens_ = chunk_;
   }
   const size_t row_floats = size_t(c.n_vocab);
   out.resize(size_t(n_tokens - first_out) * row_floats);

@@ -69,8 +69,9 @@ class ClPrefill {
     return int(decode_steps_.empty() ? steps_.size() : decode_steps_.size());
   }
   const PrefillTuning& tuning() const { return tuning_; }
-  // A chunk's matrix products by kernel: matmul_mma_deq on tensor cores,
-  // matmul_x16 with 16-bit activations, or the portable matmul.
+  // A full chunk's matrix products (steps_; not the shorter plans') by
+  // kernel: matmul_mma_deq on tensor cores, matmul_x16 with 16-bit
+  // activations, or the portable matmul.
   enum class Product { none, tensor_cores, x16, portable };
   int matrix_products(Product kind) const;
   // Of those on tensor cores, the ones split over K (each followed by an
@@ -125,6 +126,7 @@ class ClPrefill {
     Product product = Product::none;  // a matrix product: its kernel
     bool split_sum = false;           // mma_split_sum (after a split product)
     bool large_tile = false;          // matmul_mma_deq in PrefillTuning::large_tile
+    std::string tile_defines;         // tensor-core steps: their program's defines (the tiling)
   };
 
   // steps_ and the short plans (build_plan for each token count).
@@ -319,7 +321,7 @@ class ClPrefill {
   };
   std::vector<ShortPlan> short_plans_;
   static constexpr int k_short_plan_tokens = 32;
-  std::vector<Step> decode_steps_;       // the same for one token, matrix-vector kernels
+  std::vector<Step> decode_steps_;       // steps_' work for one token, matrix-vector kernels
   ClMem qkv1_;                           // one token's q, k, v (decode steps)
   std::array<ClMem, 3> qkv1_parts_;      // sub-buffers of qkv1_ for separate Wq, Wk, Wv
   int split_k_at_ = 0, split_v_at_ = 0;  // their offsets in qkv1_ (floats)

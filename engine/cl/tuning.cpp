@@ -305,8 +305,11 @@ const std::vector<TuningKey>& tuning_keys() {
       key<int>("mma_split", "tensor cores: most work-groups a row tile's stages split over (1-4)",
                [](T& t) -> int& { return t.prefill.mma_split; }),
       key<int>("mma_large",
-               "tensor cores: 256 or 192 x 128 tiles where split-K up to this fills (0-4; 0: off)",
+               "tensor cores: 256 or 192 x 128 tiles where split-K up to this fills whole waves "
+               "(0-4; 0: off)",
                [](T& t) -> int& { return t.prefill.mma_large; }),
+      key<bool>("short_plans", "tensor cores: tiles chosen for a short chunk's length",
+                [](T& t) -> bool& { return t.prefill.short_plans; }),
       key<bool>("profile", "prefill: per-step device times to stderr (needs --profile)",
                 [](T& t) -> bool& { return t.prefill.profile; }),
   };

@@ -161,6 +161,9 @@ struct PrefillTuning {
   // 2 / 4 (before large_tile's unsplit stages): 1B 77.8-78.2k /
   // 77.7-78.2k / 78.0-78.4k, 1.7B 52.1k / 52.2-52.4k / 52.7-53.1k.
   int mma_large = 4;
+  // NVIDIA, with tensor_cores: chunks of at most chunk / 2, chunk / 4 .. 32
+  // tokens run on tiles chosen for that many (ClPrefill::build_steps).
+  bool short_plans = true;
   // Device time per prefill step, summed over each prefill, to stderr (needs
   // a profiling queue: clchat bench --profile).
   bool profile = false;

@@ -20,7 +20,8 @@
 //     after pack_x_f16, with the default tile, its widened form, a 2 x
 //     2-warp one, a small odd one (1 warp, 1 block per stage), a 3 x 2-warp
 //     one with 3-block stages, copy rings of 2 and 4 buffers, split-K over
-//     2, 3 and 4 work-groups and the large tile unsplit and split: against the
+//     2, 3 and 4 work-groups and the large tiles (256 and 192 rows) unsplit
+//     and split: against the
 //     product of the weights and x rounded to fp16 as the kernel defines
 //     them (1e-5; types with integer or fp16 scales) and the exact product
 //     (1e-3); and the packs that compute their input (rmsnorm_pack_f16,
@@ -114,7 +115,8 @@ struct MmaTiling {
 // block per stage), a 3 x 2-warp one with 3-block stages, copy rings of 2
 // and 4 buffers, split-K over 2 (widened, as ClPrefill splits), 3 and 4
 // (the small one: uneven shares of the stages) work-groups, and the large
-// tile (mma_large) unsplit and split over 4, as ClPrefill runs them.
+// tiles (mma_large) as ClPrefill runs them: 256 rows unsplit and split over
+// 4, 192 rows unsplit and split over 2 and 3.
 std::vector<MmaTiling> mma_tunings() {
   PrefillTuning def, widened, square, small, wide, ring2, ring4;
   widened.mma_nj *= 2;
@@ -147,7 +149,8 @@ std::vector<MmaTiling> mma_tunings() {
           {def.large_tile(1)},
           {def.large_tile(4), 4},
           {def.large_tile(1, 3)},
-          {def.large_tile(2, 3), 2}};
+          {def.large_tile(2, 3), 2},
+          {def.large_tile(3, 3), 3}};
 }
 
 std::string describe_mma(const MmaTiling& m) {
@@ -466,7 +469,7 @@ TEST_P(ClMatmul, TensorCoreKernelMatchesReference) {
 // ClPrefill::mma_local_bytes against the local memory NVIDIA's compiler
 // gives the kernel (CL_KERNEL_LOCAL_MEM_SIZE), for every tensor-core type and
 // each tiling of the tests; a count over k_mma_local_limit must be the one
-// case known to be (Q8_0's split large tile) and must fail to build, which
+// case known to be (Q8_0's 256-row split large tile) and must fail to build, which
 // ties the limit to the compiler.
 TEST(ClMma, LocalBytesMatchKernel) {
   if (!device_is_nvidia()) GTEST_SKIP() << "the tensor-core kernel runs on NVIDIA's OpenCL only";

@@ -473,10 +473,13 @@ TEST(ClPrefill, NvidiaRunsEveryLayerMatrixOnTensorCores) {
 // token tiles, n_embd = 128 R with the least R for which 16 R work-groups
 // reach 1.4 per unit; n_ff = 2 n_embd, so gate, up and Q/K/V fill the grid
 // widened and do not split. Wo's rows have R stages of 4 blocks, and a split
-// needs 4 each: R >= 8 (GPUs of 80 compute units or more). Against the CPU
-// reference (both split products add into the residual), over chunks of 100,
-// 420, 512 and 8 tokens (partial token tiles). The large tiles are off
-// (mma_large 0): at these shapes the 192-row one would take the stacked
+// needs 4 each: R >= 8 (GPUs of 80 compute units or more). Splits of up to
+// 4 (mma_split 4): the full chunk still splits Wo and ffn_down over 2, and
+// the 256-token plan (4 token tiles) splits Q/K/V, gate and up over 2 and
+// ffn_down over 4 (2 R stages, 4 a split). Against the CPU reference (the
+// split products add into the residual), over chunks of 200 (the 256-token
+// plan), 320, 512 and 8 tokens (partial token tiles). The large tiles are
+// off (mma_large 0): at these shapes the 192-row one would take the stacked
 // Q/K/V, gate and up split over 2.
 TEST(ClPrefill, SplitKMatchesCpu) {
   const DeviceInfo& dev = test::cl_test_runtime().device();
@@ -496,14 +499,18 @@ TEST(ClPrefill, SplitKMatchesCpu) {
   TempModel m(write_synthetic_model_tmp(s));
   Tuning tuning = Tuning::for_device(dev);
   tuning.prefill.mma_large = 0;
+  tuning.prefill.mma_split = 4;
   {
     ClForwardOptions opt;
     opt.n_ctx = 520;
     opt.tuning = tuning;
     ClForward cl(m.model, test::cl_test_runtime(), opt);
     ASSERT_EQ(cl.prefill_split_products(), 2);  // Wo and ffn_down
+    const std::vector<int> plans = cl.prefill_short_plan_tokens();
+    ASSERT_FALSE(plans.empty());
+    EXPECT_EQ(plans.front(), 256);
   }
-  expect_prefill_matches(m.model, 520, {512}, 100, tuning);
+  expect_prefill_matches(m.model, 520, {512}, 200, tuning);
 }
 
 // The large tiles on NVIDIA (ClPrefill::add_mma_steps, PrefillTuning::
@@ -513,9 +520,11 @@ TEST(ClPrefill, SplitKMatchesCpu) {
 // fills it split over K into 4 (16 stages of 4 blocks, 4 a split), and
 // whose stacked Q/K/V (3 n_embd rows) fills it unsplit with the 192-row
 // tile (4 e t groups; with 256 rows it fills three waves only split over 4,
-// whose splits would be too short). Wo (n_embd / 128 stages) is too short to
-// split. Against the CPU reference (down's split adds into the residual),
-// over a first chunk of 100 tokens and a second of the rest.
+// whose splits would be too short). Wo (n_embd / 128 stages, e <= 3) is too
+// short to split. Against the CPU reference (down's split adds into the
+// residual), over a first chunk of 64 t - 24 tokens, on the plan for half a
+// chunk (where the large tiles' splits would be too short: its own tiles),
+// and a second of the rest.
 TEST(ClPrefill, LargeTileMatchesCpu) {
   const DeviceInfo& dev = test::cl_test_runtime().device();
   if (dev.platform_name.find("NVIDIA") == std::string::npos) {
@@ -525,7 +534,7 @@ TEST(ClPrefill, LargeTileMatchesCpu) {
   auto one_wave = [&](int groups) { return 100 * groups >= 95 * units && groups <= units; };
   int t = 0, e = 0, f = 0;
   for (int tt = 16; tt >= 4 && f == 0; --tt) {
-    for (int ee = 1; ee <= 4 && f == 0; ++ee) {
+    for (int ee = 1; ee <= 3 && f == 0; ++ee) {
       for (int ff = 8; ff <= 32 && f == 0; ++ff) {
         if (one_wave(4 * ee * tt) && one_wave(ff * tt)) {
           t = tt;
@@ -551,14 +560,11 @@ TEST(ClPrefill, LargeTileMatchesCpu) {
     ClForward cl(m.model, test::cl_test_runtime(), opt);
     ASSERT_EQ(cl.prefill_large_tile_products(), 4);  // Q/K/V, gate, up, ffn_down
     ASSERT_EQ(cl.prefill_split_products(), 1);       // ffn_down
-    // The first chunk (100 tokens) runs on a shorter plan: with half the
-    // token tiles or fewer no matrix fills a wave with the large tiles.
     const std::vector<int> plans = cl.prefill_short_plan_tokens();
     ASSERT_FALSE(plans.empty());
-    EXPECT_GE(plans.front(), 100);
-    EXPECT_GE(plans.back(), 32);
+    EXPECT_EQ(plans.front(), 64 * t);
   }
-  expect_prefill_matches(m.model, 128 * t, {128 * t}, 100);
+  expect_prefill_matches(m.model, 128 * t, {128 * t}, 64 * t - 24);
 }
 
 // A prompt longer than one 512-token chunk (Q4_1 layers, Q8_0 embedding).

@@ -518,12 +518,11 @@ void ClPrefill::add_mma_steps(std::vector<Step>& into, const DeviceMatrix& w, co
   // in a ring of 3: 80.7-81.3k / 54.4-54.7k. Full waves rather than 95% of
   // one (the 1B's stacked Q/K/V split over 3 into 144 groups on 132 units,
   // with part_ sized for it, not kept: 1,074 us a chunk against 726 with its
-  // widened tile). The 192-row tile
-  // (the 1B's Q/K/V split over 2, the 1.7B's unsplit; Q8_0's Wo and
-  // ffn_down, whose 256-row split tile exceeds the local memory, split over
-  // 3): 1B 81.3-81.9k against 80.7-80.8k (Q/K/V 678 us against 726), 1.7B
-  // 55.6-55.8k against 54.1k (1,392 us against 1,605), 1B Q8_0 72.3k
-  // against 64.3-64.5k.
+  // widened tile). The 192-row tile (the 1B's Q/K/V split over 2, the
+  // 1.7B's unsplit; Q8_0's Wo and ffn_down, whose 256-row split tile exceeds
+  // the local memory, split over 3): 1B 81.3-81.9k against 80.7-80.8k (Q/K/V
+  // 678 us against 726), 1.7B 55.6-55.8k against 54.1k (1,392 us against
+  // 1,605), 1B Q8_0 72.3k against 64.3-64.5k.
   auto full_waves = [&](size_t n_groups) {
     return 100 * n_groups >= 95 * ceil_div(n_groups, units) * units;
   };
@@ -799,6 +798,9 @@ ClPrefill::Step ClPrefill::embed_step() {
 // 535-token chat turn's first token (512 + 23) 10.5-10.9 ms against
 // 12.1-12.3.
 void ClPrefill::build_steps() {
+  // final norm of rows row0.. and lm_head, for run_logits (logits_ set later)
+  head_steps_.clear();
+  head_steps_.push_back(norm_step(x_, w_.output_norm.q, xn_, "output_norm"));
   short_plans_.clear();
   plan_tokens_ = chunk_;
   build_plan();
@@ -835,9 +837,6 @@ void ClPrefill::build_plan() {
     add_layer_steps(il, att_tuning);
     layer_ends_.push_back(steps_.size());
   }
-  // final norm of rows row0.. and lm_head, for run_logits (logits_ set later)
-  head_steps_.clear();
-  head_steps_.push_back(norm_step(x_, w_.output_norm.q, xn_, "output_norm"));
 }
 
 // g = act(g) * u, act the model's (SiLU or GELU)

@@ -129,9 +129,10 @@ class ClPrefill {
     std::string tile_defines;         // tensor-core steps: their program's defines (the tiling)
   };
 
-  // steps_ and the short plans (build_plan for each token count).
+  // head_steps_' norm, steps_ and the short plans (build_plan for each
+  // token count).
   void build_steps();
-  // steps_, layer_ends_ and head_steps_ for plan_tokens_.
+  // steps_ and layer_ends_ for plan_tokens_.
   void build_plan();
   // Whether two plans launch the same kernels over the same grids.
   static bool same_launches(const std::vector<Step>& a, const std::vector<Step>& b);

@@ -27,7 +27,8 @@
 // work-group issues the next stage's loads that need nothing from the other
 // work-groups (the *_early_loads and *_first_row calls: its warps' first
 // weight rows into registers, the norm weights) and, at P1's barrier, the L2
-// prefetch of the coming layers' weights. After the wait only the
+// prefetch of the coming layers' weights (L2_PREFETCH: layers of at most 16
+// MiB). After the wait only the
 // activations are waited for. (Issued before the arrival, those loads would
 // hold up the arrival's release, which waits for outstanding loads.)
 //
@@ -148,8 +149,8 @@
 #error "att_acc: fewer than PWG floats"
 #endif
 
-// The layers' L2 prefetch is done by the work-groups that have no attention
-// unit, at the start of P2, when at least 1 / PF_IDLE_DIV of the grid is
+// The layers' L2 prefetch (L2_PREFETCH) is done by the work-groups that have
+// no attention unit, at the start of P2, when at least 1 / PF_IDLE_DIV of the grid is
 // idle there; else by every warp at P1's barrier (see decode_token).
 #define PF_IDLE_DIV 4
 
@@ -1591,17 +1592,24 @@ INLINE void prefetch_weights(const Weights* w, int il, int first, int stride, in
   }
 }
 
-// PF_STAGES (the host sets it where a layer's weights exceed 16 MiB):
-// the layers' weights go into L2 a stage or two ahead instead of a layer
-// ahead, each stage prefetching a part as large as it can hide: P1 layer
-// il's gate, P2 its up, P3 its down, P5 layer il + 1's Q/K/V and Wo (layer
-// 0's at the start). A layer ahead, a 1B layer's 34 MB (Q4_0) evicted the
-// one being read. H100, 16-bit x, tg128: Llama 3.2 1B shape Q4_0 1,769
-// against 1,586, Q4_K_M 1,265-1,271 against 1,217-1,219; SmolLM2-135M
-// Q4_0 2,362-2,369 against 2,571-2,577, Gemma 3 270M Q4_K_M 2,188 against
-// 2,294-2,296 (small layers keep the layer-ahead prefetch).
-#ifndef PF_STAGES
-#define PF_STAGES 0
+// L2_PREFETCH 0 (the host's choice where a layer's weights exceed 16 MiB):
+// no L2 prefetch at all. At those sizes every scheme measured lost to none:
+// a layer ahead, a 1B layer's 34 MB (Q4_0) evicted the one being read; a
+// stage or two ahead (each stage prefetching the part it could hide: P1 the
+// layer's gate, P2 its up, P3 its down, P5 the next layer's Q/K/V and Wo)
+// beat that on the H100 (tg128 1,769 against 1,586), but its prefetches
+// queue ahead of the short stages' loads: H200, tg128 (2026-11-30), 1B Q4_0
+// 2,281 / 2,275 with none against 2,114 / 2,115 (trace, us a token: Q/K/V
+// 44 against 60, attention 51 against 65, Wo 49 against 58, down 70 against
+// 80, gate/up 135 against 117), 1B Q4_K_M 2,049 / 2,047 against 1,856 /
+// 1,861, SmolLM2-1.7B Q4_0 1,615 / 1,610 against 1,482 / 1,481 and Q4_K_M
+// 1,460 / 1,463 against 1,296 / 1,298; any one part alone also lost to none
+// (1B: gate 2,250, up 2,227, down 2,242, Q/K/V 2,257, Wo 2,267). Smaller
+// layers keep the layer-ahead prefetch: without it SmolLM2-360M 2,097 /
+// 2,093 against 2,137 / 2,121, Gemma 3 270M Q4_K_M 2,324 / 2,320 against
+// 2,392 / 2,389, SmolLM2-135M and Qwen2.5-0.5B even.
+#ifndef L2_PREFETCH
+#define L2_PREFETCH 1
 #endif
 
 // ---- P2: attention --------------------------------------------------------------
@@ -2208,10 +2216,6 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   RowRegs ra, rb;
   float4 gw[NORM_MAX];
   embed(&w, x, &lm, ids[token_index], &at);
-#if PF_STAGES
-  prefetch_part(&w, 0, PF_QKV, at.gwarp, at.n_gwarps, at.lane);
-  prefetch_part(&w, 0, PF_WO, at.gwarp, at.n_gwarps, at.lane);
-#endif
   qkv_early_loads(&w, 0, &at, &ra, &rb, gw);
   // The first pair's RoPE (cos, sin), the same in every layer (of a kind).
   const float2 cs_first =
@@ -2222,7 +2226,7 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 #endif
   const int n_pos = pos + 1;
   // Work-groups left without an attention unit prefetch the layers' weights
-  // into L2 during P2, if they are at least 1 / PF_IDLE_DIV of the grid; else
+  // into L2 (where L2_PREFETCH) during P2, if they are at least 1 / PF_IDLE_DIV of the grid; else
   // every warp does between its work-group's arrival at P1's barrier and its
   // wait (which delays that barrier). (H200 against every warp at P1's
   // barrier always: tg128 2,417-2,421 vs 2,323-2,336, @d512 2,056-2,089 vs
@@ -2260,29 +2264,16 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 #endif
 
     // P1: q, k, v = Wqkv rmsnorm(x); RoPE; k, v -> cache
-#if PF_STAGES
-    prefetch_part(&w, il, PF_GATE, at.gwarp, at.n_gwarps, at.lane);
-#endif
     qkv_rope_append(&w, &s, &lm, &at, lo, cache_base, pos, kv_slot(pos, ring), il > 0 ? x : 0,
                     post_ffn, rope, gw, cs_layer, &ra, &rb);
     grid_arrive(&gb);
-#if !PF_STAGES
-    if (!pf_idle) prefetch_weights(&w, il, at.gwarp, at.n_gwarps, at.lane);
-#endif
+    if (L2_PREFETCH && !pf_idle) prefetch_weights(&w, il, at.gwarp, at.n_gwarps, at.lane);
     grid_wait(&gb, &at);
 
     // P2: att = softmax(q K^T / sqrt(HEAD_DIM)) V
-#if PF_STAGES
-    if (!pf_idle) {
-      prefetch_part(&w, il, PF_UP, at.gwarp, at.n_gwarps, at.lane);
-    } else if (at.group >= n_units) {
-      prefetch_part(&w, il, PF_UP, at.slot * n_idle + at.group - n_units, WARPS * n_idle, at.lane);
-    }
-#else
-    if (pf_idle && at.group >= n_units) {
+    if (L2_PREFETCH && pf_idle && at.group >= n_units) {
       prefetch_weights(&w, il, at.slot * n_idle + at.group - n_units, WARPS * n_idle, at.lane);
     }
-#endif
     attention(&w, &s, &lm, &at, lo, rope, cache_base, ring, first, n_pos, n_split);
     grid_arrive(&gb);
     matvec_first_row(WT_WO, WT_WO_ALT, USES_ALT(lo, WO), arena, lo + LO_WO_Q, lo + LO_WO_S,
@@ -2290,9 +2281,6 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     grid_wait(&gb, &at);
 
     // P3: x += Wo att (POST_NORMS: o = Wo att)
-#if PF_STAGES
-    prefetch_part(&w, il, PF_DOWN, at.gwarp, at.n_gwarps, at.lane);
-#endif
     matvec_residual(WT_WO, WT_WO_ALT, USES_ALT(lo, WO), arena, lo + LO_WO_Q, lo + LO_WO_S, N_EMBD_Q,
                     att, POST_NORMS ? o : x, xl, &at, &ra, XI_WO);
     grid_arrive(&gb);
@@ -2307,10 +2295,6 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
     grid_wait(&gb, &at);
 
     // P5: x += Wd h (POST_NORMS: o = Wd h)
-#if PF_STAGES
-    prefetch_part(&w, il + 1, PF_QKV, at.gwarp, at.n_gwarps, at.lane);
-    prefetch_part(&w, il + 1, PF_WO, at.gwarp, at.n_gwarps, at.lane);
-#endif
     matvec_residual(WT_DOWN, WT_DOWN_ALT, USES_ALT(lo, DOWN), arena, lo + LO_DOWN_Q, lo + LO_DOWN_S,
                     N_FF, h, POST_NORMS ? o : x, xl, &at, &ra, XI_DOWN);
     grid_arrive(&gb);

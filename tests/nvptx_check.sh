@@ -18,7 +18,7 @@
 # at most two blocks a lane; rows of three blocks a lane on float inputs
 # (held scale words, Q6_K records read at the dot); the tunable a test or a
 # run may set (ATT_SPLIT_POS), a partial rotary dimension and the 1B shape with
-# the stage-ahead prefetch (PF_STAGES).
+# no L2 prefetch (L2_PREFETCH=0).
 #
 # Also kernels/sample.cl alone with the persistent build's fast-math flags:
 # it fails if clang's PTX holds a fused or approximate double operation or
@@ -184,13 +184,13 @@ done
 build "pwg512-h64-split8" 512 ${shapes[h64]} $bench_types -DATT_SPLIT_POS=8
 # shellcheck disable=SC2086,SC2046
 build "pwg256-h64-rot32" 256 ${shapes[h64]/-DN_ROT=64/-DN_ROT=32} $bench_types
-# The stage-ahead L2 prefetch the host picks where a layer exceeds 16 MiB
-# (PF_STAGES), at the Llama 3.2 1B shape, Q4_0 and its Q4_K_M types.
-l1b="-DN_EMBD=2048 -DN_FF=8192 -DN_HEAD=32 -DN_HEAD_KV=8 -DHEAD_DIM=64 -DN_ROT=64 -DPF_STAGES=1"
+# No L2 prefetch, as the host picks where a layer exceeds 16 MiB
+# (L2_PREFETCH=0), at the Llama 3.2 1B shape, Q4_0 and its Q4_K_M types.
+l1b="-DN_EMBD=2048 -DN_FF=8192 -DN_HEAD=32 -DN_HEAD_KV=8 -DHEAD_DIM=64 -DN_ROT=64 -DL2_PREFETCH=0"
 # shellcheck disable=SC2086,SC2046
-build "pwg512-1b-stages" 512 $l1b $bench_types
+build "pwg512-1b-no-prefetch" 512 $l1b $bench_types
 # shellcheck disable=SC2086,SC2046
-build "pwg512-1b-kmix-stages" 512 $l1b $(roles 12 12 12/14 12 12 12/14 14 8)
+build "pwg512-1b-kmix-no-prefetch" 512 $l1b $(roles 12 12 12/14 12 12 12/14 14 8)
 # Other architectures' graphs (decode_persistent.cl's options), by their
 # shapes: Gemma 3 270M (q wider than the embedding, head norms, post-norms,
 # GELU, a window with its ring of K/V rows; its Q4_K_M types), Qwen 2.5 0.5B (biases, NeoX) and a

@@ -304,20 +304,21 @@ std::string PersistentDecode::graph_defines() const {
   return d;
 }
 
-// The NVIDIA kernel prefetches the layers' weights into L2 a layer ahead,
-// or a stage or two ahead (PF_STAGES) where a layer's weights exceed 16 MiB:
-// between the sizes measured on the H100 (50 MB of L2), where SmolLM2-135M's
-// 3 MB layers and Gemma 3 270M's gain from a layer ahead and Llama 3.2 1B's
-// 34 MB evict the layer being read (decode_persistent.cl has the figures).
-// OpenCL has no query for L2: NVIDIA's CL_DEVICE_GLOBAL_MEM_CACHE_SIZE is
-// the L1s' total (4.125 MiB on the H100).
+// The NVIDIA kernel prefetches the layers' weights into L2 a layer ahead
+// where a layer's weights are at most 16 MiB, and not at all above that
+// (L2_PREFETCH=0): between the sizes measured, where SmolLM2-135M's 3 MB
+// layers, SmolLM2-360M's 5.5 MB and Gemma 3 270M's gain from it or break even
+// and the 1B and 1.7B shapes' 34 and 50 MB layers decode 8-13% faster with
+// none (decode_persistent.cl has the figures). OpenCL has no query for L2:
+// NVIDIA's CL_DEVICE_GLOBAL_MEM_CACHE_SIZE is the L1s' total (4.125 MiB on
+// the H100).
 std::string PersistentDecode::prefetch_defines() const {
-  if (tuning_.persist_defines.find("-DPF_STAGES") != std::string::npos) return "";
-  constexpr uint64_t k_stage_prefetch_layer_bytes = uint64_t(16) << 20;
+  if (tuning_.persist_defines.find("-DL2_PREFETCH") != std::string::npos) return "";
+  constexpr uint64_t k_prefetch_layer_bytes = uint64_t(16) << 20;
   uint64_t layer_bytes = 0;
   for (const DeviceWeights::Layer& l : w_.layers)
     layer_bytes = std::max(layer_bytes, l.matrix_bytes());
-  return layer_bytes > k_stage_prefetch_layer_bytes ? " -DPF_STAGES=1" : "";
+  return layer_bytes > k_prefetch_layer_bytes ? " -DL2_PREFETCH=0" : "";
 }
 
 // The kernel's source: the arena layout, then (CPU) the shared dot products

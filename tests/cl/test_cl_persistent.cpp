@@ -175,6 +175,18 @@ TEST(PersistentDecode, FewWorkGroupsAndLongRowsMatchCpu) {
   }
 }
 
+// The NVIDIA kernel as the host builds it where a layer's weights exceed 16
+// MiB (the 1B and 1.7B shapes): no L2 prefetch (L2_PREFETCH=0), on a small
+// shape with two work-groups (several rows a warp in every stage). The CPU
+// kernel has no such option.
+TEST(PersistentDecode, WithoutL2PrefetchMatchesCpu) {
+  if (!persistent_expected() || device_is_cpu()) GTEST_SKIP() << "NVIDIA's kernel only";
+  expect_logits_match_cpu({GgmlType::Q4_0, GgmlType::Q8_0, true}, 7919, {}, [](DecodeTuning& d) {
+    d.persist_groups = 2;
+    d.persist_defines = "-DL2_PREFETCH=0";
+  });
+}
+
 // Heads of 128 and 256 (NVIDIA: 4 or 8 dimensions per lane, 4, 2 or 1
 // merge parts per dimension), in work-groups of 512 and of 256 (the CPU
 // kernel ignores the work-group size).

@@ -1624,55 +1624,31 @@ INLINE int att_n_split(int n_pos, int n_groups) {
              : clamp((n_pos + ATT_SPLIT_SPAN - 1) / ATT_SPLIT_SPAN, 1, split_cap);
 }
 
-// ATT_EARLY (experiment, unmeasured): a warp's first round of K and V rows
-// (positions before n_pos - 1, which P1 writes) is loaded between P1's
-// arrival and its wait, so the attention stage waits only for q and the new
-// position's row (L2) instead of the older rows (HBM: the weights stream
-// evicts the KV cache every token). Warp 0, the poller, loads nothing early.
-#ifndef ATT_EARLY
-#define ATT_EARLY 1
-#endif
-typedef struct {
-  float kr[ATT_LONG_ROUND][AW_D], vr[ATT_LONG_ROUND][AW_D];
-  bool valid;
-} AttEarly;
-
-// Cache row of position p in a span that starts at slot0's shift (att_warps).
-INLINE int att_row(int p, int shift, int p_wrap) {
-#if WINDOW > 0
-  return p < p_wrap ? p - shift : p - p_wrap;
-#else
-  return p;
-#endif
-}
-
-// The K and V rows of this warp's positions p0, p0 + WARPS, ... (nb of
-// them, those before s_end; `skip`: a position left at 0, loaded later).
-INLINE void att_round_loads(const __global float* k_cache, const __global float* v_cache,
-                            size_t row0, int shift, int p_wrap, int p0, int s_end, const int nb,
-                            int skip, float kr[ATT_LONG_ROUND][AW_D],
-                            float vr[ATT_LONG_ROUND][AW_D]) {
+// One round of the warp-per-position attention: this warp's positions p0,
+// p0 + WARPS, ... (nb of them, those before s_end), their K and V rows loaded
+// at once, folded into the warp's online softmax (*m, *l, acc). Lane l holds
+// dimensions l + 32 * d, d < AW_D, of q, K, V and acc; row0 includes l.
+INLINE void att_warp_round(const __global float* k_cache, const __global float* v_cache,
+                           size_t row0, int shift, int p_wrap, int p0, int s_end, const int nb,
+                           const float* qv, float* acc, float* m, float* l) {
+  float kr[ATT_LONG_ROUND][AW_D], vr[ATT_LONG_ROUND][AW_D], sc[ATT_LONG_ROUND];
 #pragma unroll
   for (int i = 0; i < nb; ++i) {
     const int p = p0 + WARPS * i;
 #pragma unroll
     for (int d = 0; d < AW_D; ++d) {
       kr[i][d] = vr[i][d] = 0.0f;
-      if (p < s_end && p != skip) {
-        const int row = att_row(p, shift, p_wrap);
+      if (p < s_end) {
+#if WINDOW > 0
+        const int row = p < p_wrap ? p - shift : p - p_wrap;  // att_warps
+#else
+        const int row = p;
+#endif
         kr[i][d] = k_cache[row0 + (size_t)row * N_EMBD_KV + 32 * d];
         vr[i][d] = v_cache[row0 + (size_t)row * N_EMBD_KV + 32 * d];
       }
     }
   }
-}
-
-// Rows loaded (att_round_loads) folded into the warp's online softmax (*m,
-// *l, acc). Lane l holds dimensions l + 32 * d, d < AW_D, of q, K, V and acc.
-INLINE void att_round_fold(float kr[ATT_LONG_ROUND][AW_D], float vr[ATT_LONG_ROUND][AW_D],
-                           int p0, int s_end, const int nb, const float* qv, float* acc, float* m,
-                           float* l) {
-  float sc[ATT_LONG_ROUND];
   float bm = *m;
 #pragma unroll
   for (int i = 0; i < nb; ++i) {
@@ -1697,36 +1673,6 @@ INLINE void att_round_fold(float kr[ATT_LONG_ROUND][AW_D], float vr[ATT_LONG_ROU
   *l = ls;
 }
 
-// One round of the warp-per-position attention: this warp's positions p0,
-// p0 + WARPS, ... (nb of them, those before s_end), their K and V rows loaded
-// at once (or, with `use_pre`, all but position `fresh`'s taken from pre),
-// folded into the warp's online softmax; row0 includes the lane.
-INLINE void att_warp_round(const __global float* k_cache, const __global float* v_cache,
-                           size_t row0, int shift, int p_wrap, int p0, int s_end, const int nb,
-                           const float* qv, float* acc, float* m, float* l, const AttEarly* pre,
-                           bool use_pre, int fresh) {
-  float kr[ATT_LONG_ROUND][AW_D], vr[ATT_LONG_ROUND][AW_D];
-  if (use_pre) {
-#pragma unroll
-    for (int i = 0; i < nb; ++i) {
-      const int p = p0 + WARPS * i;
-#pragma unroll
-      for (int d = 0; d < AW_D; ++d) {
-        kr[i][d] = pre->kr[i][d];
-        vr[i][d] = pre->vr[i][d];
-        if (p == fresh && p < s_end) {
-          const int row = att_row(p, shift, p_wrap);
-          kr[i][d] = k_cache[row0 + (size_t)row * N_EMBD_KV + 32 * d];
-          vr[i][d] = v_cache[row0 + (size_t)row * N_EMBD_KV + 32 * d];
-        }
-      }
-    }
-  } else {
-    att_round_loads(k_cache, v_cache, row0, shift, p_wrap, p0, s_end, nb, -1, kr, vr);
-  }
-  att_round_fold(kr, vr, p0, s_end, nb, qv, acc, m, l);
-}
-
 // Head hd over positions s_begin..s_end - 1: warp w takes positions
 // s_begin + w, + WARPS, ... in rounds of 4 or 8 (att_warp_round), keeping its
 // own online softmax in registers; its (m, l, sum of V) go to aw_m, aw_l,
@@ -1735,8 +1681,7 @@ INLINE void att_warp_round(const __global float* k_cache, const __global float* 
 // 2,289-2,301 tok/s; at d512, where a split is 64 positions, 8 always lost:
 // 1,937-1,953 vs 1,966-1,975).
 INLINE void att_warps(const State* s, const Local* lm, const Place* at, size_t cache_base, int ring,
-                      int hd, int s_begin, int s_end, const AttEarly* pre, bool use_pre,
-                      int fresh) {
+                      int hd, int s_begin, int s_end) {
   const int kvh = hd / (N_HEAD / N_HEAD_KV);
   const size_t row0 = cache_base + kvh * HEAD_DIM + at->lane;
 #if QK_NORM
@@ -1755,18 +1700,14 @@ INLINE void att_warps(const State* s, const Local* lm, const Place* at, size_t c
   // row 0 at position p_wrap; no division per key.
   const int slot0 = kv_slot(s_begin, ring);
   const int shift = s_begin - slot0, p_wrap = s_begin + ring - slot0;
-  const bool pre_ok = use_pre && pre->valid;
   if (s_end - s_begin > 4 * WARPS) {
     for (int p0 = s_begin + at->warp; p0 < s_end; p0 += ATT_LONG_ROUND * WARPS) {
-      const bool first = pre_ok && p0 == s_begin + at->warp;
       att_warp_round(s->k_cache, s->v_cache, row0, shift, p_wrap, p0, s_end, ATT_LONG_ROUND, qv,
-                     acc, &m, &l, pre, first, fresh);
+                     acc, &m, &l);
     }
   } else {
     for (int p0 = s_begin + at->warp; p0 < s_end; p0 += 4 * WARPS) {
-      const bool first = pre_ok && p0 == s_begin + at->warp;
-      att_warp_round(s->k_cache, s->v_cache, row0, shift, p_wrap, p0, s_end, 4, qv, acc, &m, &l,
-                     pre, first, fresh);
+      att_warp_round(s->k_cache, s->v_cache, row0, shift, p_wrap, p0, s_end, 4, qv, acc, &m, &l);
     }
   }
 #pragma unroll
@@ -1851,31 +1792,6 @@ INLINE void att_merge_splits(const State* s, const Local* lm, const Place* at, i
   }
 }
 
-// ATT_EARLY: this work-group's first unit's first round of K and V rows for
-// this warp, all but position n_pos - 1's (P1 writes it), into *pre.
-INLINE void att_early_loads(const State* s, const Place* at, size_t cache_base, int ring,
-                            int first, int n_pos, int n_split, AttEarly* pre) {
-  pre->valid = false;
-  if (!ATT_EARLY || at->warp == 0 || at->group >= N_HEAD * n_split) return;
-  const int unit = at->group;
-  const int hd = unit / n_split, sp = unit % n_split;
-  const int s_span = (n_pos - first + n_split - 1) / n_split;
-  const int s_begin = first + sp * s_span, s_end = min(n_pos, s_begin + s_span);
-  const int kvh = hd / (N_HEAD / N_HEAD_KV);
-  const size_t row0 = cache_base + kvh * HEAD_DIM + at->lane;
-  const int slot0 = kv_slot(s_begin, ring);
-  const int shift = s_begin - slot0, p_wrap = s_begin + ring - slot0;
-  const int p0 = s_begin + at->warp;
-  if (s_end - s_begin > 4 * WARPS) {
-    att_round_loads(s->k_cache, s->v_cache, row0, shift, p_wrap, p0, s_end, ATT_LONG_ROUND,
-                    n_pos - 1, pre->kr, pre->vr);
-  } else {
-    att_round_loads(s->k_cache, s->v_cache, row0, shift, p_wrap, p0, s_end, 4, n_pos - 1, pre->kr,
-                    pre->vr);
-  }
-  pre->valid = true;
-}
-
 // P2: a unit is (head, split), a work-group per unit; K and V rows are read
 // whole by a warp (coalesced) and a score is a warp sum. (H200 against groups
 // of 16 work-items per position with chunk-wide softmax passes in local
@@ -1885,7 +1801,7 @@ INLINE void att_early_loads(const State* s, const Place* at, size_t cache_base, 
 // n_pos - 1) first, with layer lo's head norms and the RoPE table rope_cs.
 INLINE void attention(const Weights* w, const State* s, const Local* lm, const Place* at,
                       const __global ulong* lo, const __global float2* rope_cs, size_t cache_base,
-                      int ring, int first, int n_pos, int n_split, const AttEarly* pre) {
+                      int ring, int first, int n_pos, int n_split) {
   for (int unit = at->group; unit < N_HEAD * n_split; unit += at->n_groups) {
     const int hd = unit / n_split, sp = unit % n_split;
     const int s_span = (n_pos - first + n_split - 1) / n_split;
@@ -1894,7 +1810,7 @@ INLINE void attention(const Weights* w, const State* s, const Local* lm, const P
     qk_prepare(w, s, lm, at, lo, cache_base, n_pos - 1, kv_slot(n_pos - 1, ring), rope_cs, hd,
                s_end == n_pos);
 #endif
-    att_warps(s, lm, at, cache_base, ring, hd, s_begin, s_end, pre, unit == at->group, n_pos - 1);
+    att_warps(s, lm, at, cache_base, ring, hd, s_begin, s_end);
     att_merge_warps(s, lm, at, hd, sp, n_split);
     if (n_split > 1) att_merge_splits(s, lm, at, hd, n_split);
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -2352,15 +2268,13 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
                     post_ffn, rope, gw, cs_layer, &ra, &rb);
     grid_arrive(&gb);
     if (L2_PREFETCH && !pf_idle) prefetch_weights(&w, il, at.gwarp, at.n_gwarps, at.lane);
-    AttEarly att_pre;
-    att_early_loads(&s, &at, cache_base, ring, first, n_pos, n_split, &att_pre);
     grid_wait(&gb, &at);
 
     // P2: att = softmax(q K^T / sqrt(HEAD_DIM)) V
     if (L2_PREFETCH && pf_idle && at.group >= n_units) {
       prefetch_weights(&w, il, at.slot * n_idle + at.group - n_units, WARPS * n_idle, at.lane);
     }
-    attention(&w, &s, &lm, &at, lo, rope, cache_base, ring, first, n_pos, n_split, &att_pre);
+    attention(&w, &s, &lm, &at, lo, rope, cache_base, ring, first, n_pos, n_split);
     grid_arrive(&gb);
     matvec_first_row(WT_WO, WT_WO_ALT, USES_ALT(lo, WO), arena, lo + LO_WO_Q, lo + LO_WO_S,
                      N_EMBD_Q, &at, &ra);

@@ -815,33 +815,17 @@ INLINE float2 word_scales(int type, uint w) {
   return type == 3 ? f : (float2)(f.x, type == 2 ? -8.0f * f.x : 0.0f);
 }
 
-// Q6_SHORT_HELD (experiment, unmeasured): where Q6_LATE_H, Q6_K rows of at
-// most two blocks a lane (n_in <= 2,048: the mixes' V rows and a Q6_K head)
-// hold their records anyway (4 registers a block), so only long rows (down)
-// read them after the wait: with no L2 prefetch for large layers (session
-// 37) that read is an HBM round trip in the stage.
-#ifndef Q6_SHORT_HELD
-#define Q6_SHORT_HELD 1
-#endif
-INLINE bool q6_late(int type, int n_in) {
-#if Q6_SHORT_HELD
-  return type == 14 && Q6_LATE_H && n_in > 64 * 32;
-#else
-  return type == 14 && Q6_LATE_H;
-#endif
-}
-
 // The (scale, min) of a block held in r at index k (not a Q6_K one where
-// q6_late).
+// Q6_LATE_H).
 INLINE float2 held_scales(int type, int k, const RowRegs* r) {
   return word_scaled(type) ? word_scales(type, r->sw[k]) : r->s[k];
 }
 // Block b of a row held in r (k: its index there): its (scale, min) and
-// high-bit words, from r or (Q6_K where q6_late) from the record, read
+// high-bit words, from r or (Q6_K where Q6_LATE_H) from the record, read
 // now; `base`: the row's first block (used only by that read).
-INLINE void held_record(int type, const __global uchar* ws, int n_in, size_t base, int k, int b,
+INLINE void held_record(int type, const __global uchar* ws, size_t base, int k, int b,
                         const RowRegs* r, float2* s, uint2* h) {
-  if (q6_late(type, n_in)) {
+  if (type == 14 && Q6_LATE_H) {
     ext_record(14, ws, base + b, s, h);
   } else {
     *s = held_scales(type, k, r);
@@ -861,7 +845,7 @@ INLINE void row_load_blocks(const __global uchar* wq, const __global uchar* ws, 
       for (int c = 0; c < chunks; ++c) {
         r->q[chunks * k + c] = ((const __global uint4*)wq)[chunks * (base + b) + c];
       }
-      if (q6_late(type, n_in)) {
+      if (type == 14 && Q6_LATE_H) {
         // held_record reads the record
       } else if (word_scaled(type)) {
         r->sw[k] = scale_word(type, ws, base + b);
@@ -920,7 +904,7 @@ INLINE float row_dot_regs_xi(int type, const __global uchar* ws, int n_in, int r
       } else {
         float2 sc;
         uint2 h;
-        held_record(type, ws, n_in, (size_t)row * (n_in / 32), k, b, r, &sc, &h);
+        held_record(type, ws, (size_t)row * (n_in / 32), k, b, r, &sc, &h);
         acc += xi_block_dot(type, r->q[k], sc, h, xw + b * XI_W);
       }
     }
@@ -936,7 +920,7 @@ INLINE float row_dot_regs_ext(int type, const __global uchar* ws, int n_in, int 
     if (b < n_in / 32) {
       float2 sc;
       uint2 h;
-      held_record(type, ws, n_in, (size_t)row * (n_in / 32), k, b, r, &sc, &h);
+      held_record(type, ws, (size_t)row * (n_in / 32), k, b, r, &sc, &h);
       acc += ext_block_dot(type, r->q[k], sc, h, x + b * XS);
     }
   }

@@ -150,8 +150,8 @@
 #endif
 
 // The layers' L2 prefetch (L2_PREFETCH) is done by the work-groups that have
-// no attention unit, at the start of P2, when at least 1 / PF_IDLE_DIV of the grid is
-// idle there; else by every warp at P1's barrier (see decode_token).
+// no attention unit, at the start of P2, when at least 1 / PF_IDLE_DIV of
+// the grid is idle there; else by every warp at P1's barrier (decode_token).
 #define PF_IDLE_DIV 4
 
 // ---- warp primitives (PTX) --------------------------------------------------
@@ -2226,12 +2226,13 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
 #endif
   const int n_pos = pos + 1;
   // Work-groups left without an attention unit prefetch the layers' weights
-  // into L2 (where L2_PREFETCH) during P2, if they are at least 1 / PF_IDLE_DIV of the grid; else
-  // every warp does between its work-group's arrival at P1's barrier and its
-  // wait (which delays that barrier). (H200 against every warp at P1's
-  // barrier always: tg128 2,417-2,421 vs 2,323-2,336, @d512 2,056-2,089 vs
-  // 1,959-1,980; with no prefetch 2,302-2,320; with 1/32, d2048's 6 idle
-  // work-groups prefetching everything: 1,381 vs 1,723-1,754.)
+  // into L2 (where L2_PREFETCH) during P2, if they are at least 1 /
+  // PF_IDLE_DIV of the grid; else every warp does between its work-group's
+  // arrival at P1's barrier and its wait (which delays that barrier). (H200
+  // against every warp at P1's barrier always: tg128 2,417-2,421 vs
+  // 2,323-2,336, @d512 2,056-2,089 vs 1,959-1,980; with no prefetch
+  // 2,302-2,320; with 1/32, d2048's 6 idle work-groups prefetching
+  // everything: 1,381 vs 1,723-1,754.)
 
   // Each stage ends at a grid barrier: grid_arrive, then the next stage's
   // loads that need nothing from the other work-groups (or the L2 prefetch),

@@ -42,6 +42,8 @@
 #                 h128/h256 shapes here: clang keeps a call to a C99 `inline`
 #                 function that it did not inline, which ptxas cannot resolve)
 #   PTX_OUT=DIR   keep each configuration's PTX there (diff two versions)
+#   ONLY=REGEX    only the configurations whose label matches (bash =~), e.g.
+#                 ONLY=1b for the 1B shape's two (seconds instead of minutes)
 # Exit status 1 if a configuration does not compile. Spills are reported,
 # not failed: clang's PTX is only a proxy for NVIDIA's compiler (which built
 # every SmolLM2 configuration with at most 128 registers and no spills), so
@@ -90,6 +92,7 @@ failed=0
 build() {
   local label=$1 pwg=$2
   shift 2
+  [[ -n "${ONLY:-}" && ! "$label" =~ $ONLY ]] && return
   local ptx=$tmp/k.ptx
   # shellcheck disable=SC2086,SC2046
   if ! clang-14 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -O2 -S -Wall -Werror \

@@ -1600,8 +1600,8 @@ INLINE void prefetch_weights(const Weights* w, int il, int first, int stride, in
 // beat that on the H100 (tg128 1,769 against 1,586), but its prefetches
 // queue ahead of the short stages' loads: H200, tg128 (2026-11-30), 1B Q4_0
 // 2,281 / 2,275 with none against 2,114 / 2,115 (trace, us a token: Q/K/V
-// 44 against 60, attention 51 against 65, Wo 49 against 58, down 70 against
-// 80, gate/up 135 against 117), 1B Q4_K_M 2,049 / 2,047 against 1,856 /
+// 44 against 60, attention 51 against 65, Wo 48 against 58, down 71 against
+// 81, gate/up 134 against 117), 1B Q4_K_M 2,049 / 2,047 against 1,856 /
 // 1,861, SmolLM2-1.7B Q4_0 1,615 / 1,610 against 1,482 / 1,481 and Q4_K_M
 // 1,460 / 1,463 against 1,296 / 1,298; any one part alone also lost to none
 // (1B: gate 2,250, up 2,227, down 2,242, Q/K/V 2,257, Wo 2,267). Smaller

@@ -306,10 +306,12 @@ std::string PersistentDecode::graph_defines() const {
 
 // The NVIDIA kernel prefetches the layers' weights into L2 a layer ahead
 // where a layer's weights are at most 16 MiB, and not at all above that
-// (L2_PREFETCH=0): between the sizes measured, where SmolLM2-135M's 3 MB
-// layers, SmolLM2-360M's 5.5 MB and Gemma 3 270M's gain from it or break even
-// and the 1B and 1.7B shapes' 34 and 50 MB layers decode 8-13% faster with
-// none (decode_persistent.cl has the figures). OpenCL has no query for L2:
+// (L2_PREFETCH=0): between the sizes measured, where SmolLM2-135M's 2 MB
+// layers (Q4_0), SmolLM2-360M's 5.5 MB, Qwen2.5-0.5B's 8.4 MB and Gemma 3
+// 270M's gain from it or break even and the 1B and 1.7B shapes' 34 and 38 MB
+// layers decode 8-13% faster with none (H200; decode_persistent.cl has the
+// figures; on the H100 only the stage-ahead prefetch against the layer-ahead
+// one was measured, not against none). OpenCL has no query for L2:
 // NVIDIA's CL_DEVICE_GLOBAL_MEM_CACHE_SIZE is the L1s' total (4.125 MiB on
 // the H100).
 std::string PersistentDecode::prefetch_defines() const {

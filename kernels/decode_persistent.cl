@@ -19,8 +19,9 @@
 // then head_logits: x' = rmsnorm(x) * output_norm; logits = Whead x' with
 // each work-group's argmax candidate; the last work-group to arrive picks the
 // token (pick_token: NaN never wins, ties go to the lowest id) and writes
-// ids[0]. The embedding row is dequantized by every work-group straight into
-// local memory at the start (work-group 0 also stores it as x).
+// ids[0], and a copy at ids[N_CTX + pos % ID_RING] that the host reads on a
+// queue of its own. The embedding row is dequantized by every work-group
+// straight into local memory at the start (work-group 0 also stores it as x).
 //
 // The order of memory operations is the point of the stage boundaries: a grid
 // barrier is two calls, grid_arrive and grid_wait, and between them each
@@ -2325,4 +2326,9 @@ __kernel __attribute__((reqd_work_group_size(PWG, 1, 1))) void decode_token(
   } else {
     pick_token(&s, &lm, &at, ids, abort_flag);
   }
+  // The id's copy for the host, which reads it on a queue of its own while the
+  // next launch (reading ids[0]) runs: a read of ids[0] between the launches
+  // held the next one back ~9 us (engine/cl/decode_state.h).
+  barrier(CLK_GLOBAL_MEM_FENCE);
+  if (at.lid == 0) ids[N_CTX + pos % ID_RING] = ids[0];
 }

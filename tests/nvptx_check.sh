@@ -61,7 +61,7 @@ cat "$kernels/quant_blocks.cl" "$kernels/persistent_layout.cl" "$kernels/sample.
 [ -n "${PTX_OUT:-}" ] && mkdir -p "$PTX_OUT"
 inc=$(clang-14 -print-resource-dir)/include/opencl-c.h
 
-common="-DN_LAYER=30 -DN_VOCAB=49152 -DN_CTX=2048 -DRMS_EPS=1e-5f -DATT_SPLIT_MAX=16
+common="-DN_LAYER=30 -DN_VOCAB=49152 -DN_CTX=2048 -DID_RING=4 -DRMS_EPS=1e-5f -DATT_SPLIT_MAX=16
   -DK_MAX=256 -DSAMPLE_FUNCTIONS_ONLY=1 -DSAMPLE_PTX_MATH=1"
 # Shapes by head size: h64 is SmolLM2-135M's.
 declare -A shapes=(

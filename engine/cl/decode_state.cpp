@@ -38,7 +38,7 @@ DecodeState::DecodeState(const ModelConfig& c, const ClRuntime& rt, int n_ctx_in
   const size_t cache_bytes = kv_cache_bytes(c, n_ctx, kv_ring);
   k_cache = rt.alloc(cache_bytes);
   v_cache = rt.alloc(cache_bytes);
-  ids = rt.alloc(size_t(n_ctx) * 4);
+  ids = rt.alloc((size_t(n_ctx) + k_id_ring) * 4);
 }
 
 }  // namespace clchat

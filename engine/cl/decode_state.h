@@ -45,9 +45,13 @@ struct DecodeState {
   ClMem scores;             // (n_head, n_ctx) float: attention scores (the CPU kernels')
   ClMem k_cache;            // the layers' K rows (kv)
   ClMem v_cache;            // the layers' V rows (kv)
-  // (n_ctx) int: the token ids of a step or a prompt; each step's argmax
-  // lands in ids[0], the next step's input.
+  // (n_ctx + k_id_ring) int: the token ids of a step or a prompt; each step's
+  // argmax lands in ids[0], the next step's input. The NVIDIA persistent
+  // kernel also copies its id to ids[n_ctx + pos % k_id_ring], which the host
+  // reads on a queue of its own (PersistentDecode::enqueue_ahead) while the
+  // next token's launch, reading ids[0], runs.
   ClMem ids;
+  static constexpr int k_id_ring = 4;
   // (2 n_layer, n_embd) float, host-readable: x after the attention and
   // after the FFN of every layer (debug readback; allocated on first use).
   ClMem debug_hidden;

@@ -248,7 +248,8 @@ std::string PersistentDecode::defines() const {
       " -DN_HEAD=" + std::to_string(c.n_head) + " -DN_HEAD_KV=" + std::to_string(c.n_head_kv) +
       " -DHEAD_DIM=" + std::to_string(c.head_dim) + " -DN_ROT=" + std::to_string(c.n_rot) +
       " -DN_LAYER=" + std::to_string(c.n_layer) + " -DN_VOCAB=" + std::to_string(c.n_vocab) +
-      " -DN_CTX=" + std::to_string(s_.n_ctx) + " -DRMS_EPS=" + eps;
+      " -DN_CTX=" + std::to_string(s_.n_ctx) +
+      " -DID_RING=" + std::to_string(DecodeState::k_id_ring) + " -DRMS_EPS=" + eps;
   // Per role its type and its ALT type (the same when the layers share one:
   // the kernels' ALT branches then fold away).
   auto wt = [](GgmlType t) { return std::to_string(int(t)); };
@@ -543,19 +544,25 @@ void PersistentDecode::set_trace_arg(bool trace) {
   trace_arg_ = trace;
 }
 
-void PersistentDecode::launch(int token_index, int pos_arg, uint32_t barriers) {
+void PersistentDecode::launch(int token_index, int pos_arg, uint32_t barriers, cl_event* launched) {
   set_arg(kernel_.get(), arg_token_index_, cl_int(token_index));
   set_arg(kernel_.get(), arg_pos_, cl_int(pos_arg));
   set_arg(kernel_.get(), arg_bar_base_, cl_uint(bar_base_));
   const size_t local = local_size_, global = n_groups_ * local;
   cl_check(clEnqueueNDRangeKernel(rt_.queue(), kernel_.get(), 1, nullptr, &global, &local, 0,
-                                  nullptr, nullptr),
+                                  nullptr, launched),
            "clEnqueueNDRangeKernel(decode_token)");
   bar_base_ += barriers * uint32_t(n_groups_);
 }
 
 void PersistentDecode::enqueue(int token_index, int pos, bool traced, const SampleStepArgs* sample,
                                const ClMem* history) {
+  enqueue_step(token_index, pos, traced, sample, history, nullptr);
+}
+
+void PersistentDecode::enqueue_step(int token_index, int pos, bool traced,
+                                    const SampleStepArgs* sample, const ClMem* history,
+                                    cl_event* launched) {
   if (sample && cpu_) throw std::logic_error("PersistentDecode: the CPU kernel does not sample");
   if (!cpu_) set_sample_args(sample, history);
   const bool trace = traced || tuning_.trace;
@@ -566,7 +573,7 @@ void PersistentDecode::enqueue(int token_index, int pos, bool traced, const Samp
              "clEnqueueFillBuffer");
   }
   // A sampled token passes one more grid barrier (decode_persistent.cl).
-  launch(token_index, pos, barriers_per_token_ + (sample ? 1 : 0));
+  launch(token_index, pos, barriers_per_token_ + (sample ? 1 : 0), launched);
   if (sample) ++n_sampled_;
   if (trace) read_trace(traced);
 }
@@ -627,23 +634,44 @@ void PersistentDecode::enqueue_ahead(int pos, const std::function<void(int pos)>
                                  0, k_slots * 4, 0, nullptr, nullptr, &err);
     cl_check(err, "clEnqueueMapBuffer(token slots)");
     ahead_ids_ = static_cast<int32_t*>(p);
+    if (!cpu_) {
+      read_queue_ = ClQueue(clCreateCommandQueue(rt_.context(), rt_.device().device, 0, &err));
+      cl_check(err, "clCreateCommandQueue(token reads)");
+    }
   }
-  if (in_kernel) {
-    const SampleStepArgs a = in_kernel(pos);
-    enqueue(0, pos, false, &a, history);
-  } else {
-    enqueue(0, pos);
-  }
+  // The id's copy is the kernel's (NVIDIA) and the last thing the token
+  // writes (no sampling chain after the launch).
+  const bool own_queue = read_queue_ && !after_launch;
+  cl_event launched = nullptr;
+  const SampleStepArgs a = in_kernel ? in_kernel(pos) : SampleStepArgs{};
+  enqueue_step(0, pos, false, in_kernel ? &a : nullptr, in_kernel ? history : nullptr,
+               own_queue ? &launched : nullptr);
+  const ClEvent launch_event(launched);
   if (after_launch) after_launch(pos);
   const size_t slot = next_slot_;
   next_slot_ = (next_slot_ + 1) % k_slots;
-  cl_event ev = nullptr;
-  cl_check(clEnqueueReadBuffer(rt_.queue(), s_.ids.get(), CL_FALSE, 0, 4, &ahead_ids_[slot], 0,
-                               nullptr, &ev),
-           "clEnqueueReadBuffer(token)");
-  ahead_.push_back({pos, slot, ClEvent(ev)});
+  ahead_.push_back({pos, slot, ClEvent(enqueue_id_read(pos, slot, launch_event.get()))});
   // NVIDIA's OpenCL may hold commands back until a flush.
   cl_check(clFlush(rt_.queue()), "clFlush");
+  if (own_queue) cl_check(clFlush(read_queue_.get()), "clFlush(token reads)");
+}
+
+cl_event PersistentDecode::enqueue_id_read(int pos, size_t slot, cl_event launch_event) {
+  // A launch at pos + k_id_ring is enqueued only after the read at pos was
+  // taken: at most k_slots tokens are in flight, at consecutive positions.
+  static_assert(size_t(DecodeState::k_id_ring) >= k_slots);
+  cl_event ev = nullptr;
+  if (launch_event) {
+    const size_t at = (size_t(s_.n_ctx) + size_t(pos % DecodeState::k_id_ring)) * 4;
+    cl_check(clEnqueueReadBuffer(read_queue_.get(), s_.ids.get(), CL_FALSE, at, 4,
+                                 &ahead_ids_[slot], 1, &launch_event, &ev),
+             "clEnqueueReadBuffer(token)");
+  } else {
+    cl_check(clEnqueueReadBuffer(rt_.queue(), s_.ids.get(), CL_FALSE, 0, 4, &ahead_ids_[slot], 0,
+                                 nullptr, &ev),
+             "clEnqueueReadBuffer(token)");
+  }
+  return ev;
 }
 
 int32_t PersistentDecode::take(int pos) {

@@ -293,7 +293,9 @@ TEST(PersistentDecode, SwitchingPathsKeepsTheGreedyIds) {
 // Greedy decoding enqueues the next steps before the host asks for them
 // (lookahead). Feeding a token other than the device's choice, asking for the
 // logits, or a prefill in the middle must drop those steps and give the ids a
-// plan-only run gives.
+// plan-only run gives. On NVIDIA the host reads those ids from the kernel's
+// copies at ids[n_ctx + pos % k_id_ring], on a queue of their own: a copy in
+// the wrong slot gives the host another token's id.
 TEST(PersistentDecode, LookaheadKeepsIdsThroughInterruptions) {
   if (!persistent_expected()) GTEST_SKIP() << k_not_here;
   const std::string path =

@@ -660,17 +660,12 @@ cl_event PersistentDecode::enqueue_id_read(int pos, size_t slot, cl_event launch
   // A launch at pos + k_id_ring is enqueued only after the read at pos was
   // taken: at most k_slots tokens are in flight, at consecutive positions.
   static_assert(size_t(DecodeState::k_id_ring) >= k_slots);
+  const bool own = launch_event != nullptr;
+  const size_t at = own ? (size_t(s_.n_ctx) + size_t(pos % DecodeState::k_id_ring)) * 4 : 0;
   cl_event ev = nullptr;
-  if (launch_event) {
-    const size_t at = (size_t(s_.n_ctx) + size_t(pos % DecodeState::k_id_ring)) * 4;
-    cl_check(clEnqueueReadBuffer(read_queue_.get(), s_.ids.get(), CL_FALSE, at, 4,
-                                 &ahead_ids_[slot], 1, &launch_event, &ev),
-             "clEnqueueReadBuffer(token)");
-  } else {
-    cl_check(clEnqueueReadBuffer(rt_.queue(), s_.ids.get(), CL_FALSE, 0, 4, &ahead_ids_[slot], 0,
-                                 nullptr, &ev),
-             "clEnqueueReadBuffer(token)");
-  }
+  cl_check(clEnqueueReadBuffer(own ? read_queue_.get() : rt_.queue(), s_.ids.get(), CL_FALSE, at, 4,
+                               &ahead_ids_[slot], own ? 1 : 0, own ? &launch_event : nullptr, &ev),
+           "clEnqueueReadBuffer(token)");
   return ev;
 }
 
